@@ -1,0 +1,90 @@
+"""Pieces every algorithm uses: the learner's state, tensors from a Rollout, advantages, a step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rayseq.losses import discounted_returns, masked_mean
+from rayseq.types import Rollout, RolloutRequest, to_torch
+
+
+@dataclass
+class LearnerState:
+    generator: nn.Module
+    baseline: nn.Module  # value baseline b(s_t) (Ranzato et al.)
+    gen_opt: torch.optim.Optimizer
+    base_opt: torch.optim.Optimizer
+    device: torch.device
+
+
+@dataclass
+class RolloutTensors:
+    src: torch.Tensor  # (B, S) int64
+    src_len: torch.Tensor  # (B,) int64
+    tokens: torch.Tensor  # (B, T) int64
+    token_mask: torch.Tensor  # (B, T) float
+    action_mask: torch.Tensor  # (B, T) float
+    old_logp: torch.Tensor  # (B, T) float, log π_old
+    returns: torch.Tensor  # (B, T) float, R_t = Σ γ^{τ−t} r_τ
+
+    def index(self, idx: torch.Tensor) -> RolloutTensors:
+        return RolloutTensors(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+
+
+def rollout_tensors(rollout: Rollout, device, gamma: float) -> RolloutTensors:
+    token_mask = to_torch(rollout.token_mask, device)
+    return RolloutTensors(
+        src=to_torch(rollout.src, device),
+        src_len=to_torch(rollout.src_len, device),
+        tokens=to_torch(rollout.tokens, device),
+        token_mask=token_mask,
+        action_mask=to_torch(rollout.action_mask, device),
+        old_logp=to_torch(rollout.logp, device),
+        returns=discounted_returns(to_torch(rollout.rewards, device), token_mask, gamma),
+    )
+
+
+def advantages(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """A_t = R_t − b(s_t) (Tuan et al. Eq. 1), optionally whitened over unmasked tokens; detached."""
+    adv = (returns - values).detach()
+    if normalize:
+        mean = masked_mean(adv, mask)
+        std = masked_mean((adv - mean) ** 2, mask).sqrt()
+        adv = (adv - mean) / (std + 1e-8)
+    return adv * mask
+
+
+def step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: float | None) -> float:
+    """Backward + optional grad-norm clip + step; returns the pre-clip gradient norm."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for p in params if p.grad is not None]
+    if max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    else:
+        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])) if params else 0.0
+    opt.step()
+    return float(norm)
+
+
+def rollout_metrics(rollout: Rollout) -> dict:
+    return {
+        "rollout/reward_mean": float(rollout.score.mean()),
+        "rollout/len_mean": float(rollout.token_mask.sum(1).mean()),
+    }
+
+
+class RolloutAlgo:
+    """Default request for on-policy rollout algorithms: sample every token from π_θ."""
+
+    kind = "rollout"
+    needs_targets = False
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
+        return RolloutRequest(max_len=max_len, temperature=temperature, seed=seed)

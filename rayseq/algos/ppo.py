@@ -1,0 +1,57 @@
+"""PPO for sequence generation (Tuan et al. Eq. 3, Supplement B Algorithm 1).
+
+Sample a batch with π_old (the rollout workers' weights), compute advantages A_t = R_t − b(s_t) once,
+then run K epochs of minibatch updates of the clipped surrogate; ρ_t = π_θ(y_t|…) / π_old(y_t|…).
+With K = 1 and one minibatch ρ = 1 and the update equals REINFORCE's (the paper code's setting).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import partial
+
+import torch
+
+from rayseq.algos.common import LearnerState, RolloutAlgo, advantages, rollout_metrics, rollout_tensors, step
+from rayseq.losses import ppo_clip_loss, value_loss
+from rayseq.types import Rollout
+
+
+def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int) -> dict:
+    """K epochs × minibatches of ``surrogate(logp, old_logp, adv, mask) -> (loss, PolicyStats)``."""
+    b = rollout_tensors(rollout, state.device, cfg.gamma)
+    with torch.no_grad():
+        values = state.baseline(state.generator.logprobs(b.src, b.src_len, b.tokens).states)
+    adv_all = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
+    B = len(rollout)
+    mb = min(cfg.minibatch_size or B, B)
+    perm_rng = torch.Generator().manual_seed(seed)
+    sums = defaultdict(float)
+    n = 0
+    for _ in range(cfg.epochs):
+        perm = torch.randperm(B, generator=perm_rng).to(state.device)
+        for start in range(0, B, mb):
+            idx = perm[start : start + mb]
+            m = b.index(idx)
+            out = state.generator.logprobs(m.src, m.src_len, m.tokens)
+            loss, stats = surrogate(out.logp, m.old_logp, adv_all[idx], m.action_mask)
+            sums["policy/grad_norm"] += step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
+            v_loss, v_stats = value_loss(state.baseline(out.states), m.returns, m.action_mask)
+            step(state.base_opt, v_loss, state.baseline.parameters(), None)
+            sums["loss/policy"] += loss.item()
+            sums["loss/value"] += v_loss.item()
+            sums["policy/clipfrac"] += float(stats.clipfrac)
+            sums["policy/approx_kl"] += float(stats.approx_kl)
+            sums["policy/ratio_mean"] += float(stats.ratio_mean)
+            sums["value/explained_variance"] += float(v_stats.explained_variance)
+            n += 1
+    out = {k: v / n for k, v in sums.items()}
+    out["policy/advantage_mean"] = float(adv_all.sum() / b.action_mask.sum().clamp(min=1))
+    out["policy/updates"] = float(n)
+    return {**rollout_metrics(rollout), **out}
+
+
+class PPO(RolloutAlgo):
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
+        return ppo_update(self.cfg, state, rollout, surrogate, seed=iteration)

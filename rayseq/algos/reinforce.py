@@ -1,0 +1,32 @@
+"""REINFORCE with a learned baseline (Tuan et al. Eq. 1; Ranzato et al. 2015; survey Sec. III-A).
+
+One gradient step per sampled batch:
+    loss = −mean_t (R_t − b(s_t)) log π_θ(y_t | x, y_<t),   b trained by MSE on the detached state.
+"""
+
+from __future__ import annotations
+
+from rayseq.algos.common import LearnerState, RolloutAlgo, advantages, rollout_metrics, rollout_tensors, step
+from rayseq.losses import reinforce_loss, value_loss
+from rayseq.types import Rollout
+
+
+class Reinforce(RolloutAlgo):
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        cfg = self.cfg
+        b = rollout_tensors(rollout, state.device, cfg.gamma)
+        out = state.generator.logprobs(b.src, b.src_len, b.tokens)
+        values = state.baseline(out.states)
+        adv = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
+        loss, stats = reinforce_loss(out.logp, adv, b.action_mask)
+        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
+        v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
+        step(state.base_opt, v_loss, state.baseline.parameters(), None)
+        return {
+            **rollout_metrics(rollout),
+            "loss/policy": loss.item(),
+            "loss/value": v_loss.item(),
+            "policy/advantage_mean": float(stats.advantage_mean),
+            "policy/grad_norm": grad_norm,
+            "value/explained_variance": float(v_stats.explained_variance),
+        }

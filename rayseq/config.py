@@ -1,0 +1,193 @@
+"""Typed, validated run configuration.
+
+Every field is documented; an unknown key or a bad value raises :class:`ConfigError` naming the key.
+A config is built from defaults, then an experiment YAML (``--config``), then ``key=value`` overrides
+(``algo.eps=0.2 rollout.num_workers=0``); values are parsed as YAML scalars (``.inf``/``inf`` work).
+Derived values live in one place: the ``@property`` helpers at the bottom of each model.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ALGOS = ("mle", "reinforce", "mixer", "ppo", "ppo_dynamic")
+
+
+class ConfigError(ValueError):
+    """A bad config key or value; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TaskConfig(_Section):
+    name: Literal["counting"] = Field("counting", description="Task: data + reward + evaluation.")
+    test_size: int = Field(2000, ge=100, description="Held-out test inputs (precision, y1 distribution).")
+    test_seed: int = Field(2018, description="Seed of the held-out test set, independent of `seed`.")
+    min_len: int = Field(1, ge=1, le=10, description="Counting: shortest input length N.")
+    max_len: int = Field(10, ge=1, le=10, description="Counting: longest input length N.")
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> TaskConfig:
+        if self.min_len > self.max_len:
+            raise ValueError(f"task.min_len={self.min_len} > task.max_len={self.max_len}")
+        return self
+
+
+class ModelConfig(_Section):
+    emb_dim: int = Field(128, ge=1, description="Token embedding size.")
+    hidden_dim: int = Field(128, ge=1, description="GRU hidden size (paper: 128 for counting).")
+    num_layers: int = Field(1, ge=1, description="GRU layers in encoder and decoder.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout between GRU layers and on outputs.")
+
+
+class AlgoConfig(_Section):
+    name: Literal["mle", "reinforce", "mixer", "ppo", "ppo_dynamic"] = Field(
+        "ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining)."
+    )
+    lr: float = Field(1e-3, gt=0, description="Generator learning rate (Adam) in the RL stage.")
+    baseline_lr: float = Field(1e-2, gt=0, description="Value-baseline learning rate (Adam).")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor of returns.")
+    epochs: int = Field(1, ge=1, description="PPO: K passes over each sampled batch (paper code: 1).")
+    minibatch_size: int | None = Field(
+        None, ge=1, description="PPO: minibatch size of the K passes; None = the whole batch."
+    )
+    eps: float = Field(0.2, gt=0, description="PPO: clip range ε of Eq. 3.")
+    alpha1: float = Field(math.inf, gt=0, description="PPO-dynamic: cap of the upper bound α (Eq. 4).")
+    alpha2: float = Field(1.0, gt=0, description="PPO-dynamic: scale of the upper bound α (Eq. 4).")
+    beta1: float = Field(math.inf, gt=0, description="PPO-dynamic: cap of the lower bound β (Eq. 4).")
+    beta2: float = Field(1.0, gt=0, description="PPO-dynamic: scale of the lower bound β (Eq. 4).")
+    normalize_advantages: bool = Field(False, description="Whiten advantages per batch (not in the paper).")
+    max_grad_norm: float | None = Field(5.0, gt=0, description="Gradient-norm clip; None disables it.")
+    mixer_delta_start: int = Field(1, ge=0, description="MIXER: initial number δ of REINFORCE steps.")
+    mixer_delta_step: int = Field(1, ge=1, description="MIXER: δ grows by this much ...")
+    mixer_delta_every: int = Field(50, ge=1, description="MIXER: ... every this many iterations.")
+
+
+class RolloutConfig(_Section):
+    num_workers: int = Field(2, ge=0, description="RolloutWorker actors; 0 = sample in-process.")
+    num_cpus_per_worker: float = Field(0.5, gt=0, description="CPUs reserved per worker.")
+    num_gpus_per_worker: float = Field(0.0, ge=0, description="GPUs reserved per worker (fractions ok).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
+    torch_threads: int = Field(1, ge=1, description="torch threads inside each worker.")
+    max_restarts: int = Field(3, ge=0, description="Times a crashed worker actor is restarted.")
+
+
+class LearnerConfig(_Section):
+    num_cpus: float = Field(1.0, gt=0, description="CPUs reserved for the learner actor.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs reserved for the learner actor.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda if reserved, else cpu.")
+    torch_threads: int = Field(1, ge=1, description="torch threads of the learner.")
+
+
+class TrainConfig(_Section):
+    pretrain_iters: int = Field(300, ge=0, description="MLE pretraining iterations (stage `mle`).")
+    pretrain_lr: float = Field(1e-3, gt=0, description="MLE learning rate (Adam).")
+    pretrain_batch_size: int = Field(64, ge=1, description="MLE batch size (input/target pairs).")
+    iters: int = Field(300, ge=0, description="Iterations of the algorithm stage (stage `train`).")
+    batch_size: int = Field(256, ge=1, description="Rollouts per iteration (split across workers).")
+    eval_every: int = Field(50, ge=0, description="Evaluate every this many iterations (0 = only at ends).")
+    checkpoint_every: int = Field(0, ge=0, description="Checkpoint every this many iterations (0 = end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept in run_dir/checkpoints.")
+
+
+class RunConfig(_Section):
+    seed: int = Field(0, description="Seed of models, sampling and data order.")
+    name: str | None = Field(None, description="Run name; default `<task>-<algo>-s<seed>-<time>`.")
+    run_dir: str | None = Field(None, description="Output directory; default `runs/<name>`.")
+    progress: bool = Field(True, description="Show a progress bar.")
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif "input" in e and not isinstance(e["input"], dict):
+            msg = f"{msg} (got {e['input']!r})"
+        lines.append(f"{key}: {msg}")
+    return "invalid config: " + "; ".join(lines)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["algo.eps=0.2", "seed=3"]`` -> nested dict; values parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} has an empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{key}: cannot parse value {raw!r}: {exc}") from None
+        if isinstance(value, str) and value.lower() in ("inf", "+inf", "-inf"):
+            value = float(value)
+        set_path(out, key, value)
+    return out
+
+
+def set_path(d: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        nxt = d.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{dotted}: {p} is not a section")
+        d = nxt
+    d[parts[-1]] = value
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def build_config(data: dict | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Defaults <- ``data`` (e.g. an experiment file's content) <- ``key=value`` overrides."""
+    merged = deep_merge(data or {}, parse_overrides(overrides or []))
+    try:
+        return RunConfig.model_validate(merged)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+
+
+def config_to_dict(cfg: RunConfig) -> dict:
+    """JSON/YAML-safe dict (inf stays a float, which YAML writes as .inf)."""
+    return cfg.model_dump(mode="python")

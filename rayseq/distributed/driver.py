@@ -1,0 +1,239 @@
+"""The driver loop: MLE pretraining, then the configured algorithm; logging, evaluation, checkpoints.
+
+Per RL iteration (DESIGN.md data flow):
+  learner --weights(version)--> object store --> workers          (time/sync_s)
+  task prompts --> workers sample + score --> Rollout              (time/rollout_s)
+  Rollout --> learner.update --> metrics                           (time/learn_s)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from rayseq.algos import make_algo
+from rayseq.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from rayseq.config import RunConfig, config_to_dict
+from rayseq.distributed.runtime import make_runtime
+from rayseq.runlog import MetricsLog, atomic_write_text, write_json
+from rayseq.tasks import make_task
+
+STAGES = ("mle", "train")
+
+
+class Interrupted(Exception):
+    """SIGINT/SIGTERM arrived; a checkpoint was written."""
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    name = cfg.name or f"{cfg.task.name}-{cfg.algo.name}-s{cfg.seed}-{datetime.now():%Y%m%d-%H%M%S}"
+    return Path("runs") / name
+
+
+def _rollout_seed(cfg: RunConfig, iteration: int) -> int:
+    return (cfg.seed * 1_000_003 + iteration) % 2**62
+
+
+class Trainer:
+    """Owns the run directory, the data RNG, the runtime and the loop. ``run()`` returns the summary."""
+
+    def __init__(self, cfg: RunConfig, *, resume: bool = False, placement_group=None, report=None):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
+        self.resume = resume
+        self.report = report  # optional callback(metrics_row, trainer) per iteration (Tune)
+        self._placement_group = placement_group
+        self.task = make_task(cfg.task)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.iteration = 0  # global iteration counter across stages (1-based after the first update)
+        self.stage = "mle"
+        self.stage_iter = 0
+        self.pretrain_metrics: dict = {}
+        self.pretrain_details: dict = {}
+        self._stop = False
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def _plan(self) -> dict[str, int]:
+        return {"mle": self.cfg.train.pretrain_iters, "train": self.cfg.train.iters}
+
+    def _driver_state(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "stage": self.stage,
+            "stage_iter": self.stage_iter,
+            "numpy_rng": self.rng.bit_generator.state,
+            "python_rng": random.getstate(),
+            "pretrain_metrics": self.pretrain_metrics,
+        }
+
+    def save(self, rt) -> Path:
+        payload = {
+            "format": "rayseq-checkpoint-v1",
+            "config": config_to_dict(self.cfg),
+            "task": {"name": self.task.name, "vocab": self.task.vocab.to_spec()},
+            "learner": rt.learner("state_dict"),
+            "driver": self._driver_state(),
+        }
+        self.metrics.flush()
+        return save_checkpoint(self.run_dir, self.iteration, payload, keep=self.cfg.train.keep_checkpoints)
+
+    def _restore(self, rt) -> None:
+        ckpts = list_checkpoints(self.run_dir)
+        if not ckpts:
+            raise FileNotFoundError(f"--resume: no checkpoint in {self.run_dir}/checkpoints")
+        ck = load_checkpoint(ckpts[-1])
+        rt.learner("load_state_dict", ck["learner"])
+        d = ck["driver"]
+        self.iteration, self.stage, self.stage_iter = int(d["iteration"]), d["stage"], int(d["stage_iter"])
+        self.rng.bit_generator.state = d["numpy_rng"]
+        random.setstate(_as_random_state(d["python_rng"]))
+        self.pretrain_metrics = dict(d["pretrain_metrics"])
+        rows = [r for r in MetricsLog.read_rows(self.run_dir) if r["iteration"] <= self.iteration]
+        self.metrics.rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg = self.cfg
+        t_start = time.time()
+        if self.run_dir.exists() and any(self.run_dir.iterdir()) and not self.resume:
+            if list_checkpoints(self.run_dir):
+                raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume or another run_dir")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        self.metrics = MetricsLog(self.run_dir)
+        rt = make_runtime(cfg, self._placement_group)
+        old_handlers = _install_signal_handlers(self)
+        try:
+            if self.resume:
+                self._restore(rt)
+            plan = self._plan()
+            total = sum(plan.values())
+            bar = _progress(cfg.progress, total, self.iteration)
+            for stage in STAGES[STAGES.index(self.stage) :]:
+                if stage != self.stage:
+                    self.stage, self.stage_iter = stage, 0
+                rt.learner("start_stage", stage)
+                final, details = self._run_stage(rt, stage, plan[stage], bar)
+                if stage == "mle":
+                    self.pretrain_metrics = final
+            ckpt = self.save(rt)
+            bar.close()
+            summary = {
+                "task": cfg.task.name,
+                "algo": cfg.algo.name,
+                "seed": cfg.seed,
+                "metrics": final,
+                "pretrain_metrics": self.pretrain_metrics,
+                "details": details,
+                "iterations": self.iteration,
+                "wall_s": round(time.time() - t_start, 2),
+                "run_dir": str(self.run_dir),
+                "checkpoint": str(ckpt),
+                "rollout_workers": cfg.rollout.num_workers,
+            }
+            write_json(self.run_dir / "summary.json", summary)
+            return summary
+        except Interrupted:
+            self.save(rt)
+            raise
+        finally:
+            _restore_signal_handlers(old_handlers)
+            self.metrics.close()
+            rt.shutdown()
+
+    def _run_stage(self, rt, stage: str, n_iters: int, bar) -> tuple[dict, dict]:
+        """Runs the rest of ``stage``; returns the evaluation at its end (metrics, details)."""
+        cfg = self.cfg
+        algo = make_algo(cfg.algo) if stage == "train" else None
+        supervised = algo is None or algo.kind == "supervised"
+        if self.stage_iter >= n_iters:
+            return rt.learner("evaluate")
+        while self.stage_iter < n_iters:
+            if self._stop:
+                raise Interrupted()
+            t0 = time.perf_counter()
+            m: dict = {}
+            if supervised:
+                bs = cfg.train.pretrain_batch_size if stage == "mle" else cfg.train.batch_size
+                batch = self.task.sample_prompts(self.rng, bs, with_targets=True)
+                t1 = time.perf_counter()
+                m.update(rt.learner("update", batch, self.stage_iter))
+                m["time/learn_s"] = time.perf_counter() - t1
+            else:
+                version = int(self.iteration)
+                rt.sync_weights(version)
+                t1 = time.perf_counter()
+                prompts = self.task.sample_prompts(self.rng, cfg.train.batch_size, with_targets=algo.needs_targets)
+                request = algo.rollout_request(
+                    self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
+                    _rollout_seed(cfg, self.iteration),
+                )
+                rollout = rt.sample(prompts, request)
+                t2 = time.perf_counter()
+                m.update(rt.learner("update", rollout, self.stage_iter))
+                t3 = time.perf_counter()
+                m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
+            self.stage_iter += 1
+            self.iteration += 1
+            m["time/iter_s"] = time.perf_counter() - t0
+            every = cfg.train.eval_every
+            if (every and self.stage_iter % every == 0) or self.stage_iter == n_iters:
+                ev, details = rt.learner("evaluate")
+                m.update(ev)
+            self.metrics.log(stage, self.iteration, m)
+            if cfg.train.checkpoint_every and self.iteration % cfg.train.checkpoint_every == 0:
+                self.save(rt)
+            if self.report is not None:
+                self.report(self.metrics.rows[-1], self)
+            bar.update(1)
+            bar.set_description(stage)
+            bar.set_postfix(_postfix(m), refresh=False)
+        return ev, details
+
+
+def _postfix(m: dict) -> dict:
+    out = {}
+    for key, short in (("rollout/reward_mean", "reward"), ("loss/nll", "nll"), ("eval/precision", "prec")):
+        if key in m and math.isfinite(m[key]):
+            out[short] = f"{m[key]:.3f}"
+    return out
+
+
+def _progress(enabled: bool, total: int, initial: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not enabled, unit="it", dynamic_ncols=True)
+
+
+def _as_random_state(s):
+    """python's random state, whose inner sequence may come back from a checkpoint as a list."""
+    return (s[0], tuple(s[1]), s[2])
+
+
+def _install_signal_handlers(trainer: Trainer):
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        trainer._stop = True
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signal_handlers(old) -> None:
+    if old:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def run_training(cfg: RunConfig, *, resume: bool = False) -> dict:
+    return Trainer(cfg, resume=resume).run()

@@ -1,0 +1,201 @@
+"""Where the learner and the rollout workers run: Ray actors in one placement group, or in-process.
+
+The driver loop (:mod:`rayseq.distributed.driver`) talks to a runtime through four calls —
+``learner(method, *args)``, ``sync_weights()``, ``sample(prompts, request)``, ``shutdown()`` — so the
+distributed path and the in-process path (``rollout.num_workers=0``) run the same algorithm code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+
+from rayseq.config import RunConfig, config_to_dict
+from rayseq.distributed.learner import Learner
+from rayseq.distributed.worker import RolloutWorker
+from rayseq.types import PromptBatch, Rollout, RolloutRequest
+
+log = logging.getLogger(__name__)
+
+
+def _shard_request(request: RolloutRequest, shard: int) -> RolloutRequest:
+    seed = None if request.seed is None else request.seed * 1009 + shard
+    return dataclasses.replace(request, seed=seed)
+
+
+class LocalRuntime:
+    """Everything in this process (debugging, unit tests, ``rollout.num_workers=0``)."""
+
+    remote = False
+
+    def __init__(self, cfg: RunConfig):
+        d = config_to_dict(cfg)
+        self._learner = Learner(d)
+        self._worker = RolloutWorker(d, 0)
+        self.version = -1
+
+    def learner(self, method: str, *args):
+        return getattr(self._learner, method)(*args)
+
+    def sync_weights(self, version: int) -> None:
+        if version != self.version:
+            self._worker.set_weights(self._learner.get_weights(), version)
+            self.version = version
+
+    def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
+        return self._worker.sample(prompts, _shard_request(request, 0))
+
+    def worker_pids(self) -> list[int]:
+        return [os.getpid()]
+
+    def shutdown(self) -> None:
+        pass
+
+
+def init_ray(min_cpus: float = 1.0, **kwargs) -> bool:
+    """Join the cluster named by RAY_ADDRESS (``ray job submit`` sets it), else start an embedded one.
+
+    Returns True if this call started Ray.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        num_cpus = max(os.cpu_count() or 1, int(-(-min_cpus // 1)))
+        ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+    return True
+
+
+class RayRuntime:
+    """One Learner actor and ``rollout.num_workers`` RolloutWorker actors in one placement group.
+
+    Weights go out once per version: the learner's ``get_weights`` result lives in the object store
+    and every worker receives the same ObjectRef. A worker that crashes is restarted by Ray
+    (``max_restarts``); its shard is re-sent after it has been given the current weights.
+    """
+
+    remote = True
+
+    def __init__(self, cfg: RunConfig, placement_group=None):
+        import ray
+        from ray.util.placement_group import placement_group as make_pg
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self._ray = ray
+        r, lc = cfg.rollout, cfg.learner
+        n = r.num_workers
+        learner_bundle = {"CPU": lc.num_cpus} | ({"GPU": lc.num_gpus} if lc.num_gpus else {})
+        worker_bundle = {"CPU": r.num_cpus_per_worker} | (
+            {"GPU": r.num_gpus_per_worker} if r.num_gpus_per_worker else {}
+        )
+        self._started_ray = init_ray(min_cpus=lc.num_cpus + n * r.num_cpus_per_worker)
+        self._own_pg = placement_group is None
+        if placement_group is None:
+            placement_group = make_pg([learner_bundle] + [worker_bundle] * n, strategy="PACK")
+            try:
+                ray.get(placement_group.ready(), timeout=120)
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(
+                    f"cluster cannot reserve {[learner_bundle] + [worker_bundle] * n} "
+                    f"(available: {ray.available_resources()}); lower rollout.num_workers or "
+                    "rollout.num_cpus_per_worker / learner.num_cpus"
+                ) from None
+        self.pg = placement_group
+
+        def strategy(i):
+            return PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i)
+
+        d = config_to_dict(cfg)
+        self._learner = (
+            ray.remote(Learner)
+            .options(num_cpus=lc.num_cpus, num_gpus=lc.num_gpus, scheduling_strategy=strategy(0))
+            .remote(d)
+        )
+        worker_cls = ray.remote(RolloutWorker)
+        self._workers = [
+            worker_cls.options(
+                num_cpus=r.num_cpus_per_worker,
+                num_gpus=r.num_gpus_per_worker,
+                max_restarts=r.max_restarts,
+                max_task_retries=0,
+                scheduling_strategy=strategy(i + 1),
+            ).remote(d, i)
+            for i in range(n)
+        ]
+        self.version = -1
+        self._weights_ref = None
+        self.restarts = 0
+
+    def learner(self, method: str, *args):
+        return self._ray.get(getattr(self._learner, method).remote(*args))
+
+    def sync_weights(self, version: int) -> None:
+        if version == self.version:
+            return
+        self._weights_ref = self._learner.get_weights.remote()
+        self._ray.get([w.set_weights.remote(self._weights_ref, version) for w in self._workers])
+        self.version = version
+
+    def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
+        ray = self._ray
+        shards = prompts.split(len(self._workers))
+        requests = [_shard_request(request, i) for i in range(len(shards))]
+        refs = [w.sample.remote(s, q) for w, s, q in zip(self._workers, shards, requests)]
+        results: list[Rollout | None] = [None] * len(shards)
+        for i, ref in enumerate(refs):
+            for attempt in range(self._workers_max_attempts()):
+                try:
+                    results[i] = ray.get(ref)
+                    break
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                    self.restarts += 1
+                    log.warning("rollout worker %d failed (%s); re-dispatching its shard", i, type(exc).__name__)
+                    w = self._workers[i]
+                    self._wait_alive(w)
+                    ray.get(w.set_weights.remote(self._weights_ref, self.version))
+                    ref = w.sample.remote(shards[i], requests[i])
+            else:
+                raise RuntimeError(f"rollout worker {i} failed {self._workers_max_attempts()} times")
+        return Rollout.concat(results)
+
+    def _workers_max_attempts(self) -> int:
+        return 1 + 5
+
+    def _wait_alive(self, worker, timeout: float = 60.0) -> None:
+        ray = self._ray
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ray.get(worker.pid.remote(), timeout=10)
+                return
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                    ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def worker_pids(self) -> list[int]:
+        return self._ray.get([w.pid.remote() for w in self._workers])
+
+    def shutdown(self) -> None:
+        ray = self._ray
+        for a in [self._learner, *self._workers]:
+            ray.kill(a)
+        if self._own_pg:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.pg)
+        if self._started_ray:
+            ray.shutdown()
+
+
+def make_runtime(cfg: RunConfig, placement_group=None):
+    if cfg.rollout.num_workers == 0:
+        return LocalRuntime(cfg)
+    return RayRuntime(cfg, placement_group)

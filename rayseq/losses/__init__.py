@@ -1,0 +1,33 @@
+"""Objectives as small pure functions of tensors returning ``(loss, stats)`` (DESIGN.md contract).
+
+All inputs are float tensors (B, T); the mean is over unmasked tokens.
+"""
+
+from rayseq.losses.policy import (
+    PGStats,
+    PolicyStats,
+    masked_mean,
+    mixer_loss,
+    ppo_clip_loss,
+    ppo_dynamic_bounds,
+    ppo_dynamic_loss,
+    reinforce_loss,
+)
+from rayseq.losses.supervised import NLLStats, ValueStats, token_nll_loss, value_loss
+from rayseq.losses.returns import discounted_returns
+
+__all__ = [
+    "NLLStats",
+    "PGStats",
+    "PolicyStats",
+    "ValueStats",
+    "discounted_returns",
+    "masked_mean",
+    "mixer_loss",
+    "ppo_clip_loss",
+    "ppo_dynamic_bounds",
+    "ppo_dynamic_loss",
+    "reinforce_loss",
+    "token_nll_loss",
+    "value_loss",
+]

@@ -1,0 +1,143 @@
+"""Policy-gradient objectives for sequence generation.
+
+References
+- Tuan, Zhang, Lee, Chen (2018), "Proximal Policy Optimization and its Dynamic Version for Sequence
+  Generation": Eq. 1 (policy gradient), Eq. 3 (PPO clip), Eq. 4 (PPO-dynamic), Supplement A.
+- Ranzato et al. (2015) / Keneshloo et al. survey Sec. IV-A: MIXER.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+
+class PolicyStats(NamedTuple):
+    clipfrac: torch.Tensor  # share of unmasked tokens whose ratio lies outside the clip range
+    approx_kl: torch.Tensor  # E[(ρ − 1) − log ρ] ≈ KL(π_old ‖ π_θ) (Schulman's k3 estimator)
+    ratio_mean: torch.Tensor  # E[ρ]
+
+
+class PGStats(NamedTuple):
+    advantage_mean: torch.Tensor
+    logp_mean: torch.Tensor
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over entries where ``mask`` is 1; 0 when nothing is unmasked."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def reinforce_loss(
+    logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, PGStats]:
+    """REINFORCE with baseline, Tuan et al. Eq. 1: ∇θ = A_t ∇θ log π_θ(a_t | s_t).
+
+    loss = −mean_t [A_t · log π_θ(a_t|s_t)] over unmasked tokens. ``advantages`` are constants.
+    """
+    adv = advantages.detach()
+    loss = -masked_mean(logp * adv, mask)
+    return loss, PGStats(masked_mean(adv, mask).detach(), masked_mean(logp, mask).detach())
+
+
+def _clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    lower: torch.Tensor | float,
+    upper: torch.Tensor | float,
+) -> tuple[torch.Tensor, PolicyStats]:
+    """−mean[min(ρA, clip(ρ, lower, upper)A)] with ρ = exp(logp − old_logp)."""
+    adv = advantages.detach()
+    log_ratio = logp - old_logp.detach()
+    ratio = torch.exp(log_ratio)
+    lower_t = torch.as_tensor(lower, dtype=ratio.dtype, device=ratio.device)
+    upper_t = torch.as_tensor(upper, dtype=ratio.dtype, device=ratio.device)
+    clipped = torch.minimum(torch.maximum(ratio, lower_t), upper_t)
+    objective = torch.minimum(ratio * adv, clipped * adv)
+    loss = -masked_mean(objective, mask)
+    with torch.no_grad():
+        outside = ((ratio < lower_t) | (ratio > upper_t)).to(ratio.dtype)
+        stats = PolicyStats(
+            clipfrac=masked_mean(outside, mask),
+            approx_kl=masked_mean((ratio - 1.0) - log_ratio, mask),
+            ratio_mean=masked_mean(ratio, mask),
+        )
+    return loss, stats
+
+
+def ppo_clip_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps: float = 0.2,
+) -> tuple[torch.Tensor, PolicyStats]:
+    """PPO, Tuan et al. Eq. 3: L = E[min(ρ_t A_t, clip(ρ_t, 1−ε, 1+ε) A_t)], ρ_t = π_θ/π_θold.
+
+    Returns −L averaged over unmasked tokens.
+    """
+    return _clipped_surrogate(logp, old_logp, advantages, mask, 1.0 - eps, 1.0 + eps)
+
+
+def ppo_dynamic_bounds(
+    old_logp: torch.Tensor,
+    *,
+    alpha1: float = math.inf,
+    alpha2: float = 1.0,
+    beta1: float = math.inf,
+    beta2: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO-dynamic's per-token bounds (Eq. 4): returns (β, α) with
+
+    β = min(β1, β2·√(1/π_old − 1)),   α = min(α1, α2·√(1/π_old − 1)).
+
+    √(1/π_old − 1) comes from bounding KL(π_old ‖ π) ≤ δ to second order (Supplement A, Eq. 7);
+    1/π − 1 is computed as expm1(−log π) for accuracy when π is close to 1.
+    """
+    d = torch.sqrt(torch.expm1(-old_logp.detach()).clamp(min=0.0))
+    beta = torch.clamp(beta2 * d, max=beta1)
+    alpha = torch.clamp(alpha2 * d, max=alpha1)
+    return beta, alpha
+
+
+def ppo_dynamic_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    alpha1: float = math.inf,
+    alpha2: float = 1.0,
+    beta1: float = math.inf,
+    beta2: float = 1.0,
+) -> tuple[torch.Tensor, PolicyStats]:
+    """PPO-dynamic, Tuan et al. Eq. 4: ∇θ min(ρ_t A_t, clip(ρ_t, 1−β, 1+α) A_t),
+    β, α from :func:`ppo_dynamic_bounds` — wider for low-probability actions.
+
+    Returns −objective averaged over unmasked tokens.
+    """
+    beta, alpha = ppo_dynamic_bounds(old_logp, alpha1=alpha1, alpha2=alpha2, beta1=beta1, beta2=beta2)
+    return _clipped_surrogate(logp, old_logp, advantages, mask, 1.0 - beta, 1.0 + alpha)
+
+
+def mixer_loss(
+    logp: torch.Tensor,
+    advantages: torch.Tensor,
+    xent_mask: torch.Tensor,
+    rl_mask: torch.Tensor,
+) -> tuple[torch.Tensor, PGStats]:
+    """MIXER (Ranzato et al. 2015; survey Sec. IV-A): cross-entropy on the first T−δ (reference)
+    tokens, REINFORCE on the last δ (sampled) tokens of each sequence.
+
+    loss = −Σ_t [xent_mask_t · log π(y_t) + rl_mask_t · A_t · log π(y_t)] / Σ_t (xent_mask_t + rl_mask_t)
+    """
+    adv = advantages.detach()
+    total = xent_mask + rl_mask
+    per_token = logp * xent_mask + logp * adv * rl_mask
+    loss = -per_token.sum() / total.sum().clamp(min=1.0)
+    return loss, PGStats(masked_mean(adv, rl_mask).detach(), masked_mean(logp, total).detach())

@@ -1,0 +1,161 @@
+"""GRU encoder-decoder generator (Tuan et al. Sec. 3: seq2seq policy π_θ(y_t | x, y_<t)).
+
+Phase methods (STYLE.md 4):
+- :meth:`Seq2SeqGRU.logprobs` — teacher-forced log-probs of given tokens (training, PPO ratios),
+- :meth:`Seq2SeqGRU.sample` — ancestral sampling with temperature, optional forced prefix (rollouts,
+  MIXER), or greedy decoding (evaluation, serving),
+- :meth:`Seq2SeqGRU.first_step_logprobs` — the distribution of y_1 (counting's Fig. 2 / Supp. D).
+
+Shapes: B batch, S source length, T target length, H hidden, V vocabulary. Sources are right-padded;
+``src_len`` gives lengths. Decoding starts from ``bos_id`` and a sequence ends at ``eos_id`` (kept
+in the output and in the masks) or at ``max_len``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+
+class GeneratorOutput(NamedTuple):
+    logp: torch.Tensor  # (B, T) log π(y_t | x, y_<t) of the given tokens
+    states: torch.Tensor  # (B, T, H) decoder states s_t that produced the distribution of y_t
+    logits: torch.Tensor  # (B, T, V)
+
+
+class SampleOutput(NamedTuple):
+    tokens: torch.Tensor  # (B, T) int64, pad after the end
+    token_mask: torch.Tensor  # (B, T) float, 1 for real tokens (EOS included)
+    action_mask: torch.Tensor  # (B, T) float, 1 where the token was sampled (not forced)
+    logp: torch.Tensor  # (B, T) float, log π(y_t | ...) at temperature 1, 0 where masked
+
+
+class Seq2SeqGRU(nn.Module):
+    def __init__(
+        self,
+        vocab_size: int,
+        emb_dim: int = 128,
+        hidden_dim: int = 128,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
+    ):
+        super().__init__()
+        self.vocab_size, self.pad_id, self.bos_id, self.eos_id = vocab_size, pad_id, bos_id, eos_id
+        self.hidden_dim, self.num_layers = hidden_dim, num_layers
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
+        rnn_dropout = dropout if num_layers > 1 else 0.0
+        self.encoder = nn.GRU(emb_dim, hidden_dim, num_layers, batch_first=True, dropout=rnn_dropout)
+        self.decoder = nn.GRU(emb_dim, hidden_dim, num_layers, batch_first=True, dropout=rnn_dropout)
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_dim, vocab_size)
+
+    # -- building blocks -------------------------------------------------------------------------
+    def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> torch.Tensor:
+        """src (B, S), src_len (B,) -> initial decoder hidden (L, B, H)."""
+        emb = self.embedding(src)
+        packed = nn.utils.rnn.pack_padded_sequence(
+            emb, src_len.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+        )
+        _, h = self.encoder(packed)
+        return h
+
+    def _step(self, tok: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tok (B,), h (L, B, H) -> logits (B, V), state (B, H), new h."""
+        out, h = self.decoder(self.embedding(tok).unsqueeze(1), h)
+        state = out[:, 0]
+        return self.out(self.dropout(state)), state, h
+
+    # -- phase methods ----------------------------------------------------------------------------
+    def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
+        """Teacher-forced log-probs of ``tokens`` (B, T): decoder input is BOS, y_1..y_{T-1}."""
+        h0 = self.encode(src, src_len)
+        bos = torch.full_like(tokens[:, :1], self.bos_id)
+        dec_in = torch.cat([bos, tokens[:, :-1]], dim=1)
+        states, _ = self.decoder(self.embedding(dec_in), h0)
+        logits = self.out(self.dropout(states))
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        return GeneratorOutput(logp, states, logits)
+
+    def first_step_logprobs(self, src: torch.Tensor, src_len: torch.Tensor) -> torch.Tensor:
+        """log π(y_1 | x) over the vocabulary, (B, V)."""
+        h = self.encode(src, src_len)
+        logits, _, _ = self._step(torch.full_like(src_len, self.bos_id), h)
+        return torch.log_softmax(logits, dim=-1)
+
+    @torch.no_grad()
+    def sample(
+        self,
+        src: torch.Tensor,
+        src_len: torch.Tensor,
+        max_len: int,
+        *,
+        temperature: float = 1.0,
+        greedy: bool = False,
+        prefix: torch.Tensor | None = None,
+        prefix_len: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> SampleOutput:
+        """Decode up to ``max_len`` tokens per row, batched.
+
+        ``greedy`` takes the argmax; otherwise y_t ~ softmax(logits / temperature). The returned
+        ``logp`` is always under the temperature-1 policy π_θ (what PPO's ratio needs). With
+        ``prefix`` (B, P) the first ``prefix_len`` tokens are forced (MIXER's first T−δ steps);
+        forced tokens have action_mask 0. ``generator`` makes sampling reproducible per call.
+        """
+        B = src.shape[0]
+        h = self.encode(src, src_len)
+        tok = torch.full((B,), self.bos_id, dtype=torch.long, device=src.device)
+        alive = torch.ones(B, dtype=torch.bool, device=src.device)
+        tokens, token_mask, action_mask, logps = [], [], [], []
+        for t in range(max_len):
+            logits, _, h = self._step(tok, h)
+            logp_all = torch.log_softmax(logits, dim=-1)
+            if t < prefix_len:
+                nxt = prefix[:, t]
+                forced = torch.ones(B, dtype=torch.bool, device=src.device)
+            elif greedy:
+                nxt = logits.argmax(dim=-1)
+                forced = torch.zeros(B, dtype=torch.bool, device=src.device)
+            else:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+                forced = torch.zeros(B, dtype=torch.bool, device=src.device)
+            nxt = torch.where(alive, nxt, torch.full_like(nxt, self.pad_id))
+            tokens.append(nxt)
+            token_mask.append(alive.float())
+            action_mask.append((alive & ~forced).float())
+            logps.append(torch.where(alive, logp_all.gather(1, nxt[:, None]).squeeze(1), 0.0))
+            alive = alive & (nxt != self.eos_id)
+            tok = nxt
+            if not alive.any():
+                break
+        return SampleOutput(
+            torch.stack(tokens, 1), torch.stack(token_mask, 1), torch.stack(action_mask, 1),
+            torch.stack(logps, 1),
+        )
+
+    def greedy(self, src: torch.Tensor, src_len: torch.Tensor, max_len: int) -> torch.Tensor:
+        """Greedy decode, (B, T) tokens (evaluation and serving)."""
+        return self.sample(src, src_len, max_len, greedy=True).tokens
+
+
+def build_generator(vocab_size: int, model_cfg, specials) -> Seq2SeqGRU:
+    """Generator from a ModelConfig and a vocabulary's special ids."""
+    return Seq2SeqGRU(
+        vocab_size,
+        emb_dim=model_cfg.emb_dim,
+        hidden_dim=model_cfg.hidden_dim,
+        num_layers=model_cfg.num_layers,
+        dropout=model_cfg.dropout,
+        pad_id=specials.pad,
+        bos_id=specials.bos,
+        eos_id=specials.eos,
+    )
+
+
+__all__ = ["GeneratorOutput", "SampleOutput", "Seq2SeqGRU", "build_generator"]

@@ -1,0 +1,5 @@
+"""Rewards (math layer)."""
+
+from rayseq.rewards.terminal import terminal_rewards
+
+__all__ = ["terminal_rewards"]

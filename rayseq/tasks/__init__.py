@@ -1,0 +1,16 @@
+"""Tasks = data + reward + evaluation (math layer: numpy + torch only)."""
+
+from __future__ import annotations
+
+from rayseq.tasks.base import Specials, Vocab
+from rayseq.tasks.counting import CountingTask
+
+
+def make_task(task_cfg):
+    """Task from a TaskConfig."""
+    if task_cfg.name == "counting":
+        return CountingTask(task_cfg)
+    raise ValueError(f"task.name: unknown task {task_cfg.name!r}")
+
+
+__all__ = ["CountingTask", "Specials", "Vocab", "make_task"]

@@ -1,0 +1,153 @@
+"""The counting task of Tuan & Lee (2018), used in Tuan et al. (2018) Sec. 5.1, Table 1, Fig. 1-2, Supp. D.
+
+Input x = x_1..x_N, digits 0-9, N uniform in [1, 10]. Output y = (t−1, x_t, N−t) for any t in 1..N,
+so one input has N correct outputs (one-to-many). Reward: 1 if correct, else 0.
+
+Evaluation on a held-out set of ``test_size`` inputs drawn with ``test_seed``:
+- ``eval/precision``: share of correct greedy outputs (``eval/precision_sampled``: temperature-1 samples),
+- the distribution of y_1 for each N (exact, from the model's first-step softmax restricted to digits
+  and renormalised) against the ground truth, uniform over 0..N−1: total-variation distance
+  ``eval/y1_tv_n{N}`` and its mean over N ``eval/y1_tv``,
+- Supplement D's "variance of the distribution of the first word": the variance over the 10 digit
+  probabilities, averaged over inputs (``eval/y1_var_n{N}``; one-hot = 0.09, uniform over N digits =
+  1/(10N) − 0.01).
+Training inputs never equal a test input of length N ≥ 4 (shorter inputs are too few to split:
+10 + 100 + 1000 of them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rayseq.rewards import terminal_rewards
+from rayseq.tasks.base import Vocab
+from rayseq.types import PromptBatch
+
+MIN_DISJOINT_LEN = 4
+TARGET_LEN = 3
+
+
+class CountingTask:
+    name = "counting"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.vocab = Vocab([str(d) for d in range(10)])
+        self.specials = self.vocab.specials
+        self.digit0 = self.vocab.stoi["0"]
+        self.max_src_len = cfg.max_len
+        self.max_tgt_len = TARGET_LEN
+        self.test_src, self.test_len = self._draw(np.random.default_rng(cfg.test_seed), cfg.test_size)
+        test_keys = self._keys(self.test_src, self.test_len)
+        self._test_keys = np.unique(test_keys[self.test_len >= MIN_DISJOINT_LEN])
+
+    # -- data -------------------------------------------------------------------------------------
+    def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        lengths = rng.integers(self.cfg.min_len, self.cfg.max_len + 1, size=n)
+        digits = rng.integers(0, 10, size=(n, self.max_src_len))
+        valid = np.arange(self.max_src_len)[None, :] < lengths[:, None]
+        src = np.where(valid, digits + self.digit0, self.specials.pad).astype(np.int64)
+        return src, lengths.astype(np.int64)
+
+    def _keys(self, src: np.ndarray, src_len: np.ndarray) -> np.ndarray:
+        """A unique int64 per input: digits in base 10 plus N·10^10."""
+        digits = np.where(src >= self.digit0, src - self.digit0, 0)
+        powers = 10 ** np.arange(self.max_src_len, dtype=np.int64)
+        return (digits * powers).sum(axis=1) + src_len * 10**10
+
+    def in_test_set(self, src: np.ndarray, src_len: np.ndarray) -> np.ndarray:
+        """(B,) bool: a held-out input of length >= 4."""
+        return (src_len >= MIN_DISJOINT_LEN) & np.isin(self._keys(src, src_len), self._test_keys)
+
+    def sample_inputs(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Training inputs (n, S), lengths (n,), redrawn where they hit the held-out set."""
+        src, src_len = self._draw(rng, n)
+        bad = self.in_test_set(src, src_len)
+        while bad.any():
+            idx = np.nonzero(bad)[0]
+            src[idx], src_len[idx] = self._draw(rng, len(idx))
+            bad[idx] = self.in_test_set(src[idx], src_len[idx])
+        return src, src_len
+
+    def sample_targets(self, rng: np.random.Generator, src: np.ndarray, src_len: np.ndarray) -> np.ndarray:
+        """One correct output per input, t uniform in 1..N: (n, 3) tokens (t−1, x_t, N−t)."""
+        i = (rng.random(len(src_len)) * src_len).astype(np.int64)  # t − 1, uniform in 0..N−1
+        x_t = src[np.arange(len(src)), i]
+        y = np.stack([i + self.digit0, x_t, src_len - 1 - i + self.digit0], axis=1)
+        return y.astype(np.int64)
+
+    def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> PromptBatch:
+        src, src_len = self.sample_inputs(rng, n)
+        if not with_targets:
+            return PromptBatch(src, src_len)
+        tgt = self.sample_targets(rng, src, src_len)
+        return PromptBatch(src, src_len, tgt, np.full(n, TARGET_LEN, dtype=np.int64))
+
+    # -- reward -----------------------------------------------------------------------------------
+    def is_correct(self, src: np.ndarray, src_len: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """(B,) bool: tokens start with 3 digits (t−1, x_t, N−t) for some 1 <= t <= N."""
+        B = len(src_len)
+        if tokens.shape[1] < TARGET_LEN:
+            return np.zeros(B, dtype=bool)
+        y = tokens[:, :TARGET_LEN] - self.digit0
+        digits_ok = ((y >= 0) & (y <= 9)).all(axis=1)
+        i = np.clip(y[:, 0], 0, self.max_src_len - 1)
+        pos_ok = y[:, 0] < src_len
+        x_ok = src[np.arange(B), i] - self.digit0 == y[:, 1]
+        n_ok = y[:, 2] == src_len - 1 - y[:, 0]
+        return digits_ok & pos_ok & x_ok & n_ok
+
+    def score(self, src: np.ndarray, src_len: np.ndarray, tokens: np.ndarray, token_mask: np.ndarray):
+        """Sequence reward (B,) float32: 1 if correct, else 0. Exactly 3 tokens (no EOS before)."""
+        ok = self.is_correct(src, src_len, tokens) & (token_mask[:, :TARGET_LEN].sum(1) == TARGET_LEN)
+        if tokens.shape[1] > TARGET_LEN:  # longer outputs are wrong
+            ok &= token_mask[:, TARGET_LEN:].sum(1) == 0
+        return ok.astype(np.float32)
+
+    def rewards(self, src, src_len, tokens, token_mask) -> tuple[np.ndarray, np.ndarray]:
+        """Per-token rewards (B, T) (terminal) and the sequence score (B,)."""
+        s = self.score(src, src_len, tokens, token_mask)
+        return terminal_rewards(s, token_mask), s
+
+    # -- evaluation -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, generator, device="cpu", *, seed: int = 0, batch_size: int = 1024) -> tuple[dict, dict]:
+        """Scalars for metrics (``eval/...``) and details (y1 distributions per N) for summaries."""
+        was_training = generator.training
+        generator.eval()
+        src_all = torch.from_numpy(self.test_src).to(device)
+        len_all = torch.from_numpy(self.test_len).to(device)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        correct, correct_s, digit_probs = [], [], []
+        for a in range(0, len(self.test_len), batch_size):
+            src, sl = src_all[a : a + batch_size], len_all[a : a + batch_size]
+            g = generator.sample(src, sl, TARGET_LEN, greedy=True)
+            s = generator.sample(src, sl, TARGET_LEN, generator=gen)
+            np_src, np_len = self.test_src[a : a + batch_size], self.test_len[a : a + batch_size]
+            correct.append(self.score(np_src, np_len, g.tokens.cpu().numpy(), g.token_mask.cpu().numpy()))
+            correct_s.append(self.score(np_src, np_len, s.tokens.cpu().numpy(), s.token_mask.cpu().numpy()))
+            p = generator.first_step_logprobs(src, sl).exp()[:, self.digit0 : self.digit0 + 10]
+            digit_probs.append((p / p.sum(-1, keepdim=True)).cpu().numpy())
+        generator.train(was_training)
+        probs = np.concatenate(digit_probs)  # (n_test, 10)
+        metrics = {
+            "eval/precision": float(np.concatenate(correct).mean()),
+            "eval/precision_sampled": float(np.concatenate(correct_s).mean()),
+        }
+        details = {"y1_dist": {}, "y1_truth": {}}
+        tvs = []
+        for n in range(self.cfg.min_len, self.cfg.max_len + 1):
+            sel = self.test_len == n
+            if not sel.any():
+                continue
+            mean_dist = probs[sel].mean(0)
+            truth = np.where(np.arange(10) < n, 1.0 / n, 0.0)
+            tv = 0.5 * float(np.abs(mean_dist - truth).sum())
+            tvs.append(tv)
+            metrics[f"eval/y1_tv_n{n}"] = tv
+            metrics[f"eval/y1_var_n{n}"] = float(probs[sel].var(axis=1).mean())
+            details["y1_dist"][n] = mean_dist.round(6).tolist()
+            details["y1_truth"][n] = truth.tolist()
+        metrics["eval/y1_tv"] = float(np.mean(tvs))
+        return metrics, details

@@ -1,0 +1,102 @@
+"""Typed batches that cross processes (DESIGN.md "Data flow").
+
+Shapes: B batch, S source length, T target/generated length. Token ids are int64 numpy arrays;
+float fields are float32. Containers hold numpy arrays (cheap to pickle into Ray's object store);
+the learner turns them into torch tensors with :func:`to_torch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+
+def _pad_to(a: np.ndarray, width: int, value: float | int = 0) -> np.ndarray:
+    if a.shape[1] == width:
+        return a
+    pad = np.full((a.shape[0], width - a.shape[1]) + a.shape[2:], value, dtype=a.dtype)
+    return np.concatenate([a, pad], axis=1)
+
+
+@dataclass
+class PromptBatch:
+    """Inputs sent to rollout workers (and, with targets, to the learner for MLE)."""
+
+    src: np.ndarray  # (B, S) int64 source tokens, right-padded with pad id
+    src_len: np.ndarray  # (B,) int64 source lengths (>= 1)
+    tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, MIXER prefixes), right-padded
+    tgt_len: np.ndarray | None = None  # (B,) int64 reference lengths
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+    def slice(self, start: int, stop: int) -> PromptBatch:
+        return PromptBatch(
+            self.src[start:stop],
+            self.src_len[start:stop],
+            None if self.tgt is None else self.tgt[start:stop],
+            None if self.tgt_len is None else self.tgt_len[start:stop],
+        )
+
+    def split(self, n: int) -> list[PromptBatch]:
+        """``n`` near-equal contiguous shards (for ``n`` workers); empty shards are dropped."""
+        bounds = np.linspace(0, len(self), n + 1).round().astype(int)
+        return [self.slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+@dataclass
+class RolloutRequest:
+    """How to sample: passed with each PromptBatch."""
+
+    max_len: int  # T, generation length cap
+    temperature: float = 1.0
+    prefix_len: int = 0  # MIXER: first `prefix_len` tokens are forced from PromptBatch.tgt
+    seed: int | None = None  # per-call sampling seed (reproducible rollouts)
+
+
+@dataclass
+class Rollout:
+    """Sampled sequences with their behaviour-policy log-probs and rewards (π_old of Eq. 3-4)."""
+
+    src: np.ndarray  # (B, S) int64 source tokens
+    src_len: np.ndarray  # (B,) int64
+    tokens: np.ndarray  # (B, T) int64 y_1..y_T (forced prefix + sampled), pad after EOS
+    token_mask: np.ndarray  # (B, T) float32 1 for every real token (prefix and sampled, EOS included)
+    action_mask: np.ndarray  # (B, T) float32 1 where the policy sampled the token (RL loss positions)
+    logp: np.ndarray  # (B, T) float32 log π_old(y_t | x, y_<t) at temperature 1, 0 where token_mask=0
+    rewards: np.ndarray  # (B, T) float32 per-token reward r_t (terminal reward on the last real token)
+    score: np.ndarray  # (B,) float32 sequence-level reward (logging)
+    tgt: np.ndarray | None = None  # (B, T') int64 reference, when the prompt had one (MIXER CE part)
+    version: int = 0  # weights version the rollout was sampled with
+    info: dict = field(default_factory=dict)  # worker id, timings
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @staticmethod
+    def concat(parts: list[Rollout]) -> Rollout:
+        """Concatenate along B, padding T (and S) to the widest part."""
+        if len(parts) == 1:
+            return parts[0]
+        out = {}
+        for f in fields(Rollout):
+            vals = [getattr(p, f.name) for p in parts]
+            if f.name == "version":
+                out[f.name] = min(vals)
+            elif f.name == "info":
+                out[f.name] = {"parts": [p.info for p in parts]}
+            elif vals[0] is None:
+                out[f.name] = None
+            elif vals[0].ndim == 1:
+                out[f.name] = np.concatenate(vals)
+            else:
+                width = max(v.shape[1] for v in vals)
+                out[f.name] = np.concatenate([_pad_to(v, width) for v in vals])
+        return Rollout(**out)
+
+
+def to_torch(a: np.ndarray, device="cpu"):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device)

@@ -52,12 +52,12 @@ class AlgoConfig(_Section):
     name: Literal["mle", "reinforce", "mixer", "ppo", "ppo_dynamic"] = Field(
         "ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining)."
     )
-    lr: float = Field(1e-3, gt=0, description="Generator learning rate (Adam) in the RL stage.")
+    lr: float = Field(3e-4, gt=0, description="Generator learning rate (Adam) in the algorithm stage.")
     baseline_lr: float = Field(1e-2, gt=0, description="Value-baseline learning rate (Adam).")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor of returns.")
     epochs: int = Field(1, ge=1, description="PPO: K passes over each sampled batch (paper code: 1).")
     minibatch_size: int | None = Field(
-        None, ge=1, description="PPO: minibatch size of the K passes; None = the whole batch."
+        64, ge=1, description="PPO: minibatch size of the K passes; None = the whole batch (then ρ = 1)."
     )
     eps: float = Field(0.2, gt=0, description="PPO: clip range ε of Eq. 3.")
     alpha1: float = Field(math.inf, gt=0, description="PPO-dynamic: cap of the upper bound α (Eq. 4).")
@@ -88,12 +88,12 @@ class LearnerConfig(_Section):
 
 
 class TrainConfig(_Section):
-    pretrain_iters: int = Field(300, ge=0, description="MLE pretraining iterations (stage `mle`).")
-    pretrain_lr: float = Field(1e-3, gt=0, description="MLE learning rate (Adam).")
-    pretrain_batch_size: int = Field(64, ge=1, description="MLE batch size (input/target pairs).")
-    iters: int = Field(300, ge=0, description="Iterations of the algorithm stage (stage `train`).")
+    pretrain_iters: int = Field(1000, ge=0, description="MLE pretraining iterations (stage `mle`).")
+    pretrain_lr: float = Field(3e-3, gt=0, description="MLE learning rate (Adam).")
+    pretrain_batch_size: int = Field(256, ge=1, description="MLE batch size (input/target pairs).")
+    iters: int = Field(200, ge=0, description="Iterations of the algorithm stage (stage `train`).")
     batch_size: int = Field(256, ge=1, description="Rollouts per iteration (split across workers).")
-    eval_every: int = Field(50, ge=0, description="Evaluate every this many iterations (0 = only at ends).")
+    eval_every: int = Field(25, ge=0, description="Evaluate every this many iterations (0 = only at ends).")
     checkpoint_every: int = Field(0, ge=0, description="Checkpoint every this many iterations (0 = end).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept in run_dir/checkpoints.")
 

@@ -99,4 +99,4 @@ class Rollout:
 def to_torch(a: np.ndarray, device="cpu"):
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+    return torch.from_numpy(np.require(a, requirements=["C", "W"])).to(device)

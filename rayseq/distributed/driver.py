@@ -108,7 +108,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.metrics = MetricsLog(self.run_dir)
-        rt = make_runtime(cfg, self._placement_group)
+        rt = self._runtime = make_runtime(cfg, self._placement_group)
         old_handlers = _install_signal_handlers(self)
         try:
             if self.resume:
@@ -180,6 +180,7 @@ class Trainer:
                 m.update(rt.learner("update", rollout, self.stage_iter))
                 t3 = time.perf_counter()
                 m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
+                m["rollout/worker_restarts"] = float(getattr(rt, "restarts", 0))
             self.stage_iter += 1
             self.iteration += 1
             m["time/iter_s"] = time.perf_counter() - t0

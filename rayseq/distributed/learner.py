@@ -38,8 +38,13 @@ class Learner:
         self.algo = MLE(c.algo)
         self.version = 0
 
-    def device_name(self) -> str:
-        return str(self.device)
+    def placement(self) -> dict:
+        """Where the learner runs: pid, device, placement group id (diagnostics)."""
+        import os
+
+        from rayseq.distributed.worker import placement_group_id
+
+        return {"pid": os.getpid(), "device": str(self.device), "placement_group": placement_group_id()}
 
     def start_stage(self, stage: str) -> None:
         """``mle`` (pretraining) or ``train`` (the configured algorithm, with a fresh Adam at algo.lr)."""

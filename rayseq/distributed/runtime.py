@@ -35,6 +35,7 @@ class LocalRuntime:
         self._learner = Learner(d)
         self._worker = RolloutWorker(d, 0)
         self.version = -1
+        self.restarts = 0
 
     def learner(self, method: str, *args):
         return getattr(self._learner, method)(*args)
@@ -47,8 +48,8 @@ class LocalRuntime:
     def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
         return self._worker.sample(prompts, _shard_request(request, 0))
 
-    def worker_pids(self) -> list[int]:
-        return [os.getpid()]
+    def worker_stats(self) -> list[dict]:
+        return [self._worker.stats()]
 
     def shutdown(self) -> None:
         pass
@@ -139,35 +140,38 @@ class RayRuntime:
         if version == self.version:
             return
         self._weights_ref = self._learner.get_weights.remote()
-        self._ray.get([w.set_weights.remote(self._weights_ref, version) for w in self._workers])
+        refs = [w.set_weights.remote(self._weights_ref, version) for w in self._workers]
         self.version = version
+        for i, ref in enumerate(refs):
+            self._get_with_recovery(i, ref, lambda w: w.set_weights.remote(self._weights_ref, self.version))
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
-        ray = self._ray
         shards = prompts.split(len(self._workers))
         requests = [_shard_request(request, i) for i in range(len(shards))]
         refs = [w.sample.remote(s, q) for w, s, q in zip(self._workers, shards, requests)]
-        results: list[Rollout | None] = [None] * len(shards)
-        for i, ref in enumerate(refs):
-            for attempt in range(self._workers_max_attempts()):
-                try:
-                    results[i] = ray.get(ref)
-                    break
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                    self.restarts += 1
-                    log.warning("rollout worker %d failed (%s); re-dispatching its shard", i, type(exc).__name__)
-                    w = self._workers[i]
-                    self._wait_alive(w)
-                    ray.get(w.set_weights.remote(self._weights_ref, self.version))
-                    ref = w.sample.remote(shards[i], requests[i])
-            else:
-                raise RuntimeError(f"rollout worker {i} failed {self._workers_max_attempts()} times")
+        results = [
+            self._get_with_recovery(i, ref, lambda w, i=i: w.sample.remote(shards[i], requests[i]))
+            for i, ref in enumerate(refs)
+        ]
         return Rollout.concat(results)
 
-    def _workers_max_attempts(self) -> int:
-        return 1 + 5
+    def _get_with_recovery(self, i: int, ref, resubmit, max_attempts: int = 6):
+        """``ray.get(ref)``; if worker ``i`` died, wait for Ray to restart it, give it the current
+        weights and ``resubmit(worker)`` its work (rollout workers hold no other state)."""
+        ray = self._ray
+        for _ in range(max_attempts):
+            try:
+                return ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                self.restarts += 1
+                log.warning("rollout worker %d failed (%s); re-dispatching its work", i, type(exc).__name__)
+                w = self._workers[i]
+                self._wait_alive(w)
+                ray.get(w.set_weights.remote(self._weights_ref, self.version))
+                ref = resubmit(w)
+        raise RuntimeError(f"rollout worker {i} failed {max_attempts} times in a row; giving up")
 
-    def _wait_alive(self, worker, timeout: float = 60.0) -> None:
+    def _wait_alive(self, worker, timeout: float = 120.0) -> None:
         ray = self._ray
         deadline = time.monotonic() + timeout
         while True:
@@ -180,8 +184,8 @@ class RayRuntime:
                     raise
                 time.sleep(0.5)
 
-    def worker_pids(self) -> list[int]:
-        return self._ray.get([w.pid.remote() for w in self._workers])
+    def worker_stats(self) -> list[dict]:
+        return self._ray.get([w.stats.remote() for w in self._workers])
 
     def shutdown(self) -> None:
         ray = self._ray

@@ -13,6 +13,19 @@ from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
 
+def placement_group_id() -> str | None:
+    """Hex id of the placement group this process's actor runs in (None in-process or outside one)."""
+    import sys
+
+    if "ray" not in sys.modules:
+        return None
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_placement_group_id()
+
+
 class RolloutWorker:
     def __init__(self, cfg: dict, index: int = 0):
         self.cfg = RunConfig.model_validate(cfg)
@@ -23,14 +36,24 @@ class RolloutWorker:
         self.generator = build_generator(len(self.task.vocab), self.cfg.model, self.task.specials).to(self.device)
         self.generator.eval()
         self.version = -1
+        self.loads = 0  # weight loads (one per version)
 
     def pid(self) -> int:
         return os.getpid()
+
+    def stats(self) -> dict:
+        """Diagnostics: pid, weights version and loads, and a checksum of the weights."""
+        checksum = float(sum(p.detach().double().sum() for p in self.generator.parameters()))
+        return {
+            "pid": os.getpid(), "version": self.version, "loads": self.loads, "checksum": checksum,
+            "placement_group": placement_group_id(),
+        }
 
     def set_weights(self, weights: dict, version: int) -> int:
         if version != self.version:
             self.generator.load_state_dict(weights)
             self.version = version
+            self.loads += 1
         return self.version
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:

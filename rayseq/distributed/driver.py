@@ -208,9 +208,14 @@ def _postfix(m: dict) -> dict:
 
 
 def _progress(enabled: bool, total: int, initial: int):
+    import sys
+
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, disable=not enabled, unit="it", dynamic_ncols=True)
+    # on a terminal refresh often; in a log file (ray job logs, CI) every 10 s
+    interval = 0.1 if sys.stderr.isatty() else 10.0
+    return tqdm(total=total, initial=initial, disable=not enabled, unit="it", dynamic_ncols=True,
+                mininterval=interval)
 
 
 def _as_random_state(s):

@@ -28,4 +28,8 @@ class MLE:
         out = state.generator.logprobs(to_torch(batch.src, d), to_torch(batch.src_len, d), tgt)
         loss, stats = token_nll_loss(out.logp, mask)
         grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.max_grad_norm)
-        return {"loss/nll": float(stats.nll), "policy/grad_norm": grad_norm, "data/tokens": float(np.sum(batch.tgt_len))}
+        return {
+            "loss/nll": float(stats.nll),
+            "policy/grad_norm": grad_norm,
+            "data/tokens": float(np.sum(batch.tgt_len)),
+        }

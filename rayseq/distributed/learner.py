@@ -21,7 +21,7 @@ class Learner:
         torch.set_num_threads(c.learner.torch_threads)
         torch.manual_seed(c.seed)
         random.seed(c.seed)
-        np.random.seed(c.seed % 2**32)
+        np.random.seed(c.seed % 2**32)  # noqa: NPY002 -- seeds third-party code that uses the legacy RNG
         use_cuda = c.learner.device == "cuda" or (c.learner.device == "auto" and c.learner.num_gpus > 0)
         self.device = torch.device("cuda" if use_cuda and torch.cuda.is_available() else "cpu")
         self.task = make_task(c.task)

@@ -13,8 +13,8 @@ from rayseq.losses.policy import (
     ppo_dynamic_loss,
     reinforce_loss,
 )
-from rayseq.losses.supervised import NLLStats, ValueStats, token_nll_loss, value_loss
 from rayseq.losses.returns import discounted_returns
+from rayseq.losses.supervised import NLLStats, ValueStats, token_nll_loss, value_loss
 
 __all__ = [
     "NLLStats",

@@ -140,6 +140,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             raise ConfigError(f"{key}: cannot parse value {raw!r}: {exc}") from None
         if isinstance(value, str) and value.lower() in ("inf", "+inf", "-inf"):
             value = float(value)
+        elif isinstance(value, str) and value.lower() == "none":  # Python's spelling of YAML's null
+            value = None
         set_path(out, key, value)
     return out
 

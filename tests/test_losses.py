@@ -266,17 +266,8 @@ def test_gradients_equal_reinforce_at_ratio_one(seed):
     torch.testing.assert_close(grads["reinforce"], -adv * mask / mask.sum())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "rayseq.losses.policy._clipped_surrogate clips with torch.minimum(torch.maximum(ratio, lower), upper); "
-        "where ρ equals a bound exactly (π_old = 1 exactly, i.e. old_logp == 0, gives a zero-width range "
-        "[1, 1] at ρ = 1) each tie splits the gradient in half, so the token's gradient is "
-        "0.5·A + 0.5·0.25·A = 0.625·A instead of A. torch.clamp(ratio, lower, upper) passes the full "
-        "gradient at the bounds (as cleanrl/torchtune do) and makes ρ = 1 equal REINFORCE here too."
-    ),
-)
 def test_ppo_dynamic_gradient_equals_reinforce_when_pi_old_is_one():
+    # π_old = 1 gives the zero-width range [1, 1]; at ρ = 1 the clamp must still pass the full gradient
     old_logp = t([[0.0, math.log(0.5)]])  # float32 log_softmax returns exactly 0 for a confident policy
     adv = t([[1.0, 1.0]])
     mask = torch.ones(1, 2, dtype=F64)

@@ -56,7 +56,8 @@ def _clipped_surrogate(
     ratio = torch.exp(log_ratio)
     lower_t = torch.as_tensor(lower, dtype=ratio.dtype, device=ratio.device)
     upper_t = torch.as_tensor(upper, dtype=ratio.dtype, device=ratio.device)
-    clipped = torch.minimum(torch.maximum(ratio, lower_t), upper_t)
+    # clamp (not min/max) so that a ratio exactly on a bound keeps its full gradient
+    clipped = torch.clamp(ratio, lower_t, upper_t)
     objective = torch.minimum(ratio * adv, clipped * adv)
     loss = -masked_mean(objective, mask)
     with torch.no_grad():

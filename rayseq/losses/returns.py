@@ -6,7 +6,7 @@ import torch
 
 
 def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
-    """rewards, mask (B, T) -> returns (B, T); masked positions get 0 and do not propagate.
+    """rewards, mask (B, T) -> returns (B, T); masked rewards count as 0 and masked returns are 0.
 
     γ = 1 is a reversed cumulative sum; otherwise one backward pass over T, vectorised over B.
     """
@@ -17,6 +17,6 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
     out = torch.zeros_like(r)
     running = torch.zeros_like(r[:, 0])
     for t in range(r.shape[1] - 1, -1, -1):
-        running = r[:, t] + gamma * running * mask[:, t]
+        running = r[:, t] + gamma * running
         out[:, t] = running
     return out * mask

@@ -1,0 +1,160 @@
+"""Typed, validated configuration (STYLE.md 7): defaults, ``key=value`` overrides parsed as YAML
+scalars, and errors that name the offending key or file."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rayseq.config import ALGOS, ConfigError, RunConfig, build_config, config_to_dict, load_yaml
+
+
+def test_defaults():
+    cfg = build_config()
+    assert isinstance(cfg, RunConfig)
+    assert cfg == build_config({}, [])
+    # the paper's settings (Tuan et al. Sec. 5.1, Supp. C) and the documented default run
+    assert cfg.task.name == "counting"
+    assert (cfg.task.min_len, cfg.task.max_len) == (1, 10)
+    assert cfg.task.test_size == 2000 and cfg.task.test_seed == 2018
+    assert cfg.algo.name == "ppo_dynamic" and cfg.algo.name in ALGOS
+    assert cfg.algo.eps == 0.2
+    assert math.isinf(cfg.algo.alpha1) and math.isinf(cfg.algo.beta1)
+    assert cfg.algo.alpha2 == 1.0 and cfg.algo.beta2 == 1.0
+    assert cfg.algo.gamma == 1.0
+    assert cfg.model.hidden_dim == 128
+    assert cfg.seed == 0 and cfg.name is None and cfg.run_dir is None
+    # every leaf field is documented (STYLE.md 7); the sections document themselves by their fields
+    sections = (cfg, cfg.task, cfg.model, cfg.algo, cfg.rollout, cfg.learner, cfg.train)
+    for section in sections:
+        for name, field in type(section).model_fields.items():
+            if name in ("task", "model", "algo", "rollout", "learner", "train"):
+                continue
+            assert field.description, f"{type(section).__name__}.{name} has no description"
+
+
+def test_overrides_parse_scalars():
+    cfg = build_config(
+        overrides=[
+            "seed=3",
+            "algo.eps=0.1",
+            "algo.lr=1e-3",  # PyYAML reads '1e-3' as a string; the float field still accepts it
+            "algo.alpha1=inf",
+            "algo.beta1=.inf",
+            "algo.alpha2=+inf",
+            "algo.normalize_advantages=true",
+            "progress=false",
+            "algo.max_grad_norm=null",
+            "algo.minibatch_size=~",
+            "name=run-a",
+            "rollout.num_gpus_per_worker=0.25",
+        ]
+    )
+    assert cfg.seed == 3 and isinstance(cfg.seed, int)
+    assert cfg.algo.eps == 0.1
+    assert cfg.algo.lr == pytest.approx(1e-3)
+    assert cfg.algo.alpha1 == math.inf and cfg.algo.beta1 == math.inf and cfg.algo.alpha2 == math.inf
+    assert cfg.algo.normalize_advantages is True and cfg.progress is False
+    assert cfg.algo.max_grad_norm is None and cfg.algo.minibatch_size is None
+    assert cfg.name == "run-a"
+    assert cfg.rollout.num_gpus_per_worker == 0.25
+
+
+def test_empty_override_value_is_none():
+    assert build_config(overrides=["algo.max_grad_norm="]).algo.max_grad_norm is None
+
+
+def test_override_python_none_spelling():
+    # `None` (Python) is read like YAML null; the help text of max_grad_norm says "None disables it"
+    cfg = build_config(overrides=["algo.max_grad_norm=None", "name=None"])
+    assert cfg.algo.max_grad_norm is None and cfg.name is None
+
+
+def test_overrides_beat_data_and_data_beats_defaults():
+    data = {"algo": {"eps": 0.3, "name": "ppo"}, "seed": 5}
+    cfg = build_config(data, ["algo.eps=0.1"])
+    assert cfg.algo.eps == 0.1 and cfg.algo.name == "ppo" and cfg.seed == 5
+    assert build_config(data).algo.eps == 0.3
+    assert data == {"algo": {"eps": 0.3, "name": "ppo"}, "seed": 5}  # input not mutated
+
+
+def test_unknown_key_names_the_key():
+    with pytest.raises(ConfigError, match=r"algo\.epsx: unknown key"):
+        build_config(overrides=["algo.epsx=0.1"])
+    with pytest.raises(ConfigError, match=r"algos: unknown key"):
+        build_config({"algos": {"eps": 0.1}})
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("algo.eps=x", "algo.eps"),
+        ("algo.eps=-0.1", "algo.eps"),
+        ("algo.epochs=3.5", "algo.epochs"),
+        ("algo.name=ppo2", "algo.name"),
+        ("task.test_size=5", "task.test_size"),
+        ("algo.beta1=-inf", "algo.beta1"),
+        ("rollout.num_workers=-1", "rollout.num_workers"),
+        ("seed=abc", "seed"),
+    ],
+)
+def test_bad_value_names_the_key(override, key):
+    with pytest.raises(ConfigError) as info:
+        build_config(overrides=[override])
+    assert f"{key}:" in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("override", ["seed", "algo.eps", "=3", "algo..eps=1", ".eps=1"])
+def test_malformed_override_rejected(override):
+    with pytest.raises(ConfigError, match="override"):
+        build_config(overrides=[override])
+
+
+def test_min_len_above_max_len_rejected():
+    with pytest.raises(ConfigError, match=r"task\.min_len=7 > task\.max_len=3"):
+        build_config(overrides=["task.min_len=7", "task.max_len=3"])
+    cfg = build_config(overrides=["task.min_len=4", "task.max_len=4"])
+    assert cfg.task.min_len == cfg.task.max_len == 4
+
+
+def test_validation_on_assignment():
+    cfg = build_config()
+    with pytest.raises(ValueError):
+        cfg.algo.eps = -1.0
+
+
+def test_load_yaml_missing_file(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="not found") as info:
+        load_yaml(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("text, what", [("- 1\n- 2\n", "list"), ("just a string\n", "str")])
+def test_load_yaml_non_mapping(tmp_path, text, what):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="must be a mapping") as info:
+        load_yaml(path)
+    assert str(path) in str(info.value) and what in str(info.value)
+
+
+def test_load_yaml_invalid_and_empty(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("algo: {eps: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML") as info:
+        load_yaml(bad)
+    assert str(bad) in str(info.value)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# only a header\n")
+    assert load_yaml(empty) == {}
+
+
+def test_yaml_round_trip(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("# header\nalgo:\n  name: reinforce\n  alpha1: .inf\nseed: 2\n")
+    cfg = build_config(load_yaml(path), ["train.iters=7"])
+    assert cfg.algo.name == "reinforce" and cfg.seed == 2 and cfg.train.iters == 7
+    assert build_config(config_to_dict(cfg)) == cfg

@@ -1,55 +1,67 @@
 """Checkpoints: one ``torch.save`` dict of plain tensors/containers, loadable with ``weights_only=True``.
 
-Written atomically (temp file + rename) so a crash never leaves a half-written checkpoint; the last
-``keep`` checkpoints are kept. Layout: ``<run_dir>/checkpoints/ckpt_<iteration:08d>.pt``.
+Layout: ``<run_dir>/checkpoints/ckpt_<iteration:08d>.pt``; the run directory may be a local path or
+any pyarrow.fs URI (:class:`rayseq.storage.RunStore`). Written atomically (temporary name, then a
+move), so a crash never leaves a half-written checkpoint; the last ``keep`` are kept.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
-from pathlib import Path
 
 import torch
 
+from rayseq.storage import RunStore
+
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
+CKPT_DIR = "checkpoints"
 
 
-def checkpoint_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
+def _store(run_dir: str | os.PathLike | RunStore) -> RunStore:
+    return run_dir if isinstance(run_dir, RunStore) else RunStore(run_dir)
 
 
-def save_checkpoint(run_dir: str | Path, iteration: int, payload: dict, keep: int = 2) -> Path:
-    d = checkpoint_dir(run_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"ckpt_{iteration:08d}.pt"
-    tmp = d / f".{path.name}.tmp-{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
-    return path
+def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2) -> str:
+    """Write ``payload`` as the checkpoint of ``iteration``; returns its location."""
+    store = _store(run_dir)
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    name = f"ckpt_{iteration:08d}.pt"
+    store.write_bytes(f"{CKPT_DIR}/{name}", buf.getvalue())
+    for old in list_checkpoints(store)[:-keep]:
+        store.delete(f"{CKPT_DIR}/{old.rsplit('/', 1)[-1]}")
+    return store.display(CKPT_DIR, name)
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    d = checkpoint_dir(run_dir)
-    if not d.is_dir():
-        return []
-    return sorted(p for p in d.iterdir() if _NAME.match(p.name))
+def list_checkpoints(run_dir) -> list[str]:
+    """Locations of a run's checkpoints, oldest first."""
+    store = _store(run_dir)
+    return [store.display(CKPT_DIR, n) for n in store.listdir(CKPT_DIR) if _NAME.match(n)]
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint file, or a run directory (its latest checkpoint)."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    if p.is_dir():
-        found = list_checkpoints(p.parent if p.name == "checkpoints" else p)
-        if found:
-            return found[-1]
-        raise FileNotFoundError(f"no checkpoint in {p} (expected {checkpoint_dir(p)}/ckpt_*.pt)")
-    raise FileNotFoundError(f"checkpoint not found: {p}")
+def resolve_checkpoint(location: str | os.PathLike) -> str:
+    """A checkpoint file, a run directory (its latest checkpoint) or a run's ``checkpoints/`` folder."""
+    loc = str(location).rstrip("/")
+    parent, _, name = loc.rpartition("/")
+    if _NAME.match(name) or name.endswith(".pt"):
+        if not RunStore(parent or ".").exists(name):
+            raise FileNotFoundError(f"checkpoint not found: {loc}")
+        return loc
+    run_dir = parent if name == CKPT_DIR else loc
+    store = RunStore(run_dir)
+    if not store.exists():
+        raise FileNotFoundError(f"checkpoint not found: {loc}")
+    found = list_checkpoints(store)
+    if not found:
+        raise FileNotFoundError(f"no checkpoint in {loc} (expected {store.display(CKPT_DIR)}/ckpt_*.pt)")
+    return found[-1]
 
 
-def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
-    return torch.load(resolve_checkpoint(path), map_location=map_location, weights_only=True)
+def load_checkpoint(location: str | os.PathLike, map_location="cpu") -> dict:
+    """Load a checkpoint (file, run directory or URI) with ``weights_only=True``."""
+    path = resolve_checkpoint(location)
+    parent, _, name = path.rpartition("/")
+    data = RunStore(parent or ".").read_bytes(name)
+    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)

@@ -1,25 +1,23 @@
-"""Run outputs: ``metrics.parquet`` (one row per iteration), TensorBoard events, JSON/YAML files."""
+"""Run outputs: ``metrics.parquet`` (one row per iteration), TensorBoard events, JSON/YAML files.
+
+All of them are written through a :class:`rayseq.storage.RunStore`, so run directories may be URIs.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
+import tempfile
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from rayseq.storage import RunStore
+
+METRICS = "metrics.parquet"
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json(path: str | Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+def to_json(obj) -> str:
+    return json.dumps(obj, indent=2, default=_json_default) + "\n"
 
 
 def _json_default(o):
@@ -31,23 +29,29 @@ def _json_default(o):
 class MetricsLog:
     """Collects one row per iteration: ``stage``, ``iteration``, then metric columns (sorted).
 
-    Rows are kept in memory and the Parquet file is rewritten (atomically) on ``flush``;
-    TensorBoard scalars are written as rows arrive.
+    Rows are kept in memory and ``metrics.parquet`` is rewritten (atomically) on ``flush``;
+    TensorBoard scalars are written as rows arrive (to ``tb/``; for a remote run directory to a local
+    staging folder uploaded on ``flush``).
     """
 
-    def __init__(self, run_dir: str | Path, rows: list[dict] | None = None, tensorboard: bool = True):
-        self.path = Path(run_dir) / "metrics.parquet"
+    def __init__(self, store: RunStore, rows: list[dict] | None = None, tensorboard: bool = True):
+        self.store = store
         self.rows: list[dict] = list(rows or [])
         self._tb = None
+        self._tb_staging = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(str(Path(run_dir) / "tb"), flush_secs=10)
+            if store.is_local:
+                tb_dir = str(store.local_path / "tb")
+            else:
+                self._tb_staging = tempfile.TemporaryDirectory(prefix="rayseq-tb-")
+                tb_dir = self._tb_staging.name
+            self._tb = SummaryWriter(tb_dir, flush_secs=10)
 
-    @classmethod
-    def read_rows(cls, run_dir: str | Path) -> list[dict]:
-        path = Path(run_dir) / "metrics.parquet"
-        return pq.read_table(path).to_pylist() if path.exists() else []
+    @staticmethod
+    def read_rows(store: RunStore) -> list[dict]:
+        return store.read_table(METRICS).to_pylist() if store.exists(METRICS) else []
 
     def log(self, stage: str, iteration: int, metrics: dict) -> None:
         row = {"stage": stage, "iteration": int(iteration)}
@@ -58,9 +62,7 @@ class MetricsLog:
                 if math.isfinite(float(v)):
                     self._tb.add_scalar(k, float(v), iteration)
 
-    def flush(self) -> None:
-        if not self.rows:
-            return
+    def table(self) -> pa.Table:
         keys = sorted({k for r in self.rows for k in r} - {"stage", "iteration"})
         columns = {
             "stage": pa.array([r["stage"] for r in self.rows], pa.string()),
@@ -68,13 +70,21 @@ class MetricsLog:
         }
         for k in keys:
             columns[k] = pa.array([r.get(k) for r in self.rows], pa.float64())
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        pq.write_table(pa.table(columns), tmp)
-        os.replace(tmp, self.path)
+        return pa.table(columns)
+
+    def flush(self) -> None:
+        if self.rows:
+            self.store.write_table(METRICS, self.table())
         if self._tb is not None:
             self._tb.flush()
+            if self._tb_staging is not None:
+                self.store.upload_dir(self._tb_staging.name, "tb")
 
     def close(self) -> None:
         self.flush()
         if self._tb is not None:
             self._tb.close()
+            if self._tb_staging is not None:
+                self.store.upload_dir(self._tb_staging.name, "tb")
+                self._tb_staging.cleanup()
+            self._tb = None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -113,7 +115,7 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
     cfg = tiny_config(*common, run_dir=tmp_path / "cut")
     with pytest.raises(Interrupted):
         Trainer(cfg, report=stop_at_12).run()
-    assert list_checkpoints(tmp_path / "cut")[-1].name == "ckpt_00000012.pt"
+    assert list_checkpoints(tmp_path / "cut")[-1].endswith("/checkpoints/ckpt_00000012.pt")
     with pytest.raises(FileExistsError):
         Trainer(cfg).run()  # never overwrite a run by accident
     resumed = Trainer(cfg, resume=True).run()
@@ -134,3 +136,45 @@ def test_default_cli_path_runs_on_embedded_ray(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["rollout_workers"] == 2 and summary["algo"] == "ppo_dynamic"
+
+
+def test_sigkilled_run_resumes_without_repeating_or_skipping(tmp_path):
+    """kill -9 the training process after a checkpoint; `--resume` continues from it and appends to
+    metrics.parquet so that every iteration appears exactly once."""
+    run_dir = tmp_path / "killed"
+    args = [*TINY, "rollout.num_workers=0", "algo.name=reinforce", "train.checkpoint_every=10",
+            "train.keep_checkpoints=3", f"run_dir={run_dir}"]
+    proc = subprocess.Popen([sys.executable, "-m", "rayseq.train", *args, "train.iters=5000"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    try:
+        while not any(c.endswith("ckpt_00000040.pt") for c in list_checkpoints(run_dir)):
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+    killed_at = max(int(c[-11:-3]) for c in list_checkpoints(run_dir))
+    assert killed_at >= 40
+    r = run_cli(*args, "train.iters=60", "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    assert [row["iteration"] for row in rows] == list(range(1, 20 + 60 + 1))
+    assert len(list_checkpoints(run_dir)) == 3  # keep_checkpoints
+    assert any(row.get("time/checkpoint_s") for row in rows)
+
+
+def test_run_directory_as_a_uri(tmp_path):
+    """Run outputs and resume through pyarrow.fs (file:// here; s3://, gs:// take the same path)."""
+    uri = f"file://{tmp_path}/uri-run"
+    cfg = tiny_config("rollout.num_workers=0", "train.checkpoint_every=10", run_dir=uri)
+    summary = Trainer(cfg).run()
+    assert summary["run_dir"] == uri and summary["checkpoint"].startswith(uri + "/checkpoints/")
+    for name in ("config.yaml", "metrics.parquet", "summary.json"):
+        assert (tmp_path / "uri-run" / name).is_file()
+    assert load_checkpoint(uri)["driver"]["iteration"] == 26
+    assert load_checkpoint(summary["checkpoint"])["driver"]["iteration"] == 26
+    resumed = Trainer(cfg, resume=True).run()  # nothing left to do: same final evaluation
+    assert resumed["metrics"] == summary["metrics"]

@@ -13,7 +13,6 @@ import random
 import signal
 import time
 from datetime import datetime
-from pathlib import Path
 
 import numpy as np
 import yaml
@@ -22,7 +21,8 @@ from rayseq.algos import make_algo
 from rayseq.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.runtime import make_runtime
-from rayseq.runlog import MetricsLog, atomic_write_text, write_json
+from rayseq.runlog import MetricsLog, to_json
+from rayseq.storage import RunStore
 from rayseq.tasks import make_task
 
 STAGES = ("mle", "train")
@@ -32,9 +32,9 @@ class Interrupted(Exception):
     """SIGINT/SIGTERM arrived; a checkpoint was written."""
 
 
-def default_run_dir(cfg: RunConfig) -> Path:
+def default_run_dir(cfg: RunConfig) -> str:
     name = cfg.name or f"{cfg.task.name}-{cfg.algo.name}-s{cfg.seed}-{datetime.now():%Y%m%d-%H%M%S}"
-    return Path("runs") / name
+    return f"runs/{name}"
 
 
 def _rollout_seed(cfg: RunConfig, iteration: int) -> int:
@@ -46,7 +46,8 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, *, resume: bool = False, placement_group=None, report=None):
         self.cfg = cfg
-        self.run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
+        self.store = RunStore(cfg.run_dir or default_run_dir(cfg))  # local path or pyarrow.fs URI
+        self.run_dir = self.store.display()
         self.resume = resume
         self.report = report  # optional callback(metrics_row, trainer) per iteration (Tune)
         self._placement_group = placement_group
@@ -73,7 +74,10 @@ class Trainer:
             "pretrain_metrics": self.pretrain_metrics,
         }
 
-    def save(self, rt) -> Path:
+    def save(self, rt) -> str:
+        """Checkpoint (metrics first: rows past a checkpoint are dropped again on resume)."""
+        self.metrics.flush()
+        t0 = time.perf_counter()
         payload = {
             "format": "rayseq-checkpoint-v1",
             "config": config_to_dict(self.cfg),
@@ -81,13 +85,15 @@ class Trainer:
             "learner": rt.learner("state_dict"),
             "driver": self._driver_state(),
         }
-        self.metrics.flush()
-        return save_checkpoint(self.run_dir, self.iteration, payload, keep=self.cfg.train.keep_checkpoints)
+        path = save_checkpoint(self.store, self.iteration, payload, keep=self.cfg.train.keep_checkpoints)
+        if self.metrics.rows:  # written with the next flush
+            self.metrics.rows[-1]["time/checkpoint_s"] = time.perf_counter() - t0
+        return path
 
     def _restore(self, rt) -> None:
-        ckpts = list_checkpoints(self.run_dir)
+        ckpts = list_checkpoints(self.store)
         if not ckpts:
-            raise FileNotFoundError(f"--resume: no checkpoint in {self.run_dir}/checkpoints")
+            raise FileNotFoundError(f"--resume: no checkpoint in {self.store.display('checkpoints')}")
         ck = load_checkpoint(ckpts[-1])
         rt.learner("load_state_dict", ck["learner"])
         d = ck["driver"]
@@ -95,19 +101,18 @@ class Trainer:
         self.rng.bit_generator.state = d["numpy_rng"]
         random.setstate(_as_random_state(d["python_rng"]))
         self.pretrain_metrics = dict(d["pretrain_metrics"])
-        rows = [r for r in MetricsLog.read_rows(self.run_dir) if r["iteration"] <= self.iteration]
+        rows = [r for r in MetricsLog.read_rows(self.store) if r["iteration"] <= self.iteration]
         self.metrics.rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
         t_start = time.time()
-        if self.run_dir.exists() and any(self.run_dir.iterdir()) and not self.resume:
-            if list_checkpoints(self.run_dir):
-                raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume or another run_dir")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-        self.metrics = MetricsLog(self.run_dir)
+        if not self.resume and list_checkpoints(self.store):
+            raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume or another run_dir")
+        self.store.makedirs()
+        self.store.write_text("config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        self.metrics = MetricsLog(self.store)
         rt = self._runtime = make_runtime(cfg, self._placement_group)
         old_handlers = _install_signal_handlers(self)
         try:
@@ -134,11 +139,11 @@ class Trainer:
                 "details": details,
                 "iterations": self.iteration,
                 "wall_s": round(time.time() - t_start, 2),
-                "run_dir": str(self.run_dir),
-                "checkpoint": str(ckpt),
+                "run_dir": self.run_dir,
+                "checkpoint": ckpt,
                 "rollout_workers": cfg.rollout.num_workers,
             }
-            write_json(self.run_dir / "summary.json", summary)
+            self.store.write_text("summary.json", to_json(summary))
             return summary
         except Interrupted:
             self.save(rt)

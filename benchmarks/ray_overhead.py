@@ -14,8 +14,6 @@ Writes    benchmarks/results/ray_overhead.md and .json
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -27,6 +25,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._report import write_report  # noqa: E402
 from rayseq.config import build_config  # noqa: E402
 from rayseq.distributed.driver import Trainer  # noqa: E402
 
@@ -72,14 +71,7 @@ def main() -> None:
             f"| {label} | {m['time/sync_s']:.1f} | {m['time/rollout_s']:.1f} | {m['time/learn_s']:.1f} | "
             f"{m['time/iter_s']:.1f} | {m['time/iter_s'] / base:.2f}x | {r['setup_s']:.1f} |"
         )
-    table = "\n".join(lines)
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ray_overhead.md").write_text(table + "\n")
-    meta = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
-            "machine": {"platform": platform.platform(), "python": platform.python_version()}}
-    (args.out / "ray_overhead.json").write_text(json.dumps({"results": results, **meta}, indent=2) + "\n")
-
+    write_report(args.out, "ray_overhead", "\n".join(lines), {"results": results})
 
 if __name__ == "__main__":
     main()

@@ -164,6 +164,12 @@ def test_sigkilled_run_resumes_without_repeating_or_skipping(tmp_path):
     assert [row["iteration"] for row in rows] == list(range(1, 20 + 60 + 1))
     assert len(list_checkpoints(run_dir)) == 3  # keep_checkpoints
     assert any(row.get("time/checkpoint_s") for row in rows)
+    # in-process with a fixed seed, the resumed run ends with the weights of a run never interrupted
+    full = Trainer(build_config(None, [*args[:-1], f"run_dir={tmp_path / 'whole'}", "train.iters=60"])).run()
+    a = load_checkpoint(full["checkpoint"])["learner"]["generator"]
+    b = load_checkpoint(run_dir)["learner"]["generator"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
 
 
 def test_run_directory_as_a_uri(tmp_path):

@@ -56,7 +56,8 @@ class LocalRuntime:
 
 
 def init_ray(min_cpus: float = 1.0, **kwargs) -> bool:
-    """Join the cluster named by RAY_ADDRESS (``ray job submit`` sets it), else start an embedded one.
+    """Join the cluster named by RAY_ADDRESS (``ray job submit`` sets it; ``auto`` = the local one),
+    else start an embedded one.
 
     Returns True if this call started Ray.
     """
@@ -68,8 +69,10 @@ def init_ray(min_cpus: float = 1.0, **kwargs) -> bool:
     if address:
         ray.init(address=address, **kwargs)
     else:
+        # "local": always a new embedded instance, even if `ray start` left a cluster on this machine
+        # (join that one with RAY_ADDRESS=auto)
         num_cpus = max(os.cpu_count() or 1, int(-(-min_cpus // 1)))
-        ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
     return True
 
 

@@ -81,7 +81,7 @@ class Trainer:
         payload = {
             "format": "rayseq-checkpoint-v1",
             "config": config_to_dict(self.cfg),
-            "task": {"name": self.task.name, "vocab": self.task.vocab.to_spec()},
+            "task": self.task.spec(),
             "learner": rt.learner("state_dict"),
             "driver": self._driver_state(),
         }

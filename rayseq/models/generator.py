@@ -139,6 +139,63 @@ class Seq2SeqGRU(nn.Module):
             torch.stack(logps, 1),
         )
 
+    @torch.no_grad()
+    def generate(
+        self,
+        src: torch.Tensor,
+        src_len: torch.Tensor,
+        max_len: torch.Tensor,
+        temperature: torch.Tensor,
+        top_k: torch.Tensor,
+        generators: list[torch.Generator | None],
+    ) -> SampleOutput:
+        """Serving-time decoding with per-row settings, batched across requests.
+
+        ``max_len`` (B,) int, ``temperature`` (B,) float (0 = greedy), ``top_k`` (B,) int (0 = whole
+        vocabulary). Sampling is Gumbel-max, argmax(logits / T + G) with G = −log(−log U), U drawn from
+        row ``i``'s own ``generators[i]``: a row's tokens depend only on its input and its generator,
+        never on which other requests share the batch (reproducible replies per seed).
+        """
+        B = src.shape[0]
+        dev = src.device
+        h = self.encode(src, src_len)
+        tok = torch.full((B,), self.bos_id, dtype=torch.long, device=dev)
+        alive = torch.ones(B, dtype=torch.bool, device=dev)
+        greedy = temperature <= 0
+        temp = torch.where(greedy, torch.ones_like(temperature), temperature).unsqueeze(1)
+        tokens, token_mask, logps = [], [], []
+        for t in range(int(max_len.max())):
+            alive = alive & (t < max_len)
+            if not alive.any():
+                break
+            logits, _, h = self._step(tok, h)
+            logp_all = torch.log_softmax(logits, dim=-1)
+            logits = logits.clone()
+            logits[:, [self.pad_id, self.bos_id]] = float("-inf")  # never valid outputs
+            scaled = logits / temp
+            k = top_k.clamp(min=0, max=self.vocab_size)
+            if bool((k > 0).any()):
+                kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
+                scaled = torch.where((k.unsqueeze(1) > 0) & (scaled < kth), float("-inf"), scaled)
+            u = torch.stack([
+                torch.rand(self.vocab_size, generator=g, device=dev) if g is not None
+                else torch.rand(self.vocab_size, device=dev)
+                for g in generators
+            ]).clamp(min=1e-20, max=1.0 - 1e-7)
+            gumbel = -torch.log(-torch.log(u))
+            nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel).argmax(-1))
+            nxt = torch.where(alive, nxt, torch.full_like(nxt, self.pad_id))
+            tokens.append(nxt)
+            token_mask.append(alive.float())
+            logps.append(torch.where(alive, logp_all.gather(1, nxt[:, None]).squeeze(1), 0.0))
+            alive = alive & (nxt != self.eos_id)
+            tok = nxt
+        if not tokens:
+            empty = torch.zeros(B, 0, device=dev)
+            return SampleOutput(empty.long(), empty, empty, empty)
+        token_mask_t = torch.stack(token_mask, 1)
+        return SampleOutput(torch.stack(tokens, 1), token_mask_t, token_mask_t, torch.stack(logps, 1))
+
     def greedy(self, src: torch.Tensor, src_len: torch.Tensor, max_len: int) -> torch.Tensor:
         """Greedy decode, (B, T) tokens (evaluation and serving)."""
         return self.sample(src, src_len, max_len, greedy=True).tokens

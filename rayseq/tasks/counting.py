@@ -42,6 +42,16 @@ class CountingTask:
         test_keys = self._keys(self.test_src, self.test_len)
         self._test_keys = np.unique(test_keys[self.test_len >= MIN_DISJOINT_LEN])
 
+    def spec(self) -> dict:
+        """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
+        return {
+            "name": self.name,
+            "vocab": self.vocab.to_spec(),
+            "max_src_len": self.max_src_len,
+            "max_tgt_len": self.max_tgt_len,
+            "tokenizer": {"kind": "chars", "lowercase": True},
+        }
+
     # -- data -------------------------------------------------------------------------------------
     def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         lengths = rng.integers(self.cfg.min_len, self.cfg.max_len + 1, size=n)

@@ -12,9 +12,10 @@ Run book (from the repository root)
   python benchmarks/counting.py --algos ppo ppo_dynamic --seeds 0 1 2 3 4 train.iters=400
   python benchmarks/counting.py --report-only        # redo tables and plots from the existing runs
 
-Time on the 2-core development machine (--jobs 2, in-process runs): one default run takes ~1.5 min
-(1,000 MLE iterations at ~0.03 s, 200 algorithm iterations at ~0.1 s, 48 evaluations at ~0.5 s),
-so the 15 default runs take ~12-15 min; --quick (5 runs of 200 + 40 iterations) takes ~1 min.
+Time on the 2-core development machine (--jobs 2, in-process runs): one default run takes ~1-1.5 min
+(1,000 MLE iterations at ~0.03 s, 200 algorithm iterations at ~0.1 s, 48 evaluations at ~0.4 s), so
+the 15 default runs take ~10-12 min; --quick (5 runs of 200 + 40 iterations) takes ~1 min.
+Results are deterministic: the same command on the same machine gives the same numbers.
 
 Same budget: every run of one seed shares the same MLE pretraining (``train.pretrain_iters``
 iterations of ``train.pretrain_batch_size`` reference pairs, same data order and initialisation, so
@@ -113,9 +114,7 @@ def collect(run_dir: Path, algo: str, seed: int) -> dict:
     m, pre = s["metrics"], s["pretrain_metrics"]
     table = pq.read_table(run_dir / "metrics.parquet", columns=["stage", "iteration", "eval/precision"])
     curve = [
-        (r["stage"], r["iteration"], r["eval/precision"])
-        for r in table.to_pylist()
-        if r["eval/precision"] is not None
+        (r["stage"], r["iteration"], r["eval/precision"]) for r in table.to_pylist() if r["eval/precision"] is not None
     ]
     return {
         "algo": algo,
@@ -166,16 +165,16 @@ def summarize(runs: list[dict], algos: list[str]) -> dict:
         def col(key, rs=rs):
             return [r[key] for r in rs if r[key] is not None]
 
-        prec = [100 * x for x in col("precision")]
+        prec = [round(100 * x, 4) for x in col("precision")]  # float32 metrics: 4 decimals are exact
         out[a] = {
             "seeds": [r["seed"] for r in rs],
             "precision_pct": prec,
             "precision_pct_mean": statistics.fmean(prec),
             "precision_pct_std": mean_std(prec)[1],
-            "precision_sampled_pct": [100 * x for x in col("precision_sampled")],
+            "precision_sampled_pct": [round(100 * x, 4) for x in col("precision_sampled")],
             "y1_tv": col("y1_tv"),
             "y1_tv_n5": col("y1_tv_n5"),
-            "pretrain_precision_pct": [100 * x for x in col("pretrain_precision")],
+            "pretrain_precision_pct": [round(100 * x, 4) for x in col("pretrain_precision")],
             "wall_s": col("wall_s"),
             "wall_s_median": statistics.median(col("wall_s")),
             "y1_var_mean_per_n": {
@@ -227,15 +226,21 @@ def variance_table(summary: dict) -> str:
         ours = [summary[a]["y1_var_mean_per_n"].get(n) for a in algos]
         cells = ["–" if v is None else f"{v:.3f}" for v in ours]
         lines.append(
-            f"| {n} | {1 / (10 * n) - 0.01:.3f} | " + " | ".join(cells)
+            f"| {n} | {1 / (10 * n) - 0.01:.3f} | "
+            + " | ".join(cells)
             + f" | {PAPER_Y1_VAR['reinforce'][i]:.3f} | {PAPER_Y1_VAR['ppo_dynamic'][i]:.3f} |"
         )
     return "\n".join(lines)
 
 
 # -- plots ----------------------------------------------------------------------------------------------
-COLORS = {"mle": "tab:gray", "reinforce": "tab:blue", "mixer": "tab:purple", "ppo": "tab:green",
-          "ppo_dynamic": "tab:red"}
+COLORS = {
+    "mle": "tab:gray",
+    "reinforce": "tab:blue",
+    "mixer": "tab:purple",
+    "ppo": "tab:green",
+    "ppo_dynamic": "tab:red",
+}
 
 
 def _curve_band(rs: list[dict]):
@@ -259,7 +264,7 @@ def plot_learning_curves(runs: list[dict], algos: list[str], pretrain_iters: int
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.2, 1]})
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.4), gridspec_kw={"width_ratios": [1.2, 1]})
     for ax, zoom in zip(axes, (False, True)):
         for a in algos:
             rs = [r for r in runs if r["algo"] == a]
@@ -272,15 +277,25 @@ def plot_learning_curves(runs: list[dict], algos: list[str], pretrain_iters: int
             ax.plot(its, mu, color=COLORS[a], label=f"{LABELS[a]} (n={len(rs)})", lw=1.8, marker=".", ms=4)
             ax.fill_between(its, lo, hi, color=COLORS[a], alpha=0.15, lw=0)
         ax.axvline(pretrain_iters, color="black", ls="--", lw=1)
-        ax.set_xlabel("iteration (MLE pretraining, then algorithm stage)")
+        ax.set_xlabel("iteration (MLE pretraining, then the algorithm stage)")
         ax.set_ylabel("precision on held-out inputs, greedy (%)")
         ax.grid(alpha=0.3)
     axes[0].set_title("Whole run (dashed: end of MLE pretraining)")
-    axes[0].legend(loc="lower right", fontsize=9)
-    axes[1].set_title("Algorithm stage (mean over seeds, band = min–max)")
-    axes[1].legend(loc="lower right", fontsize=9)
+    axes[1].set_title("Algorithm stage only (zoom)")
+    # One legend under both panels, so it never covers a curve.
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=len(labels),
+        fontsize=9,
+        frameon=False,
+        title="mean over seeds (n = seeds), band = min–max over seeds",
+        title_fontsize=9,
+    )
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -299,7 +314,7 @@ def plot_y1(runs: list[dict], summary: dict, path: Path, title: str, n: int = 5)
         mean = [statistics.fmean(d[k] for d in dists) for k in range(10)]
         series.append((f"{LABELS[a]} (TV {statistics.fmean(summary[a]['y1_tv_n5']):.3f})", mean, COLORS[a]))
     series.append(("ground truth", truth, "gold"))
-    fig, ax = plt.subplots(figsize=(11, 4.8))
+    fig, ax = plt.subplots(figsize=(13, 4.8))
     width = 0.8 / len(series)
     for j, (label, dist, color) in enumerate(series):
         xs = [k - 0.4 + width * (j + 0.5) for k in range(10)]
@@ -310,8 +325,8 @@ def plot_y1(runs: list[dict], summary: dict, path: Path, title: str, n: int = 5)
     ax.set_title(title)
     ax.set_ylim(0, max(max(d) for _, d, _ in series) * 1.1)
     ax.grid(axis="y", alpha=0.3)
-    # Digits >= N are never correct, so the right half of the plot is empty: the legend goes there.
-    ax.legend(loc="upper right", fontsize=9, title="seed mean; TV to truth = mean over seeds")
+    # Outside the axes: which digits carry mass depends on the run, so no corner is safe.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9, title="mean over seeds\n(TV to the truth)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -332,7 +347,9 @@ def machine_info() -> dict:
         dirty = bool(
             subprocess.run(
                 ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.strip()
         )
     except (OSError, subprocess.CalledProcessError):
@@ -450,11 +467,16 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
 
     tag = " — QUICK smoke test" if quick else ""
     plot_learning_curves(
-        runs, algos, t.pretrain_iters, out / f"counting{suffix}_learning_curves.png",
+        runs,
+        algos,
+        t.pretrain_iters,
+        out / f"counting{suffix}_learning_curves.png",
         f"Counting: precision during training (Tuan et al. 2018, Fig. 1 analogue){tag}",
     )
     plot_y1(
-        runs, summary, out / f"counting{suffix}_y1_n5.png",
+        runs,
+        summary,
+        out / f"counting{suffix}_y1_n5.png",
         f"Counting: distribution of the first output y1 for inputs of length N = 5 (Fig. 2 analogue){tag}",
     )
     return t1 + "\n\n" + t2
@@ -471,8 +493,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS), help="algorithms (default: all)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one process each (default: 2)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="output directory")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: first seed only, train.pretrain_iters=200 train.iters=40, files *_quick")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: first seed only, train.pretrain_iters=200 train.iters=40, files *_quick",
+    )
     p.add_argument("--report-only", action="store_true", help="no training: tables and plots from existing runs")
     # key=value tokens are taken out first: `--seeds 0 1 train.iters=5` would otherwise feed them to --seeds.
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
@@ -515,29 +540,31 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from tqdm import tqdm
 
-        print(f"{len(jobs)} runs ({', '.join(args.algos)} × seeds {seeds}), {args.jobs} at a time; "
-              f"overrides: {' '.join(overrides)}", flush=True)
+        print(
+            f"{len(jobs)} runs ({', '.join(args.algos)} × seeds {seeds}), {args.jobs} at a time; "
+            f"overrides: {' '.join(overrides)}",
+            flush=True,
+        )
         extra = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a fresh process per run
         pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), **extra)
         try:
             futures = {pool.submit(run_one, overrides, a, s, str(d)): (a, s, d) for a, s, d in jobs}
-            bar = tqdm(total=len(futures), unit="run", dynamic_ncols=True)
-            for fut in as_completed(futures):
+            bar = tqdm(total=len(futures), unit="run", dynamic_ncols=True, disable=None)  # None: off unless a tty
+            for k, fut in enumerate(as_completed(futures), 1):
                 a, s, d = futures[fut]
                 try:
                     fut.result()
                     r = collect(d, a, s)
                     runs.append(r)
                     bar.write(
-                        f"{a:>11} seed {s}: precision {100 * r['precision']:6.2f}% "
+                        f"[{k}/{len(futures)}] {a:>11} seed {s}: precision {100 * r['precision']:6.2f}% "
                         f"(pretrained {100 * r['pretrain_precision']:.2f}%), sampled "
                         f"{100 * r['precision_sampled']:6.2f}%, y1 TV {r['y1_tv']:.3f}, {r['wall_s']:.0f} s"
                     )
                 except Exception as exc:  # keep the other runs; the report lists the failure
                     tb = "".join(traceback.format_exception(exc))
-                    failures.append({"algo": a, "seed": s, "error": f"{type(exc).__name__}: {exc}",
-                                     "traceback": tb})
-                    bar.write(f"{a:>11} seed {s}: FAILED {type(exc).__name__}: {exc}\n{tb}")
+                    failures.append({"algo": a, "seed": s, "error": f"{type(exc).__name__}: {exc}", "traceback": tb})
+                    bar.write(f"[{k}/{len(futures)}] {a:>11} seed {s}: FAILED {type(exc).__name__}: {exc}\n{tb}")
                 bar.update(1)
             bar.close()
         except KeyboardInterrupt:

@@ -57,7 +57,6 @@ class Trainer:
         self.stage = "mle"
         self.stage_iter = 0
         self.pretrain_metrics: dict = {}
-        self.pretrain_details: dict = {}
         self._stop = False
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -185,7 +184,7 @@ class Trainer:
                 m.update(rt.learner("update", rollout, self.stage_iter))
                 t3 = time.perf_counter()
                 m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
-                m["rollout/worker_restarts"] = float(getattr(rt, "restarts", 0))
+                m["rollout/worker_restarts"] = float(rt.restarts)
             self.stage_iter += 1
             self.iteration += 1
             m["time/iter_s"] = time.perf_counter() - t0

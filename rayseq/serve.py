@@ -55,11 +55,11 @@ def main(argv=None) -> int:
             ray.init(address=address)
         else:
             ray.init(address="local", include_dashboard=False)
-    serve.start(http_options={"host": args.host, "port": args.port})
-    serve.run(app, name="rayseq-chat", route_prefix="/")
-    print(f"serving {args.checkpoint} at http://{args.host}:{args.port}/  (chat page /, API docs /docs); "
-          "Ctrl-C stops", flush=True)
-    try:
+    try:  # from here on, Ctrl-C (even during start-up) shuts Serve down
+        serve.start(http_options={"host": args.host, "port": args.port})
+        serve.run(app, name="rayseq-chat", route_prefix="/")
+        print(f"serving {args.checkpoint} at http://{args.host}:{args.port}/  (chat page /, API docs /docs); "
+              "Ctrl-C stops", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

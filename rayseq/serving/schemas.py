@@ -75,9 +75,9 @@ class OpenAIMessage(BaseModel):
 
 class ChatCompletionRequest(BaseModel):
     """POST /v1/chat/completions, OpenAI's shape. Unknown OpenAI parameters are accepted and ignored
-    (clients send many); the ones used are typed and range-checked."""
+    (clients send many); the ones used are strictly typed and range-checked."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     model: str | None = None
     messages: list[OpenAIMessage] = Field(min_length=1, max_length=MAX_HISTORY_TURNS + 1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)

@@ -1,0 +1,79 @@
+"""Shared by the serving tests: a tiny trained checkpoint, a free port, and Serve on loopback.
+
+Serve's HTTP port is cluster-scoped, so each serving test module starts Serve once on its own port,
+deploys its applications with :func:`deploy`, and calls ``serve.shutdown()`` when it is done so that
+the other Ray test modules sharing the session's Ray see no Serve at all.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import httpx
+
+from rayseq.distributed.driver import Trainer
+from tests.conftest import tiny_config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_counting_checkpoint(run_dir: Path) -> Path:
+    """MLE only, 150 iterations at lr 1e-2 (~5 s on 2 cores): enough for replies made of digits."""
+    cfg = tiny_config("rollout.num_workers=0", "train.pretrain_iters=150", "train.iters=0",
+                      "train.pretrain_lr=1e-2", run_dir=run_dir)
+    Trainer(cfg).run()
+    return run_dir
+
+
+def start_serve(apps: dict[str, dict], port: int) -> str:
+    """``serve.start`` on 127.0.0.1:port and deploy ``{route_prefix: build_app args}`` side by side
+    (``run_many`` starts the replicas in parallel). Returns the base URL."""
+    from ray import serve
+    from ray.serve.api import RunTarget
+
+    from rayseq.serving.app import build_app
+
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run_many([
+        RunTarget(build_app(args), name=f"chat{i}", route_prefix=prefix)
+        for i, (prefix, args) in enumerate(apps.items())
+    ])
+    url = f"http://127.0.0.1:{port}"
+    for prefix in apps:  # run_many returns when the apps are RUNNING; the proxy may route a moment later
+        wait_healthy(f"{url}{prefix.rstrip('/')}/healthz", timeout_s=60)
+    return url
+
+
+def wait_healthy(url: str, timeout_s: float, proc=None) -> None:
+    """Poll ``url`` until it answers 200; fail early if ``proc`` (a Popen) has exited."""
+    deadline, last = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before {url} answered")
+        try:
+            r = httpx.get(url, timeout=5)
+            if r.status_code == 200:
+                return
+            last = f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            last = repr(exc)
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s (last: {last})")
+
+
+def wait_for_text(path: Path, text: str, timeout_s: float, proc=None) -> None:
+    """Poll the file ``path`` (a subprocess's log) until it contains ``text``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before printing {text!r}")
+        time.sleep(0.2)
+    raise TimeoutError(f"{path} did not show {text!r} within {timeout_s} s")

@@ -52,9 +52,10 @@ def test_a_seeded_row_does_not_depend_on_its_batch_neighbours():
     src, sl = batch(B=5)
     B = 5
     temps, ks = torch.tensor([1.0, 0.7, 1.3, 1.0, 0.0]), torch.tensor([0, 3, 0, 5, 0])
-    full = m.generate(src, sl, torch.full((B,), 6), temps, ks, gens([11, 12, 13, 14, 15]))
+    caps = torch.tensor([6, 2, 9, 4, 6])  # neighbours with other length caps change nothing either
+    full = m.generate(src, sl, caps, temps, ks, gens([11, 12, 13, 14, 15]))
     for i in range(B):
-        alone = m.generate(src[i : i + 1], sl[i : i + 1], torch.tensor([6]), temps[i : i + 1], ks[i : i + 1],
+        alone = m.generate(src[i : i + 1], sl[i : i + 1], caps[i : i + 1], temps[i : i + 1], ks[i : i + 1],
                            gens([11 + i]))
         n = alone.tokens.shape[1]
         assert torch.equal(alone.tokens[0], full.tokens[i, :n])

@@ -163,8 +163,15 @@ class Seq2SeqGRU(nn.Module):
         alive = torch.ones(B, dtype=torch.bool, device=dev)
         greedy = temperature <= 0
         temp = torch.where(greedy, torch.ones_like(temperature), temperature).unsqueeze(1)
+        T = int(max_len.max()) if B else 0
+        # each row's uniforms in one call of its own generator, max_len_i × V of them (so a row's draw
+        # does not depend on its neighbours' lengths), padded to (B, T, V)
+        u = torch.full((B, T, self.vocab_size), 0.5, device=dev)
+        for i, (g, n) in enumerate(zip(generators, max_len.tolist())):
+            u[i, :n] = torch.rand(n, self.vocab_size, generator=g, device=dev)
+        gumbel_all = -torch.log(-torch.log(u.clamp_(min=1e-20, max=1.0 - 1e-7)))
         tokens, token_mask, logps = [], [], []
-        for t in range(int(max_len.max())):
+        for t in range(T):
             alive = alive & (t < max_len)
             if not alive.any():
                 break
@@ -177,13 +184,7 @@ class Seq2SeqGRU(nn.Module):
             if bool((k > 0).any()):
                 kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
                 scaled = torch.where((k.unsqueeze(1) > 0) & (scaled < kth), float("-inf"), scaled)
-            u = torch.stack([
-                torch.rand(self.vocab_size, generator=g, device=dev) if g is not None
-                else torch.rand(self.vocab_size, device=dev)
-                for g in generators
-            ]).clamp(min=1e-20, max=1.0 - 1e-7)
-            gumbel = -torch.log(-torch.log(u))
-            nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel).argmax(-1))
+            nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel_all[:, t]).argmax(-1))
             nxt = torch.where(alive, nxt, torch.full_like(nxt, self.pad_id))
             tokens.append(nxt)
             token_mask.append(alive.float())

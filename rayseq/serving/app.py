@@ -10,11 +10,9 @@ JSON body ``{"error": {"message", "type", "param"}}`` and the replica keeps serv
 """
 
 
-import asyncio
 import json
 import os
 import secrets
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -146,22 +144,20 @@ class ChatDeployment:
         self.api_key = api_key or os.environ.get(API_KEY_ENV) or None
         self._generate_batched.set_max_batch_size(max_batch_size)
         self._generate_batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
-        self._lock = threading.Lock()  # unbatched: one decode at a time, as a plain server would
         self.page = (STATIC / "index.html").read_text()
 
     # -- generation --------------------------------------------------------------------------------
+    # Decoding runs on the replica's event loop, not in a worker thread: a thread fights the loop for
+    # the GIL, and batches stayed at 2-3 requests (benchmarks/serve_load.py); inline, requests that
+    # arrive during a decode queue up and form the next batch. Other routes wait at most one batch.
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
     async def _generate_batched(self, requests):
-        return await asyncio.to_thread(self.model.generate, requests)
-
-    def _generate_one(self, request):
-        with self._lock:
-            return self.model.generate([request])[0]
+        return self.model.generate(requests)
 
     async def _generate(self, request):
         if self.batching:
             return await self._generate_batched(request)
-        return await asyncio.to_thread(self._generate_one, request)
+        return self.model.generate([request])[0]  # one request at a time, as a plain server would
 
     def _check_key(self, request: Request) -> None:
         if self.api_key is None:

@@ -320,7 +320,10 @@ def test_launcher_config_passes_ray_validate_config(rel):
         from ray.autoscaler._private.util import prepare_config, validate_config
     except ImportError as exc:
         pytest.skip(f"ray.autoscaler._private.util not importable in this Ray ({exc})")
-    validate_config(prepare_config(copy.deepcopy(_load(rel))))
+    config = prepare_config(copy.deepcopy(_load(rel)))
+    validate_config(config)  # raises on an invalid config
+    assert config["provider"]["type"] in ("aws", "gcp")
+    assert config["head_node_type"] in config["available_node_types"]
 
 
 _AWS_INSTANCES = {  # vCPU, GPUs

@@ -82,6 +82,9 @@ class RayRuntime:
     Weights go out once per version: the learner's ``get_weights`` result lives in the object store
     and every worker receives the same ObjectRef. A worker that crashes is restarted by Ray
     (``max_restarts``); its shard is re-sent after it has been given the current weights.
+
+    ``placement_group``: reserve elsewhere (a Tune trial's ``tune.PlacementGroupFactory``) and pass it
+    in; its bundle 0 is the learner's, bundles 1..n the workers'. Otherwise one is created here.
     """
 
     remote = True

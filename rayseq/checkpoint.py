@@ -45,7 +45,7 @@ def resolve_checkpoint(location: str | os.PathLike) -> str:
     """A checkpoint file, a run directory (its latest checkpoint) or a run's ``checkpoints/`` folder."""
     loc = str(location).rstrip("/")
     parent, _, name = loc.rpartition("/")
-    if _NAME.match(name) or name.endswith(".pt"):
+    if name.endswith(".pt"):
         if not RunStore(parent or ".").exists(name):
             raise FileNotFoundError(f"checkpoint not found: {loc}")
         return loc

@@ -627,6 +627,18 @@ def test_runtime_env_is_valid_for_ray(source, env):
     assert env.get("env_vars", {}).get("OMP_NUM_THREADS") == "1"
 
 
+# Files that must reach neither a job's working_dir upload nor a Docker image.
+NEVER_SHIPPED = (
+    ".git/HEAD",
+    "runs/counting/checkpoints/ckpt_100.pt",
+    "runs/counting/metrics.parquet",
+    "benchmarks/results/runs/a/summary.json",
+    ".venv/bin/python",
+    "rayseq/__pycache__/train.cpython-311.pyc",
+    "model.pt",
+)
+
+
 def test_runtime_env_working_dir_upload():
     """What `ray job submit --runtime-env cluster/runtime_env.yaml --working-dir .` would upload, using Ray's packer."""
     try:
@@ -636,16 +648,7 @@ def test_runtime_env_working_dir_upload():
     env = _load(RUNTIME_ENV)
     assert env["working_dir"] == "."
     excluded = _get_excludes(REPO, env["excludes"])
-    for path in (
-        ".git/HEAD",
-        "runs/counting/checkpoints/ckpt_100.pt",
-        "runs/counting/metrics.parquet",
-        "benchmarks/results/runs/a/summary.json",
-        ".venv/bin/python",
-        ".venv-ci/lib/site.py",
-        "rayseq/__pycache__/train.cpython-311.pyc",
-        "model.pt",
-    ):
+    for path in (*NEVER_SHIPPED, ".venv-ci/lib/site.py"):
         assert excluded(REPO / path), f"runtime_env excludes do not drop {path}"
     files: list[Path] = []
     # the excludes above hold on their own; the upload itself also honours .gitignore, as Ray does by default
@@ -812,17 +815,7 @@ def docker_excluded(relpath: str, rules: list[tuple[bool, re.Pattern]]) -> bool:
 
 def test_dockerignore_excludes_what_must_not_reach_the_image():
     rules = _dockerignore_rules(REPO / ".dockerignore")
-    for path in (
-        ".git/HEAD",
-        "runs/counting/checkpoints/ckpt_100.pt",
-        "runs/counting/metrics.parquet",
-        "benchmarks/results/runs/a/summary.json",
-        ".venv/bin/python",
-        ".venv-ci/bin/python",
-        "rayseq/__pycache__/train.cpython-311.pyc",
-        "model.pt",
-        "tune_configs/old.pt",
-    ):
+    for path in (*NEVER_SHIPPED, ".venv-ci/bin/python", "tune_configs/old.pt"):
         assert docker_excluded(path, rules), f".dockerignore does not exclude {path}"
     # and keeps every file the Dockerfiles copy
     for top in ("pyproject.toml", "README.md", "rayseq", "tune_configs", "serve"):

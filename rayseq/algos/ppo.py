@@ -13,7 +13,7 @@ from functools import partial
 import torch
 
 from rayseq.algos.common import LearnerState, RolloutAlgo, advantages, rollout_metrics, rollout_tensors, step
-from rayseq.losses import ppo_clip_loss, value_loss
+from rayseq.losses import masked_mean, ppo_clip_loss, value_loss
 from rayseq.types import Rollout
 
 
@@ -46,7 +46,7 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int)
             sums["value/explained_variance"] += float(v_stats.explained_variance)
             n += 1
     out = {k: v / n for k, v in sums.items()}
-    out["policy/advantage_mean"] = float(adv_all.sum() / b.action_mask.sum().clamp(min=1))
+    out["policy/advantage_mean"] = float(masked_mean(adv_all, b.action_mask))
     out["policy/updates"] = float(n)
     return {**rollout_metrics(rollout), **out}
 

@@ -170,6 +170,8 @@ class Seq2SeqGRU(nn.Module):
         for i, (g, n) in enumerate(zip(generators, max_len.tolist())):
             u[i, :n] = torch.rand(n, self.vocab_size, generator=g, device=dev)
         gumbel_all = -torch.log(-torch.log(u.clamp_(min=1e-20, max=1.0 - 1e-7)))
+        k = top_k.clamp(min=0, max=self.vocab_size)
+        use_top_k = bool((k > 0).any())
         tokens, token_mask, logps = [], [], []
         for t in range(T):
             alive = alive & (t < max_len)
@@ -180,8 +182,7 @@ class Seq2SeqGRU(nn.Module):
             logits = logits.clone()
             logits[:, [self.pad_id, self.bos_id]] = float("-inf")  # never valid outputs
             scaled = logits / temp
-            k = top_k.clamp(min=0, max=self.vocab_size)
-            if bool((k > 0).any()):
+            if use_top_k:
                 kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
                 scaled = torch.where((k.unsqueeze(1) > 0) & (scaled < kth), float("-inf"), scaled)
             nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel_all[:, t]).argmax(-1))

@@ -16,7 +16,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-ALGOS = ("mle", "reinforce", "mixer", "ppo", "ppo_dynamic")
+ALGOS = ("mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")
+GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")
+TASKS = ("counting", "oracle")
 
 
 class ConfigError(ValueError):
@@ -28,11 +30,21 @@ class _Section(BaseModel):
 
 
 class TaskConfig(_Section):
-    name: Literal["counting"] = Field("counting", description="Task: data + reward + evaluation.")
-    test_size: int = Field(2000, ge=100, description="Held-out test inputs (precision, y1 distribution).")
+    name: Literal["counting", "oracle"] = Field("counting", description="Task: data + reward + evaluation.")
+    test_size: int = Field(2000, ge=100, description="Held-out test inputs (counting) / oracle samples (NLL-test).")
     test_seed: int = Field(2018, description="Seed of the held-out test set, independent of `seed`.")
     min_len: int = Field(1, ge=1, le=10, description="Counting: shortest input length N.")
     max_len: int = Field(10, ge=1, le=10, description="Counting: longest input length N.")
+    oracle_path: str | None = Field(
+        None, description="Oracle: .npz with the oracle LSTM's arrays (SeqGAN's original); None = a random one."
+    )
+    oracle_seed: int = Field(0, description="Oracle: seed of the random N(0,1) oracle (when no oracle_path).")
+    vocab_size: int = Field(5000, ge=2, description="Oracle: vocabulary of a random oracle (a file sets its own).")
+    oracle_hidden: int = Field(32, ge=1, description="Oracle: embedding and hidden size of a random oracle.")
+    seq_len: int = Field(20, ge=2, description="Oracle: sequence length (no end token).")
+    num_train: int = Field(10000, ge=1, description="Oracle: training sequences sampled from the oracle.")
+    data_seed: int = Field(88, description="Oracle: seed of the training sequences (SeqGAN's code uses 88).")
+    eval_samples: int = Field(10000, ge=1, description="Oracle: generator samples scored by NLL-oracle.")
 
     @model_validator(mode="after")
     def _check_lengths(self) -> TaskConfig:
@@ -46,11 +58,44 @@ class ModelConfig(_Section):
     hidden_dim: int = Field(128, ge=1, description="GRU hidden size (paper: 128 for counting).")
     num_layers: int = Field(1, ge=1, description="GRU layers in encoder and decoder.")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout between GRU layers and on outputs.")
+    cell: Literal["gru", "lstm"] = Field("gru", description="Recurrent cell (SeqGAN's generator: lstm).")
+
+
+class DiscConfig(_Section):
+    """SeqGAN's CNN discriminator (Yu et al. Sec. 4 and Appendix) and its training (Alg. 1)."""
+
+    emb_dim: int = Field(64, ge=1, description="Token embedding size of D.")
+    filter_sizes: list[int] = Field(
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20], min_length=1, description="Convolution window sizes (paper)."
+    )
+    num_filters: list[int] = Field(
+        [100, 200, 200, 200, 200, 100, 100, 100, 100, 100, 160, 160], min_length=1,
+        description="Feature maps per window size (paper).",
+    )
+    dropout: float = Field(0.25, ge=0.0, lt=1.0, description="Dropout before the output (code: keep 0.75).")
+    l2_reg: float = Field(0.2, ge=0.0, description="L2 penalty on the output layer (SeqGAN code: 0.2).")
+    lr: float = Field(1e-4, gt=0, description="Adam learning rate of D (SeqGAN code: 1e-4).")
+    batch_size: int = Field(64, ge=1, description="D minibatch size.")
+    pretrain_steps: int = Field(50, ge=0, description="D pretraining d-steps before adversarial training (paper: 50).")
+    d_steps: int = Field(5, ge=0, description="d-steps per adversarial iteration (paper: 5).")
+    epochs: int = Field(3, ge=1, description="k: epochs over each d-step's data (paper: 3).")
+    num_negatives: int = Field(10000, ge=1, description="Fresh generated negatives (and as many positives) per d-step.")
+
+    @model_validator(mode="after")
+    def _check_filters(self) -> DiscConfig:
+        if len(self.filter_sizes) != len(self.num_filters):
+            raise ValueError(
+                f"disc.filter_sizes has {len(self.filter_sizes)} entries "
+                f"but disc.num_filters has {len(self.num_filters)}"
+            )
+        if min(self.filter_sizes) < 1 or min(self.num_filters) < 1:
+            raise ValueError("disc.filter_sizes and disc.num_filters must be positive")
+        return self
 
 
 class AlgoConfig(_Section):
-    name: Literal["mle", "reinforce", "mixer", "ppo", "ppo_dynamic"] = Field(
-        "ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining)."
+    name: Literal["mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic"] = (
+        Field("ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining).")
     )
     lr: float = Field(3e-4, gt=0, description="Generator learning rate (Adam) in the algorithm stage.")
     baseline_lr: float = Field(1e-2, gt=0, description="Value-baseline learning rate (Adam).")
@@ -69,6 +114,16 @@ class AlgoConfig(_Section):
     mixer_delta_start: int = Field(1, ge=0, description="MIXER: initial number δ of REINFORCE steps.")
     mixer_delta_step: int = Field(1, ge=1, description="MIXER: δ grows by this much ...")
     mixer_delta_every: int = Field(50, ge=1, description="MIXER: ... every this many iterations.")
+    mc_rollouts: int = Field(16, ge=1, description="SeqGAN: N Monte-Carlo continuations per prefix (Eq. 4).")
+    rollout_update_rate: float = Field(
+        0.8, ge=0.0, lt=1.0,
+        description="SeqGAN: r in β ← r·β + (1−r)·θ for the rollout policy G_β (code: 0.8; 0 = G_β is G_θ).",
+    )
+    g_steps: int = Field(1, ge=1, description="SeqGAN: generator updates per adversarial iteration (paper: 1).")
+    use_baseline: bool | None = Field(
+        None, description="Subtract the learned baseline b(s_t); None = the algorithm's paper default "
+        "(yes for REINFORCE/MIXER/PPO, no for SeqGAN, whose code uses Q directly).",
+    )
 
 
 class RolloutConfig(_Section):
@@ -78,6 +133,19 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
     torch_threads: int = Field(1, ge=1, description="torch threads inside each worker.")
     max_restarts: int = Field(3, ge=0, description="Times a crashed worker actor is restarted.")
+
+
+class ScorerConfig(_Section):
+    """ScorerActors: discriminator / reward scoring of rollouts and Monte-Carlo continuations."""
+
+    num_scorers: int = Field(
+        1, ge=0, description="ScorerActor actors, used by tasks and algorithms whose scoring is expensive (SeqGAN's "
+        "discriminator, BLEU); cheap rewards (counting) are computed on the rollout workers.",
+    )
+    num_cpus_per_scorer: float = Field(0.5, gt=0, description="CPUs reserved per scorer.")
+    num_gpus_per_scorer: float = Field(0.0, ge=0, description="GPUs reserved per scorer (fractions ok).")
+    torch_threads: int = Field(1, ge=1, description="torch threads inside each scorer.")
+    batch_size: int = Field(4096, ge=1, description="Sequences per discriminator forward pass.")
 
 
 class LearnerConfig(_Section):
@@ -96,6 +164,10 @@ class TrainConfig(_Section):
     eval_every: int = Field(25, ge=0, description="Evaluate every this many iterations (0 = only at ends).")
     checkpoint_every: int = Field(0, ge=0, description="Checkpoint every this many iterations (0 = end).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept in run_dir/checkpoints.")
+    init_from: str | None = Field(
+        None, description="Start the algorithm stage from this run's checkpoint (file, run dir or URI), skipping "
+        "pretraining: compare algorithms from one pretrained generator and discriminator.",
+    )
 
 
 class RunConfig(_Section):
@@ -107,20 +179,43 @@ class RunConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    scorer: ScorerConfig = Field(default_factory=ScorerConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    disc: DiscConfig = Field(default_factory=DiscConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="after")
+    def _check_task_algo(self) -> RunConfig:
+        if self.task.name == "oracle" and self.algo.name not in ("mle", *GAN_ALGOS):
+            raise ValueError(
+                f"algo.name={self.algo.name!r}: the oracle task has no task reward; use mle or one of {GAN_ALGOS}"
+            )
+        if self.is_gan and self.rollout.num_workers > 0 and self.scorer.num_scorers == 0:
+            raise ValueError("scorer.num_scorers=0: SeqGAN scores Monte-Carlo continuations on scorer actors; "
+                             "set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run in-process)")
+        return self
+
+    @property
+    def num_scorers(self) -> int:
+        """Scorer actors this run creates (0 when the rollout workers score: cheap task rewards)."""
+        return self.scorer.num_scorers if self.is_gan else 0
+
+    @property
+    def is_gan(self) -> bool:
+        """SeqGAN family: a discriminator is trained and scores the rollouts."""
+        return self.algo.name in GAN_ALGOS
 
 
 def _format_validation_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        msg = e["msg"]
+        key = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         elif "input" in e and not isinstance(e["input"], dict):
             msg = f"{msg} (got {e['input']!r})"
-        lines.append(f"{key}: {msg}")
+        lines.append(f"{key}: {msg}" if key else msg)
     return "invalid config: " + "; ".join(lines)
 
 

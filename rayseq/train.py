@@ -53,6 +53,13 @@ def format_table(summary: dict) -> str:
         ("eval/precision_sampled", "precision (sampled)"),
         ("eval/y1_tv", "y1 TV distance (mean over N)"),
         ("eval/y1_tv_n5", "y1 TV distance (N = 5)"),
+        ("eval/nll_oracle", "NLL-oracle (lower is better)"),
+        ("eval/nll_test", "NLL-test"),
+        ("eval/bleu2", "BLEU-2"),
+        ("eval/distinct1", "distinct-1"),
+        ("eval/distinct2", "distinct-2"),
+        ("eval/self_bleu2", "Self-BLEU-2"),
+        ("eval/reply_len", "mean reply length"),
     ):
         if key in fin:
             a = f"{pre[key]:.4f}" if key in pre else "-"

@@ -70,9 +70,23 @@ class Rollout:
     tgt: np.ndarray | None = None  # (B, T') int64 reference, when the prompt had one (MIXER CE part)
     version: int = 0  # weights version the rollout was sampled with
     info: dict = field(default_factory=dict)  # worker id, timings
+    returns: np.ndarray | None = None  # (B, T) float32 R_t given directly (SeqGAN's Q); else Σ γ^k r_{t+k}
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
+
+    def split(self, n: int) -> list[Rollout]:
+        """``n`` near-equal contiguous shards along B (empty ones dropped)."""
+        bounds = np.linspace(0, len(self), n + 1).round().astype(int)
+        out = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b > a:
+                kw = {f.name: getattr(self, f.name) for f in fields(Rollout)}
+                for k, v in kw.items():
+                    if isinstance(v, np.ndarray):
+                        kw[k] = v[a:b]
+                out.append(Rollout(**kw))
+        return out
 
     @staticmethod
     def concat(parts: list[Rollout]) -> Rollout:
@@ -94,6 +108,19 @@ class Rollout:
                 width = max(v.shape[1] for v in vals)
                 out[f.name] = np.concatenate([_pad_to(v, width) for v in vals])
         return Rollout(**out)
+
+
+@dataclass
+class MCBatch:
+    """Monte-Carlo continuations of a shard of rollouts (SeqGAN Eq. 4), from a worker to a scorer."""
+
+    src: np.ndarray  # (B, S) int64 inputs (conditional tasks; (B, 0) otherwise)
+    src_len: np.ndarray  # (B,) int64
+    tokens: np.ndarray  # (B, T) int64 the sampled sequences Y_1:T
+    lengths: np.ndarray  # (B,) int64 their lengths
+    cont: np.ndarray  # (B, T−1, N, T) int32 prefix Y_1:t + G_β's continuation, pad after the end
+    cont_len: np.ndarray  # (B, T−1, N) int64
+    info: dict = field(default_factory=dict)  # worker id, timings
 
 
 def to_torch(a: np.ndarray, device="cpu"):

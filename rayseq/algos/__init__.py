@@ -16,8 +16,12 @@ from rayseq.algos.mle import MLE
 from rayseq.algos.ppo import PPO
 from rayseq.algos.ppo_dynamic import PPODynamic
 from rayseq.algos.reinforce import Reinforce
+from rayseq.algos.seqgan import SeqGAN, SeqGANPPO, SeqGANPPODynamic
 
-ALGORITHMS = {"mle": MLE, "reinforce": Reinforce, "mixer": Mixer, "ppo": PPO, "ppo_dynamic": PPODynamic}
+ALGORITHMS = {
+    "mle": MLE, "reinforce": Reinforce, "mixer": Mixer, "ppo": PPO, "ppo_dynamic": PPODynamic,
+    "seqgan": SeqGAN, "seqgan_ppo": SeqGANPPO, "seqgan_ppo_dynamic": SeqGANPPODynamic,
+}
 
 
 def make_algo(algo_cfg):
@@ -28,4 +32,7 @@ def make_algo(algo_cfg):
     return cls(algo_cfg)
 
 
-__all__ = ["ALGORITHMS", "LearnerState", "MLE", "Mixer", "PPO", "PPODynamic", "Reinforce", "make_algo"]
+__all__ = [
+    "ALGORITHMS", "LearnerState", "MLE", "Mixer", "PPO", "PPODynamic", "Reinforce", "SeqGAN", "SeqGANPPO",
+    "SeqGANPPODynamic", "make_algo",
+]

@@ -43,7 +43,11 @@ def rollout_tensors(rollout: Rollout, device, gamma: float) -> RolloutTensors:
         token_mask=token_mask,
         action_mask=to_torch(rollout.action_mask, device),
         old_logp=to_torch(rollout.logp, device),
-        returns=discounted_returns(to_torch(rollout.rewards, device), token_mask, gamma),
+        returns=(
+            discounted_returns(to_torch(rollout.rewards, device), token_mask, gamma)
+            if rollout.returns is None
+            else to_torch(rollout.returns, device) * token_mask
+        ),
     )
 
 
@@ -78,13 +82,24 @@ def rollout_metrics(rollout: Rollout) -> dict:
 
 
 class RolloutAlgo:
-    """Default request for on-policy rollout algorithms: sample every token from π_θ."""
+    """Default request for on-policy rollout algorithms: sample every token from π_θ.
+
+    ``uses_baseline``: the paper's choice of subtracting b(s_t); ``algo.use_baseline`` overrides it.
+    ``adversarial``: rewards come from a discriminator (SeqGAN family) as Q values in ``Rollout.returns``.
+    """
 
     kind = "rollout"
     needs_targets = False
+    uses_baseline = True
+    adversarial = False
 
     def __init__(self, cfg):
         self.cfg = cfg
+        self.baseline_on = self.uses_baseline if cfg.use_baseline is None else bool(cfg.use_baseline)
+
+    def values_for_advantage(self, values: torch.Tensor) -> torch.Tensor:
+        """b(s_t), or 0 when this algorithm runs without a baseline (A_t = R_t, e.g. SeqGAN's Q)."""
+        return values if self.baseline_on else torch.zeros_like(values)
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         return RolloutRequest(max_len=max_len, temperature=temperature, seed=seed)

@@ -29,7 +29,7 @@ class Mixer(RolloutAlgo):
         b = rollout_tensors(rollout, state.device, cfg.gamma)
         out = state.generator.logprobs(b.src, b.src_len, b.tokens)
         values = state.baseline(out.states)
-        adv = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
+        adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
         xent_mask = b.token_mask - b.action_mask
         loss, stats = mixer_loss(out.logp, adv, xent_mask, b.action_mask)
         grad_norm = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)

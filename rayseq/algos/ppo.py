@@ -17,11 +17,14 @@ from rayseq.losses import masked_mean, ppo_clip_loss, value_loss
 from rayseq.types import Rollout
 
 
-def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int) -> dict:
-    """K epochs × minibatches of ``surrogate(logp, old_logp, adv, mask) -> (loss, PolicyStats)``."""
+def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int, use_baseline: bool = True) -> dict:
+    """K epochs × minibatches of ``surrogate(logp, old_logp, adv, mask) -> (loss, PolicyStats)``;
+    advantages A_t = R_t − b(s_t) once per batch (A_t = R_t without the baseline)."""
     b = rollout_tensors(rollout, state.device, cfg.gamma)
     with torch.no_grad():
         values = state.baseline(state.generator.logprobs(b.src, b.src_len, b.tokens).states)
+    if not use_baseline:
+        values = torch.zeros_like(values)
     adv_all = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
     B = len(rollout)
     mb = min(cfg.minibatch_size or B, B)
@@ -54,4 +57,4 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int)
 class PPO(RolloutAlgo):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
-        return ppo_update(self.cfg, state, rollout, surrogate, seed=iteration)
+        return ppo_update(self.cfg, state, rollout, surrogate, seed=iteration, use_baseline=self.baseline_on)

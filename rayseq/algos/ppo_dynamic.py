@@ -20,4 +20,4 @@ class PPODynamic(RolloutAlgo):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         c = self.cfg
         surrogate = partial(ppo_dynamic_loss, alpha1=c.alpha1, alpha2=c.alpha2, beta1=c.beta1, beta2=c.beta2)
-        return ppo_update(c, state, rollout, surrogate, seed=iteration)
+        return ppo_update(c, state, rollout, surrogate, seed=iteration, use_baseline=self.baseline_on)

@@ -17,7 +17,7 @@ class Reinforce(RolloutAlgo):
         b = rollout_tensors(rollout, state.device, cfg.gamma)
         out = state.generator.logprobs(b.src, b.src_len, b.tokens)
         values = state.baseline(out.states)
-        adv = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
+        adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
         loss, stats = reinforce_loss(out.logp, adv, b.action_mask)
         grad_norm = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)

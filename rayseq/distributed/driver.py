@@ -1,9 +1,14 @@
 """The driver loop: MLE pretraining, then the configured algorithm; logging, evaluation, checkpoints.
 
+Stages: ``mle`` (pretraining), ``disc`` (SeqGAN only: discriminator pretraining, ``disc.pretrain_steps``
+d-steps) and ``train`` (the configured algorithm).
+
 Per RL iteration (DESIGN.md data flow):
   learner --weights(version)--> object store --> workers          (time/sync_s)
   task prompts --> workers sample + score --> Rollout              (time/rollout_s)
+  SeqGAN: workers' Monte-Carlo search --> scorers' D --> Q         (time/mc_s, time/score_s)
   Rollout --> learner.update --> metrics                           (time/learn_s)
+  SeqGAN: ``disc.d_steps`` d-steps with fresh negatives            (time/disc_s)
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from rayseq.distributed.runtime import make_runtime
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import make_task
+from rayseq.types import RolloutRequest
 
-STAGES = ("mle", "train")
+STAGES = ("mle", "disc", "train")
 
 
 class Interrupted(Exception):
@@ -61,7 +67,8 @@ class Trainer:
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _plan(self) -> dict[str, int]:
-        return {"mle": self.cfg.train.pretrain_iters, "train": self.cfg.train.iters}
+        disc = self.cfg.disc.pretrain_steps if self.cfg.is_gan else 0
+        return {"mle": self.cfg.train.pretrain_iters, "disc": disc, "train": self.cfg.train.iters}
 
     def _driver_state(self) -> dict:
         return {
@@ -103,6 +110,29 @@ class Trainer:
         rows = [r for r in MetricsLog.read_rows(self.store) if r["iteration"] <= self.iteration]
         self.metrics.rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
 
+    def _init_from(self, rt, source: str) -> None:
+        """Start the algorithm stage from a pretrained run (``train.init_from``)."""
+        from rayseq.checkpoint import resolve_checkpoint
+
+        ck = load_checkpoint(resolve_checkpoint(source))
+        theirs = ck["config"]
+        ours = config_to_dict(self.cfg)
+        diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec]
+                if theirs.get(sec, {}).get(k) != ours[sec][k]]
+        if diff:
+            raise ValueError(f"train.init_from={source}: its config differs in {', '.join(diff)}; "
+                             "the generator must be built the same way")
+        d = ck["driver"]
+        if d["stage"] == "mle" and d["stage_iter"] < theirs["train"]["pretrain_iters"]:
+            raise ValueError(f"train.init_from={source}: that run has not finished MLE pretraining")
+        loaded = rt.learner("init_from", ck["learner"])
+        if self.cfg.is_gan and not loaded["disc"]:
+            raise ValueError(f"train.init_from={source}: no discriminator in that checkpoint; SeqGAN needs one "
+                             "(pretrain with a seqgan algorithm and train.iters=0)")
+        self.iteration = int(d["iteration"])
+        self.stage, self.stage_iter = "train", 0
+        self.pretrain_metrics = dict(d["pretrain_metrics"])
+
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
@@ -117,12 +147,16 @@ class Trainer:
         try:
             if self.resume:
                 self._restore(rt)
+            elif cfg.train.init_from:
+                self._init_from(rt, cfg.train.init_from)
             plan = self._plan()
             total = sum(plan.values())
             bar = _progress(cfg.progress, total, self.iteration)
             for stage in STAGES[STAGES.index(self.stage) :]:
                 if stage != self.stage:
                     self.stage, self.stage_iter = stage, 0
+                if plan[stage] == 0 and stage != "train":
+                    continue
                 rt.learner("start_stage", stage)
                 final, details = self._run_stage(rt, stage, plan[stage], bar)
                 if stage == "mle":
@@ -157,14 +191,20 @@ class Trainer:
         cfg = self.cfg
         algo = make_algo(cfg.algo) if stage == "train" else None
         supervised = algo is None or algo.kind == "supervised"
-        if self.stage_iter >= n_iters:
-            return rt.learner("evaluate")
+        if self.stage_iter >= n_iters or stage == "disc":
+            ev, details = rt.learner("evaluate") if stage != "disc" else (dict(self.pretrain_metrics), {})
+            if self.stage_iter >= n_iters:
+                return ev, details
         while self.stage_iter < n_iters:
             if self._stop:
                 raise Interrupted()
             t0 = time.perf_counter()
             m: dict = {}
-            if supervised:
+            if stage == "disc":
+                m.update(self._d_step(rt))
+            elif getattr(algo, "adversarial", False):
+                m.update(self._gan_iteration(rt, algo))
+            elif supervised:
                 bs = cfg.train.pretrain_batch_size if stage == "mle" else cfg.train.batch_size
                 batch = self.task.sample_prompts(self.rng, bs, with_targets=True)
                 t1 = time.perf_counter()
@@ -189,8 +229,8 @@ class Trainer:
             self.iteration += 1
             m["time/iter_s"] = time.perf_counter() - t0
             every = cfg.train.eval_every
-            if (every and self.stage_iter % every == 0) or self.stage_iter == n_iters:
-                ev, details = rt.learner("evaluate")
+            if stage != "disc" and ((every and self.stage_iter % every == 0) or self.stage_iter == n_iters):
+                ev, details = rt.learner("evaluate")  # (the disc stage leaves G, hence its evaluation, as is)
                 m.update(ev)
             self.metrics.log(stage, self.iteration, m)
             if cfg.train.checkpoint_every and self.iteration % cfg.train.checkpoint_every == 0:
@@ -203,9 +243,58 @@ class Trainer:
         return ev, details
 
 
+    # -- SeqGAN (Yu et al. Algorithm 1) ---------------------------------------------------------------
+    def _d_step(self, rt) -> dict:
+        """Fresh negatives from G_θ (on the workers) and as many real examples; ``disc.epochs`` epochs."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        n = cfg.disc.num_negatives
+        rt.sync_weights(int(self.iteration))
+        request = RolloutRequest(max_len=self.task.max_tgt_len, temperature=1.0,
+                                 seed=_rollout_seed(cfg, self.iteration) ^ 0x5EED)
+        negatives = rt.sample(self.task.sample_prompts(self.rng, n), request)
+        positives = self.task.sample_prompts(self.rng, n, with_targets=True)
+        t1 = time.perf_counter()
+        m = rt.learner("train_discriminator", positives, negatives, _rollout_seed(cfg, self.iteration))
+        m.update({"time/negatives_s": t1 - t0, "time/disc_s": time.perf_counter() - t0})
+        return m
+
+    def _gan_iteration(self, rt, algo) -> dict:
+        """``algo.g_steps`` generator updates with Monte-Carlo Q, then ``disc.d_steps`` d-steps."""
+        cfg, a = self.cfg, self.cfg.algo
+        m: dict = {}
+        for g in range(a.g_steps):
+            t0 = time.perf_counter()
+            rt.sync_weights(int(self.iteration) * a.g_steps + g)
+            prompts = self.task.sample_prompts(self.rng, cfg.train.batch_size, with_targets=algo.needs_targets)
+            seed = _rollout_seed(cfg, self.iteration * a.g_steps + g)
+            request = algo.rollout_request(self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
+            t1 = time.perf_counter()
+            rollout = rt.sample(prompts, request)
+            t2 = time.perf_counter()
+            rt.sync_disc(rt.learner("get_disc_version"))
+            q, mc_info = rt.mc_q(rollout, a.mc_rollouts, cfg.rollout.temperature, seed)
+            t3 = time.perf_counter()
+            T = rollout.tokens.shape[1]
+            rollout.returns = q[:, :T]
+            lengths = (rollout.token_mask > 0).sum(1)
+            rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
+            m.update(rt.learner("update", rollout, self.stage_iter))
+            t4 = time.perf_counter()
+            m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/mc_total_s": t3 - t2,
+                      "time/mc_s": mc_info["mc_s"], "time/score_s": mc_info["score_s"], "time/learn_s": t4 - t3})
+            m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
+        t5 = time.perf_counter()
+        for _ in range(cfg.disc.d_steps):
+            m.update(self._d_step(rt))
+        m["time/disc_s"] = time.perf_counter() - t5
+        m["rollout/worker_restarts"] = float(rt.restarts)
+        return m
+
+
 def _postfix(m: dict) -> dict:
     out = {}
-    for key, short in (("rollout/reward_mean", "reward"), ("loss/nll", "nll"), ("eval/precision", "prec")):
+    for key, short in (("rollout/reward_mean", "reward"), ("loss/nll", "nll"), ("eval/precision", "prec"),
+                       ("eval/nll_oracle", "nll_oracle"), ("disc/accuracy", "d_acc")):
         if key in m and math.isfinite(m[key]):
             out[short] = f"{m[key]:.3f}"
     return out

@@ -1,7 +1,9 @@
-"""Learner: holds the generator, the value baseline and their optimizers; applies the algorithm."""
+"""Learner: holds the generator, the value baseline, (SeqGAN) the discriminator and the rollout policy
+G_β, and their optimizers; applies the algorithm and the discriminator's d-steps."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
@@ -9,9 +11,24 @@ import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo
 from rayseq.config import RunConfig
+from rayseq.losses.discriminator import discriminator_loss
 from rayseq.models import ValueBaseline
+from rayseq.models.discriminator import build_discriminator
 from rayseq.models.generator import build_generator
 from rayseq.tasks import make_task
+from rayseq.types import PromptBatch, Rollout, to_torch
+
+
+def make_generator(cfg: RunConfig, task):
+    """The task's generator (conditional or not, banned ids) from the model config."""
+    return build_generator(len(task.vocab), cfg.model, task.specials, conditional=getattr(task, "conditional", True),
+                           banned_ids=getattr(task, "banned_ids", ()))
+
+
+def make_discriminator(cfg: RunConfig, task):
+    d = cfg.disc
+    return build_discriminator(len(task.vocab), d.emb_dim, d.filter_sizes, d.num_filters, d.dropout,
+                               pad_id=task.specials.pad, sep_id=task.specials.bos)
 
 
 class Learner:
@@ -25,7 +42,7 @@ class Learner:
         use_cuda = c.learner.device == "cuda" or (c.learner.device == "auto" and c.learner.num_gpus > 0)
         self.device = torch.device("cuda" if use_cuda and torch.cuda.is_available() else "cpu")
         self.task = make_task(c.task)
-        generator = build_generator(len(self.task.vocab), c.model, self.task.specials).to(self.device)
+        generator = make_generator(c, self.task).to(self.device)
         baseline = ValueBaseline(c.model.hidden_dim).to(self.device)
         self.state = LearnerState(
             generator=generator,
@@ -37,6 +54,11 @@ class Learner:
         self.stage = "mle"
         self.algo = MLE(c.algo)
         self.version = 0
+        self.disc = self.disc_opt = self.rollout_policy = None
+        self.disc_version = 0
+        if c.is_gan:
+            self.disc = make_discriminator(c, self.task).to(self.device)
+            self.disc_opt = torch.optim.Adam(self.disc.parameters(), lr=c.disc.lr)
 
     def placement(self) -> dict:
         """Where the learner runs: pid, device, placement group id (diagnostics)."""
@@ -47,27 +69,88 @@ class Learner:
         return {"pid": os.getpid(), "device": str(self.device), "placement_group": placement_group_id()}
 
     def start_stage(self, stage: str) -> None:
-        """``mle`` (pretraining) or ``train`` (the configured algorithm, with a fresh Adam at algo.lr)."""
+        """``mle`` (pretraining), ``disc`` (SeqGAN: discriminator pretraining, G unchanged) or ``train``
+        (the configured algorithm, with a fresh Adam at algo.lr; SeqGAN's rollout policy G_β = G_θ)."""
         if stage == self.stage:
             return
-        if stage != "train":
+        if stage not in ("disc", "train"):
             raise ValueError(f"unknown stage {stage!r}")
         self.stage = stage
-        self.algo = make_algo(self.cfg.algo)
-        self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
+        if stage == "train":
+            self.algo = make_algo(self.cfg.algo)
+            self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
+            if self.cfg.is_gan and self.cfg.algo.rollout_update_rate > 0:
+                self.rollout_policy = copy.deepcopy(self.state.generator).eval()
 
     def get_weights(self) -> dict:
-        """Generator state dict on CPU (published once per version through the object store)."""
-        return {k: v.detach().cpu() for k, v in self.state.generator.state_dict().items()}
+        """Generator (and SeqGAN's rollout policy G_β) state dicts on CPU, published once per version."""
+
+        def cpu(m):
+            return None if m is None else {k: v.detach().cpu() for k, v in m.state_dict().items()}
+
+        return {"generator": cpu(self.state.generator), "rollout_policy": cpu(self.rollout_policy)}
+
+    def get_disc_version(self) -> int:
+        return self.disc_version
+
+    def get_disc_weights(self) -> dict:
+        return {k: v.detach().cpu() for k, v in self.disc.state_dict().items()}
 
     def update(self, batch, iteration: int) -> dict:
         self.state.generator.train()
         metrics = self.algo.update(self.state, batch, iteration)
         if self.algo.kind == "rollout":
             metrics["rollout/staleness"] = float(self.version - batch.version)
+        if self.rollout_policy is not None and getattr(self.algo, "adversarial", False):
+            self._update_rollout_policy()
         self.version += 1
         metrics["learner/version"] = float(self.version)
         return metrics
+
+    @torch.no_grad()
+    def _update_rollout_policy(self) -> None:
+        """β ← r·β + (1 − r)·θ (SeqGAN code's ROLLOUT.update_params; the paper's G_β = G_θ is r = 0)."""
+        r = self.cfg.algo.rollout_update_rate
+        for b, t in zip(self.rollout_policy.parameters(), self.state.generator.parameters()):
+            b.mul_(r).add_(t, alpha=1.0 - r)
+
+    def train_discriminator(self, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
+        """One d-step (SeqGAN Alg. 1): ``disc.epochs`` epochs of minibatch BCE (Eq. 5) over the real
+        (input, target) pairs and the freshly generated negatives, shuffled together."""
+        c, d = self.cfg.disc, self.device
+        self.disc.train()
+        neg_len = (negatives.token_mask > 0).sum(1)
+        tokens = _pad_cat(positives.tgt, negatives.tokens, self.task.specials.pad)
+        lengths = np.concatenate([positives.tgt_len, neg_len])
+        src = _pad_cat(positives.src, negatives.src, self.task.specials.pad)
+        src_len = np.concatenate([positives.src_len, negatives.src_len])
+        labels = np.concatenate([np.ones(len(positives)), np.zeros(len(negatives))]).astype(bool)
+        tokens, lengths, src, src_len = (to_torch(a, d) for a in (tokens, lengths, src, src_len))
+        conditional = src.shape[1] > 0
+        labels = torch.from_numpy(labels).to(d)
+        perm_rng = torch.Generator().manual_seed(int(seed))
+        sums = {"disc/loss": 0.0, "disc/accuracy": 0.0, "disc/d_real": 0.0, "disc/d_fake": 0.0}
+        n = 0
+        for _ in range(c.epochs):
+            perm = torch.randperm(len(labels), generator=perm_rng).to(d)
+            for a in range(0, len(perm), c.batch_size):
+                idx = perm[a : a + c.batch_size]
+                logits = self.disc(tokens[idx], lengths[idx], src[idx] if conditional else None,
+                                   src_len[idx] if conditional else None)
+                y = labels[idx]
+                loss, stats = discriminator_loss(logits[y], logits[~y], c.l2_reg, self.disc.out.parameters())
+                self.disc_opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.disc_opt.step()
+                sums["disc/loss"] += loss.item()
+                sums["disc/accuracy"] += float(stats.accuracy)
+                sums["disc/d_real"] += float(stats.d_real) if bool(y.any()) else 0.0
+                sums["disc/d_fake"] += float(stats.d_fake) if bool((~y).any()) else 0.0
+                n += 1
+        self.disc_version += 1
+        out = {k: v / max(n, 1) for k, v in sums.items()}
+        out["disc/version"] = float(self.disc_version)
+        return out
 
     def evaluate(self, seed: int = 0) -> tuple[dict, dict]:
         return self.task.evaluate(self.state.generator, self.device, seed=seed)
@@ -75,7 +158,7 @@ class Learner:
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         s = self.state
-        return {
+        out = {
             "generator": s.generator.state_dict(),
             "baseline": s.baseline.state_dict(),
             "gen_opt": s.gen_opt.state_dict(),
@@ -84,6 +167,12 @@ class Learner:
             "version": self.version,
             "torch_rng": torch.get_rng_state(),
         }
+        if self.disc is not None:
+            out |= {"disc": self.disc.state_dict(), "disc_opt": self.disc_opt.state_dict(),
+                    "disc_version": self.disc_version}
+        if self.rollout_policy is not None:
+            out["rollout_policy"] = self.rollout_policy.state_dict()
+        return out
 
     def load_state_dict(self, d: dict) -> None:
         s = self.state
@@ -94,3 +183,30 @@ class Learner:
         s.base_opt.load_state_dict(d["base_opt"])
         self.version = int(d["version"])
         torch.set_rng_state(d["torch_rng"])
+        if self.disc is not None and "disc" in d:
+            self.disc.load_state_dict(d["disc"])
+            self.disc_opt.load_state_dict(d["disc_opt"])
+            self.disc_version = int(d["disc_version"])
+        if self.rollout_policy is not None and "rollout_policy" in d:
+            self.rollout_policy.load_state_dict(d["rollout_policy"])
+
+    def init_from(self, d: dict) -> dict:
+        """Start from another run's pretrained generator, baseline and (if both have one) discriminator;
+        optimizers and stage start fresh. Returns what was loaded (for the log)."""
+        self.state.generator.load_state_dict(d["generator"])
+        self.state.baseline.load_state_dict(d["baseline"])
+        loaded = {"generator": True, "disc": False}
+        if self.disc is not None and "disc" in d:
+            self.disc.load_state_dict(d["disc"])
+            self.disc_version = int(d.get("disc_version", 0))
+            loaded["disc"] = True
+        return loaded
+
+
+def _pad_cat(a: np.ndarray, b: np.ndarray, pad: int) -> np.ndarray:
+    """Concatenate two (n, L) int arrays along rows, right-padding the narrower one."""
+    width = max(a.shape[1], b.shape[1])
+    out = np.full((len(a) + len(b), width), pad, dtype=np.int64)
+    out[: len(a), : a.shape[1]] = a
+    out[len(a) :, : b.shape[1]] = b
+    return out

@@ -1,7 +1,8 @@
 """Where the learner and the rollout workers run: Ray actors in one placement group, or in-process.
 
-The driver loop (:mod:`rayseq.distributed.driver`) talks to a runtime through four calls —
-``learner(method, *args)``, ``sync_weights()``, ``sample(prompts, request)``, ``shutdown()`` — so the
+The driver loop (:mod:`rayseq.distributed.driver`) talks to a runtime through a few calls —
+``learner(method, *args)``, ``sync_weights(version)``, ``sample(prompts, request)``, and for SeqGAN
+``sync_disc(version)`` and ``mc_q(rollout, n, temperature, seed)``, then ``shutdown()`` — so the
 distributed path and the in-process path (``rollout.num_workers=0``) run the same algorithm code.
 """
 
@@ -12,17 +13,23 @@ import logging
 import os
 import time
 
+import numpy as np
+
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.learner import Learner
+from rayseq.distributed.scorer import ScorerActor
 from rayseq.distributed.worker import RolloutWorker
 from rayseq.types import PromptBatch, Rollout, RolloutRequest
 
 log = logging.getLogger(__name__)
 
 
+def _shard_seed(seed: int | None, shard: int) -> int | None:
+    return None if seed is None else seed * 1009 + shard
+
+
 def _shard_request(request: RolloutRequest, shard: int) -> RolloutRequest:
-    seed = None if request.seed is None else request.seed * 1009 + shard
-    return dataclasses.replace(request, seed=seed)
+    return dataclasses.replace(request, seed=_shard_seed(request.seed, shard))
 
 
 class LocalRuntime:
@@ -34,7 +41,9 @@ class LocalRuntime:
         d = config_to_dict(cfg)
         self._learner = Learner(d)
         self._worker = RolloutWorker(d, 0)
+        self._scorer = ScorerActor(d, 0) if cfg.is_gan else None
         self.version = -1
+        self.disc_version = -1
         self.restarts = 0
 
     def learner(self, method: str, *args):
@@ -47,6 +56,16 @@ class LocalRuntime:
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
         return self._worker.sample(prompts, _shard_request(request, 0))
+
+    def sync_disc(self, version: int) -> None:
+        if version != self.disc_version:
+            self._scorer.set_disc_weights(self._learner.get_disc_weights(), version)
+            self.disc_version = version
+
+    def mc_q(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int) -> tuple[np.ndarray, dict]:
+        batch = self._worker.mc_search(rollout, n_rollouts, temperature, _shard_seed(seed, 0))
+        q, info = self._scorer.score_mc(batch)
+        return q, {"mc_s": batch.info["mc_s"], "score_s": info["score_s"]}
 
     def worker_stats(self) -> list[dict]:
         return [self._worker.stats()]
@@ -77,14 +96,16 @@ def init_ray(min_cpus: float = 1.0, **kwargs) -> bool:
 
 
 class RayRuntime:
-    """One Learner actor and ``rollout.num_workers`` RolloutWorker actors in one placement group.
+    """One Learner actor, ``rollout.num_workers`` RolloutWorker actors and (SeqGAN) ``scorer.num_scorers``
+    ScorerActors in one placement group.
 
     Weights go out once per version: the learner's ``get_weights`` result lives in the object store
     and every worker receives the same ObjectRef. A worker that crashes is restarted by Ray
     (``max_restarts``); its shard is re-sent after it has been given the current weights.
 
-    ``placement_group``: reserve elsewhere (a Tune trial's ``tune.PlacementGroupFactory``) and pass it
-    in; its bundle 0 is the learner's, bundles 1..n the workers'. Otherwise one is created here.
+    ``placement_group``: reserve elsewhere (a Tune trial's ``tune.PlacementGroupFactory``, built by
+    :func:`bundles`) and pass it in; its bundle 0 is the learner's, bundles 1..n the workers', then the
+    scorers'. Otherwise one is created here.
     """
 
     remote = True
@@ -95,23 +116,20 @@ class RayRuntime:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._ray = ray
-        r, lc = cfg.rollout, cfg.learner
-        n = r.num_workers
-        learner_bundle = {"CPU": lc.num_cpus} | ({"GPU": lc.num_gpus} if lc.num_gpus else {})
-        worker_bundle = {"CPU": r.num_cpus_per_worker} | (
-            {"GPU": r.num_gpus_per_worker} if r.num_gpus_per_worker else {}
-        )
-        self._started_ray = init_ray(min_cpus=lc.num_cpus + n * r.num_cpus_per_worker)
+        r, lc, sc = cfg.rollout, cfg.learner, cfg.scorer
+        n, m = r.num_workers, cfg.num_scorers
+        wanted = bundles(cfg)
+        self._started_ray = init_ray(min_cpus=sum(b["CPU"] for b in wanted))
         self._own_pg = placement_group is None
         if placement_group is None:
-            placement_group = make_pg([learner_bundle] + [worker_bundle] * n, strategy="PACK")
+            placement_group = make_pg(wanted, strategy="PACK")
             try:
                 ray.get(placement_group.ready(), timeout=120)
             except ray.exceptions.GetTimeoutError:
                 raise RuntimeError(
-                    f"cluster cannot reserve {[learner_bundle] + [worker_bundle] * n} "
-                    f"(available: {ray.available_resources()}); lower rollout.num_workers or "
-                    "rollout.num_cpus_per_worker / learner.num_cpus"
+                    f"cluster cannot reserve {wanted} "
+                    f"(available: {ray.available_resources()}); lower rollout.num_workers, scorer.num_scorers "
+                    "or their num_cpus_per_* / learner.num_cpus"
                 ) from None
         self.pg = placement_group
 
@@ -135,8 +153,21 @@ class RayRuntime:
             ).remote(d, i)
             for i in range(n)
         ]
+        scorer_cls = ray.remote(ScorerActor)
+        self._scorers = [
+            scorer_cls.options(
+                num_cpus=sc.num_cpus_per_scorer,
+                num_gpus=sc.num_gpus_per_scorer,
+                max_restarts=r.max_restarts,
+                max_task_retries=0,
+                scheduling_strategy=strategy(1 + n + i),
+            ).remote(d, i)
+            for i in range(m)
+        ]
         self.version = -1
         self._weights_ref = None
+        self.disc_version = -1
+        self._disc_ref = None
         self.restarts = 0
 
     def learner(self, method: str, *args):
@@ -151,6 +182,41 @@ class RayRuntime:
         for i, ref in enumerate(refs):
             self._get_with_recovery(i, ref, lambda w: w.set_weights.remote(self._weights_ref, self.version))
 
+    def sync_disc(self, version: int) -> None:
+        """Publish the learner's discriminator (one object per d-step version) to every scorer."""
+        if version == self.disc_version:
+            return
+        self._disc_ref = self._learner.get_disc_weights.remote()
+        self.disc_version = version
+        refs = [s.set_disc_weights.remote(self._disc_ref, version) for s in self._scorers]
+        for i, ref in enumerate(refs):
+            self._get_with_recovery(i, ref, lambda a: a.set_disc_weights.remote(self._disc_ref, self.disc_version),
+                                    kind="scorer")
+
+    def mc_q(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int) -> tuple[np.ndarray, dict]:
+        """SeqGAN's Q (B, T): continuations split across the workers, each shard scored on a scorer
+        (shard i -> scorer i mod m) as soon as its continuations exist."""
+        shards = rollout.split(len(self._workers))
+        seeds = [_shard_seed(seed, i) for i in range(len(shards))]
+        refs = [w.mc_search.remote(s, n_rollouts, temperature, q) for w, s, q in zip(self._workers, shards, seeds)]
+        m = len(self._scorers)
+        q_refs = []
+        t_mc = []
+        for i, ref in enumerate(refs):
+            batch = self._get_with_recovery(
+                i, ref, lambda w, i=i: w.mc_search.remote(shards[i], n_rollouts, temperature, seeds[i])
+            )
+            t_mc.append(batch.info["mc_s"])
+            q_refs.append((batch, self._scorers[i % m].score_mc.remote(batch)))
+        parts, t_score = [], []
+        for i, (batch, ref) in enumerate(q_refs):
+            q, info = self._get_with_recovery(i % m, ref, lambda a, b=batch: a.score_mc.remote(b), kind="scorer")
+            parts.append(q)
+            t_score.append(info["score_s"])
+        width = max(p.shape[1] for p in parts)
+        q = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in parts])
+        return q, {"mc_s": max(t_mc), "score_s": max(t_score)}
+
     def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
         shards = prompts.split(len(self._workers))
         requests = [_shard_request(request, i) for i in range(len(shards))]
@@ -161,21 +227,27 @@ class RayRuntime:
         ]
         return Rollout.concat(results)
 
-    def _get_with_recovery(self, i: int, ref, resubmit, max_attempts: int = 6):
-        """``ray.get(ref)``; if worker ``i`` died, wait for Ray to restart it, give it the current
-        weights and ``resubmit(worker)`` its work (rollout workers hold no other state)."""
+    def _get_with_recovery(self, i: int, ref, resubmit, max_attempts: int = 6, kind: str = "worker"):
+        """``ray.get(ref)``; if actor ``i`` (a rollout worker, or a scorer with ``kind="scorer"``) died,
+        wait for Ray to restart it, give it the current weights and ``resubmit(actor)`` its work (workers
+        and scorers hold no other state)."""
         ray = self._ray
         for _ in range(max_attempts):
             try:
                 return ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
                 self.restarts += 1
-                log.warning("rollout worker %d failed (%s); re-dispatching its work", i, type(exc).__name__)
-                w = self._workers[i]
-                self._wait_alive(w)
-                ray.get(w.set_weights.remote(self._weights_ref, self.version))
-                ref = resubmit(w)
-        raise RuntimeError(f"rollout worker {i} failed {max_attempts} times in a row; giving up")
+                log.warning("%s %d failed (%s); re-dispatching its work", kind, i, type(exc).__name__)
+                if kind == "scorer":
+                    a = self._scorers[i]
+                    self._wait_alive(a)
+                    ray.get(a.set_disc_weights.remote(self._disc_ref, self.disc_version))
+                else:
+                    a = self._workers[i]
+                    self._wait_alive(a)
+                    ray.get(a.set_weights.remote(self._weights_ref, self.version))
+                ref = resubmit(a)
+        raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
 
     def _wait_alive(self, worker, timeout: float = 120.0) -> None:
         ray = self._ray
@@ -193,9 +265,12 @@ class RayRuntime:
     def worker_stats(self) -> list[dict]:
         return self._ray.get([w.stats.remote() for w in self._workers])
 
+    def scorer_stats(self) -> list[dict]:
+        return self._ray.get([s.stats.remote() for s in self._scorers])
+
     def shutdown(self) -> None:
         ray = self._ray
-        for a in [self._learner, *self._workers]:
+        for a in [self._learner, *self._workers, *self._scorers]:
             ray.kill(a)
         if self._own_pg:
             from ray.util.placement_group import remove_placement_group
@@ -203,6 +278,17 @@ class RayRuntime:
             remove_placement_group(self.pg)
         if self._started_ray:
             ray.shutdown()
+
+
+def bundles(cfg: RunConfig) -> list[dict]:
+    """Resource bundles of a run: [learner, worker × n, scorer × m] (a Tune trial's PlacementGroupFactory)."""
+    r, lc, sc = cfg.rollout, cfg.learner, cfg.scorer
+    learner = {"CPU": lc.num_cpus} | ({"GPU": lc.num_gpus} if lc.num_gpus else {})
+    if r.num_workers == 0:
+        return [learner]
+    worker = {"CPU": r.num_cpus_per_worker} | ({"GPU": r.num_gpus_per_worker} if r.num_gpus_per_worker else {})
+    scorer = {"CPU": sc.num_cpus_per_scorer} | ({"GPU": sc.num_gpus_per_scorer} if sc.num_gpus_per_scorer else {})
+    return [learner] + [worker] * r.num_workers + [scorer] * cfg.num_scorers
 
 
 def make_runtime(cfg: RunConfig, placement_group=None):

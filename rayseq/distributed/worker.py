@@ -1,16 +1,19 @@
-"""RolloutWorker: samples responses with the current weights and scores them with the task reward."""
+"""RolloutWorker: samples responses with the current weights and scores them with the task reward;
+for SeqGAN it also runs the Monte-Carlo search of its shard with the rollout policy G_β."""
 
 from __future__ import annotations
 
 import os
 import time
 
+import numpy as np
 import torch
 
 from rayseq.config import RunConfig
-from rayseq.models.generator import build_generator
+from rayseq.distributed.learner import make_generator
+from rayseq.rewards.mc_search import mc_search
 from rayseq.tasks import make_task
-from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
+from rayseq.types import MCBatch, PromptBatch, Rollout, RolloutRequest, to_torch
 
 
 def placement_group_id() -> str | None:
@@ -33,8 +36,9 @@ class RolloutWorker:
         torch.set_num_threads(self.cfg.rollout.torch_threads)
         self.device = torch.device("cuda" if self.cfg.rollout.num_gpus_per_worker > 0 else "cpu")
         self.task = make_task(self.cfg.task)
-        self.generator = build_generator(len(self.task.vocab), self.cfg.model, self.task.specials).to(self.device)
+        self.generator = make_generator(self.cfg, self.task).to(self.device)
         self.generator.eval()
+        self.rollout_policy = None  # SeqGAN's G_β when it differs from G_θ (rollout_update_rate > 0)
         self.version = -1
         self.loads = 0  # weight loads (one per version)
 
@@ -50,11 +54,32 @@ class RolloutWorker:
         }
 
     def set_weights(self, weights: dict, version: int) -> int:
+        """``weights`` = the learner's ``get_weights()``: generator and (SeqGAN) rollout policy."""
         if version != self.version:
-            self.generator.load_state_dict(weights)
+            self.generator.load_state_dict(weights["generator"])
+            if weights.get("rollout_policy") is not None:
+                if self.rollout_policy is None:
+                    self.rollout_policy = make_generator(self.cfg, self.task).to(self.device).eval()
+                self.rollout_policy.load_state_dict(weights["rollout_policy"])
             self.version = version
             self.loads += 1
         return self.version
+
+    def mc_search(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int) -> MCBatch:
+        """SeqGAN Eq. 4's continuations of every prefix of this shard (batched, from cached states)."""
+        t0 = time.perf_counter()
+        d = self.device
+        policy = self.rollout_policy if self.rollout_policy is not None else self.generator
+        gen = torch.Generator(device=d).manual_seed(int(seed))
+        tokens, mask = to_torch(rollout.tokens, d), to_torch(rollout.token_mask, d)
+        c = mc_search(policy, to_torch(rollout.src, d), to_torch(rollout.src_len, d), tokens, mask, n_rollouts,
+                      temperature=temperature, generator=gen)
+        return MCBatch(
+            src=rollout.src, src_len=rollout.src_len, tokens=rollout.tokens,
+            lengths=(rollout.token_mask > 0).sum(1).astype(np.int64),
+            cont=c.tokens.cpu().numpy().astype(np.int32), cont_len=c.lengths.cpu().numpy(),
+            info={"worker": self.index, "mc_s": time.perf_counter() - t0},
+        )
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
         t0 = time.perf_counter()

@@ -1,0 +1,66 @@
+"""ScorerActor: holds a discriminator copy and turns Monte-Carlo continuations into SeqGAN's Q values.
+
+D's weights arrive through the object store after each d-step (one ``ray.put`` per discriminator
+version, like the generator's). Scoring is large batched forward passes (``scorer.batch_size``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import torch
+
+from rayseq.config import RunConfig
+from rayseq.distributed.learner import make_discriminator
+from rayseq.rewards.mc_search import q_values
+from rayseq.tasks import make_task
+from rayseq.types import MCBatch, to_torch
+
+
+class ScorerActor:
+    def __init__(self, cfg: dict, index: int = 0):
+        self.cfg = RunConfig.model_validate(cfg)
+        self.index = index
+        torch.set_num_threads(self.cfg.scorer.torch_threads)
+        self.device = torch.device("cuda" if self.cfg.scorer.num_gpus_per_scorer > 0 else "cpu")
+        self.task = make_task(self.cfg.task)
+        self.disc = make_discriminator(self.cfg, self.task).to(self.device).eval() if self.cfg.is_gan else None
+        self.disc_version = -1
+        self.loads = 0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stats(self) -> dict:
+        from rayseq.distributed.worker import placement_group_id
+
+        return {"pid": os.getpid(), "disc_version": self.disc_version, "loads": self.loads,
+                "placement_group": placement_group_id()}
+
+    def set_disc_weights(self, weights: dict, version: int) -> int:
+        if version != self.disc_version:
+            self.disc.load_state_dict(weights)
+            self.disc_version = version
+            self.loads += 1
+        return self.disc_version
+
+    def score_mc(self, batch: MCBatch) -> tuple[np.ndarray, dict]:
+        """Q (B, T) float32 by SeqGAN Eq. 4 for the batch's sequences, and timings."""
+        t0 = time.perf_counter()
+        d = self.device
+        B, Tm1, N, T = batch.cont.shape
+        conditional = batch.src.shape[1] > 0
+        src = to_torch(batch.src, d) if conditional else None
+        src_len = to_torch(batch.src_len, d) if conditional else None
+        flat = to_torch(batch.cont.reshape(B * Tm1 * N, T).astype(np.int64), d)
+        flat_len = to_torch(batch.cont_len.reshape(-1), d)
+        rep = Tm1 * N
+        bs = self.cfg.scorer.batch_size
+        d_cont = self.disc.score(flat, flat_len, None if src is None else src.repeat_interleave(rep, 0),
+                                 None if src_len is None else src_len.repeat_interleave(rep, 0), batch_size=bs)
+        lengths = to_torch(batch.lengths, d)
+        d_full = self.disc.score(to_torch(batch.tokens, d), lengths, src, src_len, batch_size=bs)
+        q = q_values(d_cont.view(B, Tm1, N), d_full, lengths)
+        return q.cpu().numpy().astype(np.float32), {"score_s": time.perf_counter() - t0, "scored": int(flat.shape[0])}

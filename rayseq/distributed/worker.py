@@ -38,7 +38,12 @@ class RolloutWorker:
         self.task = make_task(self.cfg.task)
         self.generator = make_generator(self.cfg, self.task).to(self.device)
         self.generator.eval()
-        self.rollout_policy = None  # SeqGAN's G_β when it differs from G_θ (rollout_update_rate > 0)
+        # SeqGAN's G_β when it differs from G_θ (rollout_update_rate > 0); built now, not on the first
+        # weights, so that in-process runs draw the same global random numbers before and after a resume
+        self.rollout_policy = None
+        self.rollout_policy_loaded = False
+        if self.cfg.is_gan and self.cfg.algo.rollout_update_rate > 0:
+            self.rollout_policy = make_generator(self.cfg, self.task).to(self.device).eval()
         self.version = -1
         self.loads = 0  # weight loads (one per version)
 
@@ -58,9 +63,8 @@ class RolloutWorker:
         if version != self.version:
             self.generator.load_state_dict(weights["generator"])
             if weights.get("rollout_policy") is not None:
-                if self.rollout_policy is None:
-                    self.rollout_policy = make_generator(self.cfg, self.task).to(self.device).eval()
                 self.rollout_policy.load_state_dict(weights["rollout_policy"])
+                self.rollout_policy_loaded = True
             self.version = version
             self.loads += 1
         return self.version
@@ -69,7 +73,7 @@ class RolloutWorker:
         """SeqGAN Eq. 4's continuations of every prefix of this shard (batched, from cached states)."""
         t0 = time.perf_counter()
         d = self.device
-        policy = self.rollout_policy if self.rollout_policy is not None else self.generator
+        policy = self.rollout_policy if self.rollout_policy_loaded else self.generator
         gen = torch.Generator(device=d).manual_seed(int(seed))
         tokens, mask = to_torch(rollout.tokens, d), to_torch(rollout.token_mask, d)
         c = mc_search(policy, to_torch(rollout.src, d), to_torch(rollout.src_len, d), tokens, mask, n_rollouts,

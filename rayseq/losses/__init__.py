@@ -3,6 +3,7 @@
 All inputs are float tensors (B, T); the mean is over unmasked tokens.
 """
 
+from rayseq.losses.discriminator import DiscStats, discriminator_loss
 from rayseq.losses.policy import (
     PGStats,
     PolicyStats,
@@ -17,11 +18,13 @@ from rayseq.losses.returns import discounted_returns
 from rayseq.losses.supervised import NLLStats, ValueStats, token_nll_loss, value_loss
 
 __all__ = [
+    "DiscStats",
     "NLLStats",
     "PGStats",
     "PolicyStats",
     "ValueStats",
     "discounted_returns",
+    "discriminator_loss",
     "masked_mean",
     "mixer_loss",
     "ppo_clip_loss",

@@ -1,6 +1,7 @@
 """Models (math layer: torch only)."""
 
 from rayseq.models.baseline import ValueBaseline
+from rayseq.models.discriminator import CNNDiscriminator, build_discriminator
 from rayseq.models.generator import GeneratorOutput, SampleOutput, Seq2SeqGRU
 
-__all__ = ["GeneratorOutput", "SampleOutput", "Seq2SeqGRU", "ValueBaseline"]
+__all__ = ["CNNDiscriminator", "GeneratorOutput", "SampleOutput", "Seq2SeqGRU", "ValueBaseline", "build_discriminator"]

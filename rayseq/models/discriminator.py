@@ -1,0 +1,239 @@
+"""SeqGAN's CNN discriminator D_φ(Y): the probability that a token sequence is real.
+
+References
+- Yu, Zhang, Wang, Yu (2017), "SeqGAN: Sequence Generative Adversarial Nets with Policy Gradient",
+  section "The Discriminative Model for Sequences": Eq. 11 (embedding matrix E_{1:T}), Eq. 12
+  (c_i = ρ(w ⊗ E_{i:i+l−1} + b)), max-over-time pooling c̃ = max{c_1, …, c_{T−l+1}}, a highway layer
+  on the pooled features, a fully connected layer with a sigmoid. Trained by Eq. 5
+  (:func:`rayseq.losses.discriminator.discriminator_loss`).
+- Kim (2014), "Convolutional Neural Networks for Sentence Classification"; Zhang & LeCun (2015).
+- Srivastava, Greff, Schmidhuber (2015), "Highway Networks".
+- The SeqGAN code (github.com/LantaoYu/SeqGAN, ``discriminator.py``) for the defaults: filter sizes
+  1..10, 15, 20 with 100/200/.../160 filters, dropout keep-prob 0.75, one highway layer, and
+  ``l2_reg_lambda=0.2`` on the output layer only. That code uses a 2-class softmax; one logit with a
+  sigmoid is the same model (softmax of [0, z] is [1 − σ(z), σ(z)]).
+
+Variable lengths (the paper fixes T; its footnote 2 notes max-over-time pooling handles any length):
+a row of length n keeps the windows of width l that lie inside it, starts i = 0..n−l, as the paper's
+c_1..c_{T−l+1}; when n < l only window 0 is kept, whose tail is pad embeddings (= 0). Windows that
+start at or beyond n are therefore always masked, and so are windows that run past the end of a row
+(those would make the output depend on how far the batch is padded). Appending pad tokens or putting
+garbage after ``lengths`` never changes a row's output.
+
+Shapes: B batch, T tokens, S source, L packed length, E embedding, F = sum(num_filters) features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# SeqGAN code, ``sequence_gan.py``: dis_filter_sizes / dis_num_filters (synthetic data, T = 20)
+SEQGAN_FILTER_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
+SEQGAN_NUM_FILTERS = (100, 200, 200, 200, 200, 100, 100, 100, 100, 100, 160, 160)
+
+
+class Highway(nn.Module):
+    """One highway layer (Srivastava et al. 2015) in the SeqGAN code's convention:
+
+    t = σ(W_t x + b_t)            transform gate
+    y = t · relu(W_h x + b_h) + (1 − t) · x   (1 − t is the carry gate)
+
+    The SeqGAN code calls ``highway(h_pool_flat, size, num_layers=1, bias=0)``, so the gate gets no
+    negative bias offset (the helper's default −2 is not used); b_t starts at PyTorch's default.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.transform = nn.Linear(dim, dim)  # W_h, b_h
+        self.gate = nn.Linear(dim, dim)  # W_t, b_t
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = torch.sigmoid(self.gate(x))
+        return t * F.relu(self.transform(x)) + (1.0 - t) * x
+
+
+class CNNDiscriminator(nn.Module):
+    """SeqGAN's CNN text classifier D_φ(Y) (see the module docstring).
+
+    Phase methods: :meth:`forward` returns the logit z (B,) for training with
+    ``F.binary_cross_entropy_with_logits``; :meth:`prob` returns D(Y) = σ(z), the probability that
+    Y is real; :meth:`score` returns D(Y) for many sequences in chunks without gradients (rewards).
+
+    Inputs are right-padded token ids with lengths. With ``src`` the judged sequence is
+    ``src[:src_len] + [sep_id] + tokens[:lengths]`` (an (input, reply) pair of a seq2seq task).
+    L2 as in the SeqGAN code: pass ``disc.out.parameters()`` to ``discriminator_loss``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        emb_dim: int = 64,
+        filter_sizes: Sequence[int] = SEQGAN_FILTER_SIZES,
+        num_filters: Sequence[int] = SEQGAN_NUM_FILTERS,
+        dropout: float = 0.25,
+        pad_id: int = 0,
+        sep_id: int = 1,
+    ):
+        super().__init__()
+        filter_sizes, num_filters = tuple(int(l) for l in filter_sizes), tuple(int(n) for n in num_filters)
+        if len(filter_sizes) != len(num_filters):
+            raise ValueError(
+                f"filter_sizes and num_filters must have the same length, got {len(filter_sizes)} "
+                f"filter sizes {filter_sizes} and {len(num_filters)} filter numbers {num_filters}"
+            )
+        if not filter_sizes:
+            raise ValueError("filter_sizes must not be empty")
+        if min(filter_sizes) < 1 or min(num_filters) < 1:
+            raise ValueError(
+                f"filter sizes and numbers must be >= 1, got filter_sizes={filter_sizes}, num_filters={num_filters}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.vocab_size, self.pad_id, self.sep_id = vocab_size, pad_id, sep_id
+        self.filter_sizes, self.num_filters = filter_sizes, num_filters
+        self.max_filter = max(filter_sizes)
+        num_features = sum(num_filters)  # F
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
+        # One Conv1d per filter size: measured 3.6x faster on CPU than one conv with all kernels
+        # zero-padded to width max(filter_sizes) (paper sizes, B = 4096, T = 20, 1 thread).
+        self.convs = nn.ModuleList(nn.Conv1d(emb_dim, n, l) for l, n in zip(filter_sizes, num_filters))
+        self.highway = Highway(num_features)
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(num_features, 1)
+
+    # -- building blocks -------------------------------------------------------------------------
+    def pack(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        src: torch.Tensor | None = None,
+        src_len: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The judged sequences, right-padded with pad_id: -> seq (B, L) int64, n (B,) lengths.
+
+        Without ``src``: tokens[:lengths]. With ``src``: src[:src_len] + [sep_id] + tokens[:lengths].
+        L = max(max n, max(filter_sizes)) so that every filter has at least one window.
+        """
+        B, T = tokens.shape
+        if B and int(lengths.max()) > T:
+            raise ValueError(f"lengths must be <= tokens.shape[1] = {T}, got max {int(lengths.max())}")
+        if src is None:
+            n = lengths
+            L = max(int(n.max()) if B else 0, self.max_filter)
+            if L > T:
+                tokens = F.pad(tokens, (0, L - T), value=self.pad_id)
+            pos = torch.arange(L, device=tokens.device)
+            return tokens[:, :L].masked_fill(pos >= n[:, None], self.pad_id), n
+        if src_len is None:
+            raise ValueError("src_len is required with src")
+        S = src.shape[1]
+        if B and int(src_len.max()) > S:
+            raise ValueError(f"src_len must be <= src.shape[1] = {S}, got max {int(src_len.max())}")
+        n = src_len + 1 + lengths
+        L = max(int(n.max()) if B else 0, self.max_filter)
+        sep = torch.full_like(tokens[:, :1], self.sep_id)
+        pad = torch.full_like(tokens[:, :1], self.pad_id)
+        row = torch.cat([src, sep, tokens, pad], dim=1)  # (B, S + T + 2): column S is sep, S+T+1 pad
+        pos = torch.arange(L, device=tokens.device)[None]  # (1, L)
+        sl = src_len[:, None]
+        # position p < src_len reads src[p]; p = src_len reads sep (column S); p > src_len reads
+        # tokens[p − src_len − 1] (column S + 1 + p − src_len − 1): both are column p − src_len + S
+        idx = torch.where(pos < sl, pos, pos - sl + S)
+        idx = torch.where(pos < n[:, None], idx, S + T + 1)
+        return row.gather(1, idx), n
+
+    def features(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        src: torch.Tensor | None = None,
+        src_len: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Max-over-time pooled convolution features (B, F), before the highway layer."""
+        seq, n = self.pack(tokens, lengths, src, src_len)
+        L = seq.shape[1]
+        # (B, E, L), pad embeddings are 0; contiguous: the convs run ~5% faster on CPU
+        emb = self.embedding(seq).transpose(1, 2).contiguous()
+        mask = bool((n < L).any())  # False when every row fills L, e.g. fixed-length SeqGAN batches
+        starts = torch.arange(L, device=seq.device)  # window start positions
+        pooled = []
+        for conv, l in zip(self.convs, self.filter_sizes):
+            c = conv(emb)  # (B, n_l, L − l + 1) pre-activation c_i (Eq. 12 without ρ)
+            if mask:
+                last = (n - l).clamp(min=0)  # (B,) last start of a window inside the row; 0 keeps window 0
+                outside = starts[: c.shape[-1]][None] > last[:, None]  # (B, L − l + 1)
+                c = c.masked_fill_(outside[:, None], float("-inf"))  # in place: conv backward does not need c
+            pooled.append(c.amax(-1))
+        # ρ = relu after the max: relu is monotone, so max_i relu(c_i) = relu(max_i c_i)
+        return F.relu(torch.cat(pooled, dim=1))
+
+    # -- phase methods ---------------------------------------------------------------------------
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        src: torch.Tensor | None = None,
+        src_len: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens (B, T) int64, lengths (B,), optional src (B, S), src_len (B,) -> logit z (B,)."""
+        h = self.highway(self.features(tokens, lengths, src, src_len))
+        return self.out(self.dropout(h)).squeeze(-1)
+
+    def prob(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        src: torch.Tensor | None = None,
+        src_len: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """D(Y) = σ(z) (B,): the probability that each sequence is real."""
+        return torch.sigmoid(self(tokens, lengths, src, src_len))
+
+    def score(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        src: torch.Tensor | None = None,
+        src_len: torch.Tensor | None = None,
+        batch_size: int = 4096,
+    ) -> torch.Tensor:
+        """D(Y) (N,) for N sequences, in chunks of ``batch_size``, in eval mode, without gradients.
+
+        The previous train/eval mode is restored afterwards. Each chunk is padded only to its own
+        longest row, which does not change the output (see the module docstring).
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                out = [
+                    self.prob(
+                        tokens[i : i + batch_size],
+                        lengths[i : i + batch_size],
+                        None if src is None else src[i : i + batch_size],
+                        None if src_len is None else src_len[i : i + batch_size],
+                    )
+                    for i in range(0, tokens.shape[0], batch_size)
+                ]
+        finally:
+            self.train(was_training)
+        return torch.cat(out) if out else torch.zeros(0, device=tokens.device)
+
+
+def build_discriminator(
+    vocab_size: int,
+    emb_dim: int = 64,
+    filter_sizes: Sequence[int] = SEQGAN_FILTER_SIZES,
+    num_filters: Sequence[int] = SEQGAN_NUM_FILTERS,
+    dropout: float = 0.25,
+    pad_id: int = 0,
+    sep_id: int = 1,
+) -> CNNDiscriminator:
+    """A :class:`CNNDiscriminator` from plain values (what a config section holds)."""
+    return CNNDiscriminator(vocab_size, emb_dim, filter_sizes, num_filters, dropout, pad_id, sep_id)

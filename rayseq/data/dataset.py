@@ -1,0 +1,155 @@
+"""Reader of a dataset prepared by ``python -m rayseq.data prepare`` (layout in ``rayseq.data.dialogue``).
+
+``DialogueData.load(dir)`` gives padded numpy arrays per split, the vocabulary and the tokenizer
+settings; ``DialogueSplit.references()`` gives every group's replies (the one-to-many BLEU-2
+references) and ``group_inputs()`` one input row per group, for evaluation. ``encode_text`` encodes a
+prompt as training encoded the inputs (same tokenizer, same keep-the-last-tokens truncation).
+
+Math/data layer: numpy + pyarrow; never Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rayseq.data.dialogue import FORMAT_VERSION, SPLITS, DataError
+from rayseq.data.text import tokenize
+from rayseq.tasks.base import Vocab
+
+
+def encode_text(text: str, vocab: Vocab, tokenizer: dict, max_len: int) -> np.ndarray:
+    """(k,) int64 ids of ``text``, k <= max_len: the LAST ``max_len`` tokens, as inputs were truncated;
+    unknown words are <unk>. k is 0 for a text without tokens."""
+    tokens = tokenize(text, **tokenizer)
+    return vocab.encode(tokens[-max_len:] if max_len > 0 else [])
+
+
+@dataclass
+class DialogueSplit:
+    src: np.ndarray  # (n, S) int64 input ids, right-padded with 0 (<pad>), S = max_src_len
+    src_len: np.ndarray  # (n,) int64, >= 1
+    tgt: np.ndarray  # (n, T) int64 reply ids, right-padded with 0, no bos/eos, T = max_tgt_len
+    tgt_len: np.ndarray  # (n,) int64, >= 1
+    group: np.ndarray  # (n,) int64 group of the input, 0..G-1: rows of one group have the same src
+    src_text: list[str]  # tokenised (truncated) input joined by spaces
+    tgt_text: list[str]
+    conv_id: list[str]
+
+    def __len__(self) -> int:
+        return len(self.src_len)
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.group.max()) + 1 if len(self.group) else 0
+
+    def references(self) -> list[list[np.ndarray]]:
+        """Per group g (index g), the unpadded reply id arrays of its rows, in row order."""
+        refs: list[list[np.ndarray]] = [[] for _ in range(self.num_groups)]
+        for i, g in enumerate(self.group.tolist()):
+            refs[g].append(self.tgt[i, : self.tgt_len[i]])
+        return refs
+
+    def group_inputs(self) -> tuple[np.ndarray, np.ndarray]:
+        """((G, S) src, (G,) src_len): the input of each group, row g for group g."""
+        _, first = np.unique(self.group, return_index=True)  # groups are 0..G-1, so row g is group g
+        return self.src[first], self.src_len[first]
+
+
+def _padded(col: pa.ChunkedArray, width: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """list<int32> column -> ((n, width) int64 right-padded with 0, (n,) int64 lengths)."""
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    lens = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.int64)
+    n = len(lens)
+    if n and (lens.min() < 1 or lens.max() > width):
+        raise DataError(f"{name}: lengths must be in [1, {width}] (got {lens.min()}..{lens.max()})")
+    out = np.zeros((n, width), dtype=np.int64)
+    rows = np.repeat(np.arange(n), lens)
+    starts = np.cumsum(lens) - lens
+    out[rows, np.arange(len(values)) - np.repeat(starts, lens)] = values
+    return out, lens
+
+
+def _read_split(dir_: Path, max_src_len: int, max_tgt_len: int, vocab_size: int) -> DialogueSplit:
+    shards = sorted(dir_.glob("part-*.parquet"))
+    if not shards:
+        raise DataError(f"{dir_}: no part-*.parquet shard (not a prepared dataset?)")
+    try:
+        table = pa.concat_tables([pq.read_table(p) for p in shards])
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{dir_}: cannot read the shards ({e})") from None
+    missing = {"conv_id", "group", "src", "tgt", "src_text", "tgt_text"} - set(table.column_names)
+    if missing:
+        raise DataError(f"{dir_}: shards lack the columns {sorted(missing)}")
+    src, src_len = _padded(table.column("src"), max_src_len, f"{dir_}/src")
+    tgt, tgt_len = _padded(table.column("tgt"), max_tgt_len, f"{dir_}/tgt")
+    for name, ids in (("src", src), ("tgt", tgt)):
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+            raise DataError(f"{dir_}/{name}: token ids outside the vocabulary of {vocab_size}")
+    return DialogueSplit(
+        src=src,
+        src_len=src_len,
+        tgt=tgt,
+        tgt_len=tgt_len,
+        group=table.column("group").to_numpy().astype(np.int64),
+        src_text=table.column("src_text").to_pylist(),
+        tgt_text=table.column("tgt_text").to_pylist(),
+        conv_id=table.column("conv_id").to_pylist(),
+    )
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise DataError(f"{path.parent}: not a prepared dialogue dataset (missing {path.name})")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}: expected a JSON object")
+    return obj
+
+
+@dataclass
+class DialogueData:
+    vocab: Vocab
+    tokenizer: dict  # tokenize() keyword arguments: {"kind": "words", "lowercase": True}
+    max_src_len: int
+    max_tgt_len: int
+    manifest: dict
+    splits: dict[str, DialogueSplit]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> DialogueData:
+        path = Path(path).expanduser()
+        if not path.is_dir():
+            raise DataError(f"{path}: no such directory")
+        spec = _read_json(path / "vocab.json")
+        manifest = _read_json(path / "manifest.json")
+        version = manifest.get("format_version")
+        if version != FORMAT_VERSION:
+            raise DataError(f"{path / 'manifest.json'}: format_version {version!r}, expected {FORMAT_VERSION!r}")
+        try:
+            vocab = Vocab.from_spec(spec)
+            tokenizer = dict(spec["tokenizer"])
+            max_src_len, max_tgt_len = int(spec["max_src_len"]), int(spec["max_tgt_len"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{path / 'vocab.json'}: bad vocabulary file ({e})") from None
+        splits = {}
+        for s in SPLITS:
+            if not (path / s).is_dir():
+                raise DataError(f"{path}: not a prepared dialogue dataset (missing {s}/)")
+            splits[s] = _read_split(path / s, max_src_len, max_tgt_len, len(vocab))
+        return cls(vocab, tokenizer, max_src_len, max_tgt_len, manifest, splits)
+
+    def encode(self, text: str) -> np.ndarray:
+        """A prompt's input ids, as ``encode_text`` with this dataset's settings."""
+        return encode_text(text, self.vocab, self.tokenizer, self.max_src_len)

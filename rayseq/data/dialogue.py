@@ -1,0 +1,608 @@
+"""Dialogue corpora -> Parquet shards + vocabulary + split manifest, for the chit-chat chatbot.
+
+The chit-chat experiment of Tuan et al. (2018, "Proximal Policy Optimization and its Dynamic Version
+for Sequence Generation") rewards a reply with BLEU-2 against *all* replies to the same input
+(one-to-many). So the pipeline
+
+1. turns every conversation into (context -> reply) pairs (context = the previous ``context_turns``
+   utterances, joined by a space), or reads the pairs themselves (jsonl, tsv);
+2. tokenises with ``rayseq.data.text.tokenize`` (settings stored in ``vocab.json`` so that serving
+   re-tokenises identically), keeps the LAST ``max_src_len`` input tokens (the end of the context
+   matters), drops (or truncates) replies over ``max_tgt_len`` tokens, drops empty ones;
+3. splits by CONVERSATION (no dialogue in two splits) with a seeded permutation of the sorted ids, so
+   the split depends only on the seed and the set of conversations, not on the length options;
+4. builds the vocabulary from the train split only (most frequent first, ties alphabetical);
+5. groups the pairs of a split whose encoded input is identical: a group's replies are the
+   references of its input (within one split, so nothing leaks between splits);
+6. writes ``vocab.json``, ``manifest.json`` and ``{train,valid,test}/part-%05d.parquet`` into a temp dir
+   next to the output, then renames it into place (nothing half-written survives a failure).
+
+Sources (``SOURCE`` of ``python -m rayseq.data prepare``):
+
+- ``chitchat``: the Chit-Chat Challenge corpus (BYU PCC, pip package ``chitchat-dataset``; 7,168
+  conversations whose turns already group consecutive messages of one sender);
+- ``chatterbot``: the YAML conversations of ``chatterbot-corpus`` (one language);
+- ``opensubtitles:PATH``: OPUS monolingual plain text (https://opus.nlpl.eu/OpenSubtitles), one
+  utterance a line, blank lines end a conversation; ``.gz`` works too;
+- ``cornell:DIR``: Cornell Movie-Dialogs (Danescu-Niculescu-Mizil & Lee, 2011), ``movie_lines.txt``
+  and ``movie_conversations.txt``;
+- ``jsonl:PATH`` (``{"input", "reply", "conv_id"?}`` a line) and ``tsv:PATH`` (input, reply, conv id?).
+
+Math/data layer: numpy, pyarrow, tqdm (and PyYAML for chatterbot); never Ray.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from rayseq.data.text import tokenize
+from rayseq.tasks.base import SPECIAL_TOKENS, Vocab
+
+FORMAT_VERSION = "rayseq-dialogue-v1"
+SPLITS = ("train", "valid", "test")
+TOKENIZER = {"kind": "words", "lowercase": True}
+SOURCES = ("chitchat", "chatterbot", "opensubtitles:PATH", "cornell:DIR", "jsonl:PATH", "tsv:PATH")
+SCHEMA = pa.schema(
+    [
+        ("conv_id", pa.string()),
+        ("group", pa.int64()),
+        ("src", pa.list_(pa.int32())),  # input token ids, no bos/eos
+        ("tgt", pa.list_(pa.int32())),  # reply token ids, no bos/eos
+        ("src_text", pa.string()),  # the (truncated) tokenised input joined by spaces
+        ("tgt_text", pa.string()),
+    ]
+)
+_CORNELL_SEP = " +++$+++ "
+
+
+class DataError(ValueError):
+    """Bad input data, options or output directory; names the file and the 1-based line where it can."""
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """Options of ``prepare`` (the CLI flags, ``--max-src-len`` for ``max_src_len``)."""
+
+    context_turns: int = 1
+    """previous utterances joined (by a space) into the input of a turn-based source"""
+    language: str = "english"
+    """chatterbot: the corpus language (a folder under ``chatterbot_corpus/data``)"""
+    max_conv_turns: int = 0
+    """cut turn-based conversations into blocks of at most this many turns (0: never); needed to split
+    an OpenSubtitles file that has no blank lines (it would otherwise be one conversation)"""
+    max_src_len: int = 20
+    """input length in tokens: longer inputs keep their LAST tokens"""
+    max_tgt_len: int = 20
+    """reply length in tokens: longer replies are dropped (or truncated, ``truncate_replies``)"""
+    truncate_replies: bool = False
+    """keep the first ``max_tgt_len`` tokens of a long reply instead of dropping the pair"""
+    vocab_size: int = 4000
+    """vocabulary cap, including the 4 special tokens <pad> <bos> <eos> <unk>"""
+    min_count: int = 1
+    """train-split occurrences a token needs to enter the vocabulary"""
+    seed: int = 0
+    """seed of the conversation-level split"""
+    valid_frac: float = 0.05
+    """fraction of conversations in valid (at least 1 when there are >= 3 conversations)"""
+    test_frac: float = 0.05
+    """fraction of conversations in test (at least 1 when there are >= 3 conversations)"""
+    shard_size: int = 100_000
+    """rows per Parquet file"""
+    overwrite: bool = False
+    """replace a non-empty output directory (atomically)"""
+    quiet: bool = False
+    """no progress bars"""
+
+    def __post_init__(self):
+        for name in ("context_turns", "max_src_len", "max_tgt_len", "min_count", "shard_size"):
+            if getattr(self, name) < 1:
+                raise DataError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.max_conv_turns != 0 and self.max_conv_turns < 2:
+            raise DataError(f"max_conv_turns must be 0 (never cut) or >= 2 (got {self.max_conv_turns})")
+        if self.vocab_size <= len(SPECIAL_TOKENS):
+            raise DataError(f"vocab_size must be > {len(SPECIAL_TOKENS)} (the special tokens; got {self.vocab_size})")
+        for name in ("valid_frac", "test_frac"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise DataError(f"{name} must be in [0, 1) (got {getattr(self, name)})")
+        if self.valid_frac + self.test_frac >= 1.0:
+            raise DataError("valid_frac + test_frac must be < 1 (train needs conversations)")
+
+
+class RawPair(NamedTuple):
+    conv_id: str
+    input: str
+    reply: str
+
+
+class Pair(NamedTuple):
+    conv_id: str
+    src: list[str]  # tokens, truncated to max_src_len (last ones kept)
+    tgt: list[str]  # tokens, at most max_tgt_len
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+def _progress(it, quiet: bool, desc: str, **kw):
+    return tqdm(it, desc=desc, disable=quiet, leave=False, dynamic_ncols=True, **kw)
+
+
+def _require(path: Path, kind: str = "file") -> Path:
+    ok = path.is_dir() if kind == "directory" else path.is_file()
+    if not ok:
+        raise DataError(f"{path}: no such {kind}")
+    return path
+
+
+def read_lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its newline); ``.gz`` files are decompressed. A line that
+    does not decode, or a damaged gzip stream, is a DataError naming the file and the line."""
+    _require(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    lineno = 0
+    try:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode(encoding)
+                except UnicodeDecodeError as e:
+                    raise DataError(
+                        f"{path}:{lineno}: cannot decode as {encoding} ({e.reason} at byte {e.start})"
+                    ) from None
+                if lineno == 1:
+                    line = line.removeprefix("\ufeff")
+                yield lineno, line.rstrip("\r\n")
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError; a truncated .gz an EOFError
+        raise DataError(f"{path}:{lineno + 1}: cannot read ({e})") from None
+
+
+def merge_speakers(turns: Iterable[tuple[str, str]]) -> list[str]:
+    """Utterances of (speaker, text) in order -> one text per turn, consecutive texts of the same
+    speaker joined by a space."""
+    out: list[str] = []
+    prev = None
+    for speaker, text in turns:
+        if out and speaker == prev:
+            out[-1] = f"{out[-1]} {text}"
+        else:
+            out.append(text)
+        prev = speaker
+    return out
+
+
+def turns_to_pairs(conv_id: str, turns: list[str], context_turns: int = 1, max_conv_turns: int = 0) -> list[RawPair]:
+    """Consecutive turns -> (the previous ``context_turns`` turns joined by a space -> turn). With
+    ``max_conv_turns`` a long conversation is cut into blocks ``conv_id#k`` first."""
+    if max_conv_turns and len(turns) > max_conv_turns:
+        starts = range(0, len(turns), max_conv_turns)
+        blocks = [(f"{conv_id}#{k}", turns[i : i + max_conv_turns]) for k, i in enumerate(starts)]
+    else:
+        blocks = [(conv_id, turns)]
+    return [
+        RawPair(cid, " ".join(block[max(0, i - context_turns) : i]), block[i])
+        for cid, block in blocks
+        for i in range(1, len(block))
+    ]
+
+
+def load_chitchat(opts: PrepareOptions) -> tuple[list[RawPair], list[Path]]:
+    try:
+        import chitchat_dataset
+    except ImportError:
+        raise DataError("source 'chitchat' needs the chitchat-dataset package: pip install chitchat-dataset") from None
+    path = Path(chitchat_dataset.__file__).with_name("dataset.json")
+    try:
+        data = json.loads(_require(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: not a JSON file ({e})") from None
+    pairs: list[RawPair] = []
+    for conv_id, conv in _progress(data.items(), opts.quiet, "chitchat", unit="conv"):
+        try:
+            # messages: one list per turn, each a list of {"text", "sender", "timestamp"} of one sender
+            turns = merge_speakers((m[0]["sender"], " ".join(u["text"] for u in m)) for m in conv["messages"] if m)
+        except (KeyError, TypeError, IndexError) as e:
+            raise DataError(f"{path}: conversation {conv_id}: unexpected structure ({e!r})") from None
+        pairs += turns_to_pairs(conv_id, turns, opts.context_turns, opts.max_conv_turns)
+    return pairs, [path]
+
+
+def load_chatterbot(opts: PrepareOptions) -> tuple[list[RawPair], list[Path], int]:
+    """Pairs, files, and the number of malformed entries skipped (the corpus has one: a string
+    where trivia.yml expects a list)."""
+    try:
+        import chatterbot_corpus
+    except ImportError:
+        raise DataError(
+            "source 'chatterbot' needs the chatterbot-corpus package: "
+            'pip install chatterbot-corpus (or pip install -e ".[chatterbot]")'
+        ) from None
+    import yaml
+
+    root = Path(chatterbot_corpus.__file__).parent / "data"
+    lang_dir = root / opts.language
+    if not lang_dir.is_dir():
+        known = ", ".join(sorted(p.name for p in root.iterdir() if p.is_dir()))
+        raise DataError(f"chatterbot corpus has no language {opts.language!r} (known: {known})")
+    files = sorted(lang_dir.glob("*.yml"))
+    pairs: list[RawPair] = []
+    skipped = 0
+    for path in _progress(files, opts.quiet, "chatterbot", unit="file"):
+        try:
+            # BaseLoader: every scalar stays a string ("Yes" is not turned into True)
+            doc = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}: cannot decode as utf-8 ({e.reason} at byte {e.start})") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+            raise DataError(f"{where}: bad YAML ({getattr(e, 'problem', e)})") from None
+        convs = doc.get("conversations") if isinstance(doc, dict) else None
+        if not isinstance(convs, list):
+            raise DataError(f"{path}: no 'conversations' list")
+        for k, conv in enumerate(convs):
+            if not isinstance(conv, list) or not all(isinstance(t, str) for t in conv):
+                skipped += 1
+                continue
+            pairs += turns_to_pairs(f"{path.stem}:{k}", conv, opts.context_turns, opts.max_conv_turns)
+    return pairs, files, skipped
+
+
+def load_opensubtitles(path: Path, opts: PrepareOptions) -> list[RawPair]:
+    pairs: list[RawPair] = []
+    turns: list[str] = []
+    start = 1
+
+    def flush():
+        pairs.extend(turns_to_pairs(f"{path.name}:{start}", turns, opts.context_turns, opts.max_conv_turns))
+        turns.clear()
+
+    for lineno, line in _progress(read_lines(path), opts.quiet, path.name, unit="line"):
+        if not line.strip():  # a blank line ends the conversation
+            flush()
+            start = lineno + 1
+        else:
+            turns.append(line)
+    flush()
+    return pairs
+
+
+def load_cornell(root: Path, opts: PrepareOptions) -> tuple[list[RawPair], list[Path]]:
+    _require(root, "directory")
+    lines_path, convs_path = root / "movie_lines.txt", root / "movie_conversations.txt"
+    lines: dict[str, tuple[str, str]] = {}  # line id -> (character id, text)
+    for lineno, line in _progress(read_lines(lines_path, "iso-8859-1"), opts.quiet, lines_path.name, unit="line"):
+        if not line.strip():
+            continue
+        # the space added keeps the 5th field when an empty text lost its trailing space
+        fields = (line + " ").split(_CORNELL_SEP)
+        if len(fields) != 5:
+            raise DataError(
+                f"{lines_path}:{lineno}: expected 5 fields separated by '{_CORNELL_SEP.strip()}', got {len(fields)}"
+            )
+        lines[fields[0].strip()] = (fields[1].strip(), fields[4].strip())
+    pairs: list[RawPair] = []
+    for lineno, line in _progress(read_lines(convs_path, "iso-8859-1"), opts.quiet, convs_path.name, unit="conv"):
+        if not line.strip():
+            continue
+        fields = line.split(_CORNELL_SEP)
+        if len(fields) != 4:
+            raise DataError(
+                f"{convs_path}:{lineno}: expected 4 fields separated by '{_CORNELL_SEP.strip()}', got {len(fields)}"
+            )
+        try:
+            ids = ast.literal_eval(fields[3].strip())
+        except (ValueError, SyntaxError):
+            ids = None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise DataError(f"{convs_path}:{lineno}: expected a list of line ids like ['L194', 'L195']")
+        unknown = [i for i in ids if i not in lines]
+        if unknown:
+            raise DataError(f"{convs_path}:{lineno}: unknown line id {unknown[0]!r} (not in {lines_path.name})")
+        turns = merge_speakers(lines[i] for i in ids)
+        pairs += turns_to_pairs(f"{fields[2].strip()}:{lineno}", turns, opts.context_turns, opts.max_conv_turns)
+    return pairs, [lines_path, convs_path]
+
+
+def load_jsonl(path: Path, opts: PrepareOptions) -> list[RawPair]:
+    pairs: list[RawPair] = []
+    for lineno, line in _progress(read_lines(path), opts.quiet, path.name, unit="line"):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: bad JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        for field in ("input", "reply"):
+            if field not in obj:
+                raise DataError(f"{where}: missing field {field!r}")
+            if not isinstance(obj[field], str):
+                raise DataError(f"{where}: field {field!r} must be a string, got {type(obj[field]).__name__}")
+        conv_id = obj.get("conv_id")
+        if conv_id is None:
+            conv_id = f"line-{lineno}"  # no conv id: each line is its own conversation
+        elif isinstance(conv_id, (str, int)) and not isinstance(conv_id, bool):
+            conv_id = str(conv_id)
+        else:
+            raise DataError(f"{where}: field 'conv_id' must be a string or an integer, got {type(conv_id).__name__}")
+        pairs.append(RawPair(conv_id, obj["input"], obj["reply"]))
+    return pairs
+
+
+def load_tsv(path: Path, opts: PrepareOptions) -> list[RawPair]:
+    pairs: list[RawPair] = []
+    for lineno, line in _progress(read_lines(path), opts.quiet, path.name, unit="line"):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) == 1:
+            raise DataError(f"{path}:{lineno}: no tab (expected input<TAB>reply[<TAB>conv_id])")
+        if len(fields) > 3:
+            raise DataError(f"{path}:{lineno}: {len(fields)} tab-separated fields (expected 2 or 3)")
+        conv_id = fields[2].strip() if len(fields) == 3 and fields[2].strip() else f"line-{lineno}"
+        pairs.append(RawPair(conv_id, fields[0], fields[1]))
+    return pairs
+
+
+def load_source(source: str, opts: PrepareOptions) -> tuple[list[RawPair], list[Path], int]:
+    """(pairs in conversation order, the input files, malformed entries skipped) of a SOURCE spec."""
+    kind, sep, arg = source.partition(":")
+    if kind in ("chitchat", "chatterbot") and not sep:
+        if kind == "chitchat":
+            return (*load_chitchat(opts), 0)
+        return load_chatterbot(opts)
+    loaders = {"opensubtitles": load_opensubtitles, "jsonl": load_jsonl, "tsv": load_tsv}
+    if sep and arg and kind in loaders:
+        path = Path(arg).expanduser()
+        return loaders[kind](path, opts), [path], 0
+    if sep and arg and kind == "cornell":
+        return (*load_cornell(Path(arg).expanduser(), opts), 0)
+    raise DataError(f"unknown source {source!r} (known: {', '.join(SOURCES)})")
+
+
+# ------------------------------------------------------------------------------------- processing
+
+
+def tokenize_pairs(raw: list[RawPair], opts: PrepareOptions) -> tuple[list[Pair], dict, dict]:
+    """Tokenised pairs within the length caps, ``dropped`` and ``truncated`` counts."""
+    cache: dict[str, list[str]] = {}  # with context_turns = 1 every reply is the next input
+
+    def tok(text: str) -> list[str]:
+        out = cache.get(text)
+        if out is None:
+            out = cache[text] = tokenize(text, **TOKENIZER)
+        return out
+
+    dropped = {"empty_input": 0, "empty_reply": 0, "reply_too_long": 0}
+    truncated = {"inputs": 0, "replies": 0}
+    pairs: list[Pair] = []
+    for p in _progress(raw, opts.quiet, "tokenise", unit="pair"):
+        src, tgt = tok(p.input), tok(p.reply)
+        if not src:
+            dropped["empty_input"] += 1
+            continue
+        if not tgt:
+            dropped["empty_reply"] += 1
+            continue
+        if len(tgt) > opts.max_tgt_len:
+            if not opts.truncate_replies:
+                dropped["reply_too_long"] += 1
+                continue
+            truncated["replies"] += 1
+            tgt = tgt[: opts.max_tgt_len]
+        if len(src) > opts.max_src_len:
+            truncated["inputs"] += 1
+            src = src[-opts.max_src_len :]  # the end of the context matters most
+        pairs.append(Pair(p.conv_id, src, tgt))
+    return pairs, dropped, truncated
+
+
+def split_sizes(n: int, valid_frac: float, test_frac: float) -> tuple[int, int]:
+    """(valid, test) conversation counts: round(n * frac), at least 1 when frac > 0 and n >= 3,
+    leaving train at least one conversation."""
+    sizes = []
+    for frac in (valid_frac, test_frac):
+        k = round(n * frac)
+        sizes.append(max(k, 1) if frac > 0 and n >= 3 else k)
+    n_valid, n_test = sizes
+    n_test = min(n_test, max(n - 1, 0))
+    n_valid = min(n_valid, max(n - 1 - n_test, 0))
+    return n_valid, n_test
+
+
+def split_conversations(conv_ids: Iterable[str], seed: int, valid_frac: float, test_frac: float) -> dict[str, str]:
+    """conv id -> split name. A seeded permutation of the SORTED unique ids: the same seed and the
+    same set of conversations give the same split, whatever the loading order."""
+    ids = sorted(set(conv_ids))
+    n_valid, n_test = split_sizes(len(ids), valid_frac, test_frac)
+    perm = np.random.default_rng(seed).permutation(len(ids))
+    names = np.full(len(ids), "train", dtype=object)
+    names[perm[:n_test]] = "test"
+    names[perm[n_test : n_test + n_valid]] = "valid"
+    return dict(zip(ids, names.tolist()))
+
+
+def build_vocab(token_lists: Iterable[list[str]], vocab_size: int, min_count: int = 1) -> tuple[Vocab, Counter]:
+    """Most frequent first, ties alphabetical; at most ``vocab_size`` ids with the specials."""
+    counts: Counter = Counter()
+    for toks in token_lists:
+        counts.update(toks)
+    ranked = sorted(
+        (t for t, c in counts.items() if c >= min_count and t not in SPECIAL_TOKENS), key=lambda t: (-counts[t], t)
+    )
+    return Vocab(ranked[: vocab_size - len(SPECIAL_TOKENS)]), counts
+
+
+def _list_array(seqs: list[list[int]]) -> pa.ListArray:
+    lens = np.fromiter((len(s) for s in seqs), dtype=np.int32, count=len(seqs))
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    values = np.fromiter((i for s in seqs for i in s), dtype=np.int32, count=int(offsets[-1]))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+
+def encode_split(pairs: list[Pair], vocab: Vocab) -> pa.Table:
+    """Rows of one split with ``group`` ids: pairs whose encoded input is identical share a group
+    (0..G-1 in order of first appearance); the group's replies are that input's references."""
+    stoi, unk = vocab.stoi, vocab.specials.unk
+    src = [[stoi.get(t, unk) for t in p.src] for p in pairs]
+    tgt = [[stoi.get(t, unk) for t in p.tgt] for p in pairs]
+    # by ids, not text: inputs the model cannot tell apart (<unk>) must share their references
+    groups: dict[tuple[int, ...], int] = {}
+    group = np.fromiter((groups.setdefault(tuple(s), len(groups)) for s in src), dtype=np.int64, count=len(src))
+    return pa.Table.from_arrays(
+        [
+            pa.array([p.conv_id for p in pairs], pa.string()),
+            pa.array(group, pa.int64()),
+            _list_array(src),
+            _list_array(tgt),
+            pa.array([" ".join(p.src) for p in pairs], pa.string()),
+            pa.array([" ".join(p.tgt) for p in pairs], pa.string()),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def _split_stats(table: pa.Table, unk: int) -> dict:
+    n_tokens = n_unk = 0
+    for col in ("src", "tgt"):
+        values = table.column(col).combine_chunks().flatten().to_numpy()
+        n_tokens += len(values)
+        n_unk += int(np.count_nonzero(values == unk))
+    return {
+        "conversations": len(set(table.column("conv_id").to_pylist())),
+        "pairs": table.num_rows,
+        "groups": int(np.max(table.column("group").to_numpy())) + 1 if table.num_rows else 0,
+        "unk_rate": round(n_unk / n_tokens, 6) if n_tokens else 0.0,
+    }
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise DataError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise DataError(f"{out}: exists and is not empty (use --overwrite to replace it)")
+
+
+def write_atomically(out: Path, overwrite: bool, write) -> None:
+    """``write(tmp_dir)`` into a temp dir next to ``out``, then rename it to ``out``. With
+    ``overwrite`` an existing ``out`` is renamed aside, the new one renamed in, the old one deleted.
+    On any failure the temp dir is removed and ``out`` is left as it was."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0o700
+        write(tmp)
+        _check_out(out, overwrite)  # again: it may have appeared while we were writing
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        if not out.exists():
+            os.rename(tmp, out)
+            return
+        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(out, old)
+        try:
+            os.rename(tmp, out)
+        except BaseException:
+            os.rename(old, out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _write_split(dir_: Path, table: pa.Table, shard_size: int) -> list[str]:
+    dir_.mkdir()
+    names = []
+    for k, start in enumerate(range(0, max(table.num_rows, 1), shard_size)):  # an empty split: one empty file
+        names.append(f"part-{k:05d}.parquet")
+        pq.write_table(table.slice(start, shard_size), dir_ / names[-1])
+    return names
+
+
+def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = None) -> dict:
+    """Prepare ``source`` into the directory ``out`` (layout in the module docstring); returns the
+    manifest. Raises DataError on bad input or when ``out`` is non-empty without ``overwrite``."""
+    opts = opts or PrepareOptions()
+    out = Path(out).expanduser()
+    _check_out(out, opts.overwrite)  # fail before the slow part
+    raw, files, malformed = load_source(source, opts)
+    pairs, dropped, truncated = tokenize_pairs(raw, opts)
+    if malformed:
+        dropped["malformed_entries"] = malformed
+    if not pairs:
+        raise DataError(f"{source}: no usable pairs ({len(raw)} read, dropped: {dropped})")
+
+    split_of = split_conversations((p.conv_id for p in raw), opts.seed, opts.valid_frac, opts.test_frac)
+    by_split: dict[str, list[Pair]] = {s: [] for s in SPLITS}
+    for p in pairs:
+        by_split[split_of[p.conv_id]].append(p)
+    train_tokens = (toks for p in by_split["train"] for toks in (p.src, p.tgt))
+    vocab, _ = build_vocab(train_tokens, opts.vocab_size, opts.min_count)
+    tables = {s: encode_split(by_split[s], vocab) for s in SPLITS}
+    counts = {s: _split_stats(tables[s], vocab.specials.unk) for s in SPLITS}
+    train_inputs = set(tables["train"].column("src_text").to_pylist())
+    for s in ("valid", "test"):  # identical inputs may still sit in other conversations of train
+        inputs = set(tables[s].column("src_text").to_pylist())
+        counts[s]["inputs_seen_in_train"] = sum(t in train_inputs for t in inputs)
+
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        "input_files": [{"path": str(f.resolve()), "bytes": f.stat().st_size} for f in files],
+        "options": {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "quiet")},
+        "seed": opts.seed,
+        "tokenizer": dict(TOKENIZER),
+        "raw_conversations": len(split_of),  # with at least one pair, before the length caps
+        "raw_pairs": len(raw),
+        "counts": counts,
+        "dropped": dropped,
+        "truncated": truncated,
+        "vocab": {"size": len(vocab), "unk_rate_train": counts["train"]["unk_rate"]},
+        "shards": {},
+    }
+
+    def write(tmp: Path) -> None:
+        for s in _progress(SPLITS, opts.quiet, "write", unit="split"):
+            manifest["shards"][s] = _write_split(tmp / s, tables[s], opts.shard_size)
+        _write_json(
+            tmp / "vocab.json",
+            {
+                "itos": vocab.itos,
+                "tokenizer": dict(TOKENIZER),
+                "max_src_len": opts.max_src_len,
+                "max_tgt_len": opts.max_tgt_len,
+            },
+        )
+        _write_json(tmp / "manifest.json", manifest)  # last: its presence means the rest is there
+
+    write_atomically(out, opts.overwrite, write)
+    return manifest

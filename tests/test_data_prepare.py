@@ -1,0 +1,378 @@
+"""Dialogue data pipeline (rayseq.data.dialogue, rayseq.data.dataset, python -m rayseq.data): every
+source format on tiny hand-written files, grouping, the conversation-level split, vocabulary, length
+caps, the reader, bad input, atomic writing, the CLI, and the real chitchat / chatterbot corpora."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from rayseq.data import DataError, DialogueData, PrepareOptions, encode_text, prepare
+from rayseq.data import dialogue as dlg
+from rayseq.data.dialogue import RawPair, load_source, merge_speakers, split_conversations, turns_to_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+ALL_TRAIN = {"valid_frac": 0.0, "test_frac": 0.0}  # one split: pairs and groups are easy to check
+
+
+def opts(**kw) -> PrepareOptions:
+    return PrepareOptions(quiet=True, **kw)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def prep(tmp_path: Path, source: str, name: str = "out", **kw) -> DialogueData:
+    prepare(source, tmp_path / name, opts(**kw))
+    return DialogueData.load(tmp_path / name)
+
+
+def pairs_of(split) -> list[tuple[str, str]]:
+    return list(zip(split.src_text, split.tgt_text))
+
+
+# ------------------------------------------------------------------------------------ sources
+
+
+def test_turns_to_pairs_context_and_blocks():
+    turns = ["a", "b", "c", "d"]
+    assert turns_to_pairs("x", turns) == [RawPair("x", "a", "b"), RawPair("x", "b", "c"), RawPair("x", "c", "d")]
+    # K = 2: the two previous turns, joined by a space; the first pair has only one
+    assert [p.input for p in turns_to_pairs("x", turns, context_turns=2)] == ["a", "a b", "b c"]
+    # blocks of 2 turns: (a b) (c d) -> the pair b -> c across the cut is lost
+    assert turns_to_pairs("x", turns, max_conv_turns=2) == [RawPair("x#0", "a", "b"), RawPair("x#1", "c", "d")]
+    assert merge_speakers([("u1", "hi"), ("u1", "there"), ("u2", "yo"), ("u1", "ok")]) == ["hi there", "yo", "ok"]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_opensubtitles_plain_and_gz(tmp_path, gz):
+    text = "Hello there.\nHi!\nHow are you?\n\n\nBye now\nSee you\n"
+    path = tmp_path / ("os.txt.gz" if gz else "os.txt")
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    raw, files, _ = load_source(f"opensubtitles:{path}", opts())
+    # blank lines (line 4, 5) end the first conversation; conv ids name the file and the first line
+    assert raw == [
+        RawPair(f"{path.name}:1", "Hello there.", "Hi!"),
+        RawPair(f"{path.name}:1", "Hi!", "How are you?"),
+        RawPair(f"{path.name}:6", "Bye now", "See you"),
+    ]
+    assert files == [path]
+    train = prep(tmp_path, f"opensubtitles:{path}", **ALL_TRAIN).splits["train"]
+    assert pairs_of(train) == [("hello there .", "hi !"), ("hi !", "how are you ?"), ("bye now", "see you")]
+
+
+def write_cornell(root: Path, conversations: str | None = None) -> Path:
+    root.mkdir()
+    sep = " +++$+++ "
+    lines = [
+        ("L1", "u0", "Hello, Bianca."),
+        ("L2", "u1", "Hi."),
+        ("L3", "u1", "Who are you?"),  # same speaker as L2: merged into one turn
+        ("L4", "u0", "Cameron."),
+        ("L5", "u0", ""),  # an empty text (the real file has some)
+        ("L6", "u1", "Caf\xe9?"),  # iso-8859-1 byte 0xe9
+    ]
+    (root / "movie_lines.txt").write_bytes(
+        "".join(sep.join([i, u, "m0", u.upper(), t]) + "\n" for i, u, t in lines).encode("iso-8859-1")
+    )
+    conversations = conversations or (
+        f"u0{sep}u1{sep}m0{sep}['L1', 'L2', 'L3', 'L4']\nu0{sep}u1{sep}m0{sep}['L5', 'L6']\n"
+    )
+    (root / "movie_conversations.txt").write_text(conversations, encoding="iso-8859-1")
+    return root
+
+
+def test_cornell(tmp_path):
+    root = write_cornell(tmp_path / "cornell")
+    raw, files, _ = load_source(f"cornell:{root}", opts())
+    assert raw == [
+        RawPair("m0:1", "Hello, Bianca.", "Hi. Who are you?"),
+        RawPair("m0:1", "Hi. Who are you?", "Cameron."),
+        RawPair("m0:2", "", "Caf\xe9?"),
+    ]
+    assert [f.name for f in files] == ["movie_lines.txt", "movie_conversations.txt"]
+    m = prepare(f"cornell:{root}", tmp_path / "out", opts(**ALL_TRAIN))
+    assert m["dropped"]["empty_input"] == 1 and m["counts"]["train"]["pairs"] == 2
+
+
+def test_jsonl_and_tsv(tmp_path):
+    rows = [
+        {"input": "Hi", "reply": "Hello", "conv_id": "a"},
+        {"input": "Yo", "reply": "Sup"},
+        {"input": "How?", "reply": "Fine", "conv_id": 7},
+    ]
+    raw, _, _ = load_source(f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}", opts())
+    # no conv id: each line is its own conversation
+    assert raw == [RawPair("a", "Hi", "Hello"), RawPair("line-2", "Yo", "Sup"), RawPair("7", "How?", "Fine")]
+    (tmp_path / "p.tsv").write_text("Hi\tHello\ta\n\nYo\tSup\nHow?\tFine\t7\n", encoding="utf-8")
+    raw, _, _ = load_source(f"tsv:{tmp_path / 'p.tsv'}", opts())
+    assert raw == [RawPair("a", "Hi", "Hello"), RawPair("line-3", "Yo", "Sup"), RawPair("7", "How?", "Fine")]
+
+
+# --------------------------------------------------------------------------------- processing
+
+
+def test_identical_inputs_share_a_group_and_its_references(tmp_path):
+    rows = [
+        {"input": "Hi!", "reply": "Hello.", "conv_id": "c1"},
+        {"input": "How are you?", "reply": "Fine.", "conv_id": "c1"},
+        {"input": "hi !", "reply": "Hey there", "conv_id": "c1"},  # same tokens as "Hi!"
+        {"input": "Bye", "reply": "Ciao", "conv_id": "c2"},
+    ]
+    data = prep(tmp_path, f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}", **ALL_TRAIN)
+    train = data.splits["train"]
+    assert train.group.tolist() == [0, 1, 0, 2]  # in order of first appearance
+    refs = train.references()
+    assert [[" ".join(data.vocab.decode(r)) for r in g] for g in refs] == [
+        ["hello .", "hey there"],
+        ["fine ."],
+        ["ciao"],
+    ]
+    src, src_len = train.group_inputs()
+    assert src.shape == (3, data.max_src_len) and src_len.tolist() == [2, 4, 1]
+    assert data.vocab.decode(src[0]) == ["hi", "!"]
+    assert data.manifest["counts"]["train"] == {"conversations": 2, "pairs": 4, "groups": 3, "unk_rate": 0.0}
+
+
+def test_inputs_equal_after_unk_share_a_group(tmp_path):
+    # min_count 2: "rare1" and "rare2" are <unk>, so the model sees the same input "<unk> ?" twice
+    rows = [{"input": "rare1 ?", "reply": "ok ok"}, {"input": "rare2 ?", "reply": "ok ?"}]
+    data = prep(tmp_path, f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}", min_count=2, **ALL_TRAIN)
+    train = data.splits["train"]
+    assert train.src_text == ["rare1 ?", "rare2 ?"] and train.group.tolist() == [0, 0]
+    assert [len(g) for g in train.references()] == [2]
+
+
+def conv_rows(n: int) -> list[dict]:
+    """n conversations of 2 pairs; conversation k has its own word "wk"."""
+    return [{"input": f"hello w{k}", "reply": f"hi w{k}", "conv_id": f"c{k:02d}"} for k in range(n) for _ in range(2)]
+
+
+def test_split_by_conversation_no_leak_and_deterministic(tmp_path):
+    src = f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', conv_rows(40))}"
+    kw = {"valid_frac": 0.2, "test_frac": 0.1}
+    a = prep(tmp_path, src, "a", **kw)
+    ids = {s: set(a.splits[s].conv_id) for s in dlg.SPLITS}
+    assert {s: len(v) for s, v in ids.items()} == {"train": 28, "valid": 8, "test": 4}
+    assert ids["train"] | ids["valid"] | ids["test"] == {f"c{k:02d}" for k in range(40)}
+    assert not (ids["train"] & ids["valid"] or ids["train"] & ids["test"] or ids["valid"] & ids["test"])
+    # the same seed gives the same split (whatever the order the conversations were read in)
+    b = prep(tmp_path, src, "b", **kw)
+    assert all(a.splits[s].conv_id == b.splits[s].conv_id for s in dlg.SPLITS)
+    ids_sorted = sorted(f"c{k:02d}" for k in range(40))
+    assert split_conversations(ids_sorted, 0, 0.2, 0.1) == split_conversations(ids_sorted[::-1], 0, 0.2, 0.1)
+    assert split_conversations(ids_sorted, 1, 0.2, 0.1) != split_conversations(ids_sorted, 0, 0.2, 0.1)
+    # the vocabulary comes from train only: "wk" is a word iff conversation k is in train
+    assert {w for w in a.vocab.itos if w.startswith("w")} == {f"w{int(c[1:])}" for c in ids["train"]}
+    assert a.manifest["counts"]["valid"]["unk_rate"] == 0.5  # hello <unk> -> hi <unk>: 2 of 4 tokens
+    # tiny corpora still get one conversation in valid and in test; one conversation stays in train
+    assert dlg.split_sizes(3, 0.05, 0.05) == (1, 1) and dlg.split_sizes(2, 0.05, 0.05) == (0, 0)
+
+
+def test_vocab_order_cap_min_count_and_unk(tmp_path):
+    rows = [{"input": "b b a", "reply": "a c"}, {"input": "d c", "reply": "b a"}]
+    # train counts: a 3, b 3 (a tie: alphabetical), c 2, d 1
+    src = f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}"
+    data = prep(tmp_path, src, "cap", vocab_size=6, **ALL_TRAIN)
+    assert data.vocab.itos == ["<pad>", "<bos>", "<eos>", "<unk>", "a", "b"]
+    # 9 tokens, c c d are <unk>
+    assert data.manifest["vocab"] == {"size": 6, "unk_rate_train": round(3 / 9, 6)}
+    assert data.splits["train"].src[1, :2].tolist() == [3, 3]  # "d c" -> <unk> <unk>
+    data = prep(tmp_path, src, "min", min_count=2, **ALL_TRAIN)
+    assert data.vocab.itos[4:] == ["a", "b", "c"]
+    vocab, counts = dlg.build_vocab([["x", "y", "y"], ["z", "x"]], vocab_size=100)
+    assert vocab.itos[4:] == ["x", "y", "z"] and counts["y"] == 2
+
+
+def test_length_caps_drop_and_truncate(tmp_path):
+    rows = [
+        {"input": "one two three four five", "reply": "ok"},  # input keeps its LAST 3 tokens
+        {"input": "hi", "reply": "a b c"},  # reply over 2 tokens: dropped (or truncated)
+        {"input": "...?", "reply": ""},  # empty reply
+        {"input": "", "reply": "hm"},  # empty input
+        {"input": "x", "reply": "y"},
+    ]
+    src = f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}"
+    data = prep(tmp_path, src, "drop", max_src_len=3, max_tgt_len=2, **ALL_TRAIN)
+    assert pairs_of(data.splits["train"]) == [("three four five", "ok"), ("x", "y")]
+    assert data.manifest["dropped"] == {"empty_input": 1, "empty_reply": 1, "reply_too_long": 1}
+    assert data.manifest["truncated"] == {"inputs": 1, "replies": 0}
+    data = prep(tmp_path, src, "trunc", max_src_len=3, max_tgt_len=2, truncate_replies=True, **ALL_TRAIN)
+    assert pairs_of(data.splits["train"])[1] == ("hi", "a b")
+    assert data.manifest["truncated"] == {"inputs": 1, "replies": 1}
+    assert data.splits["train"].src.shape == (3, 3) and data.splits["train"].tgt.shape == (3, 2)
+
+
+def test_reader_round_trip_and_encode_text(tmp_path):
+    src = f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', conv_rows(12))}"
+    data = prep(tmp_path, src, shard_size=5, valid_frac=0.25, test_frac=0.25)
+    for s, split in data.splits.items():
+        shards = sorted((tmp_path / "out" / s).glob("part-*.parquet"))
+        assert [p.name for p in shards] == data.manifest["shards"][s]
+        assert all(pq.read_metadata(p).num_rows <= 5 for p in shards)
+        rows = [r for p in shards for r in pq.read_table(p).to_pylist()]
+        assert len(split) == len(rows) == data.manifest["counts"][s]["pairs"]
+        for i, r in enumerate(rows):
+            assert split.src[i, : split.src_len[i]].tolist() == r["src"]
+            assert split.tgt[i, : split.tgt_len[i]].tolist() == r["tgt"]
+            assert not split.src[i, split.src_len[i] :].any() and not split.tgt[i, split.tgt_len[i] :].any()
+            assert (split.group[i], split.src_text[i], split.tgt_text[i]) == (r["group"], r["src_text"], r["tgt_text"])
+        assert split.src.dtype == split.tgt.dtype == split.group.dtype == np.int64
+    assert len(data.splits["train"]) == 12 and sum(len(s.conv_id) for s in data.splits.values()) == 24
+    assert pq.read_schema(tmp_path / "out" / "train" / "part-00000.parquet").remove_metadata().equals(dlg.SCHEMA)
+    spec = json.loads((tmp_path / "out" / "vocab.json").read_text())
+    assert spec["tokenizer"] == {"kind": "words", "lowercase": True} and spec["max_src_len"] == 20
+    # prompts: same tokenizer, keep the last tokens, unknown words -> <unk> (3)
+    v = data.vocab
+    ids = encode_text("Well, HELLO zzz", v, data.tokenizer, max_len=2)
+    assert ids.dtype == np.int64 and ids.tolist() == [v.stoi["hello"], 3]
+    assert data.encode("").tolist() == []
+
+
+def test_load_names_the_missing_file(tmp_path):
+    prepare(f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', conv_rows(3))}", tmp_path / "out", opts())
+    (tmp_path / "out" / "manifest.json").unlink()
+    with pytest.raises(DataError, match="missing manifest.json"):
+        DialogueData.load(tmp_path / "out")
+    with pytest.raises(DataError, match="no such directory"):
+        DialogueData.load(tmp_path / "nope")
+
+
+# -------------------------------------------------------------------------------------- errors
+
+SEP = " +++$+++ "
+BAD_FILES = {
+    "bad json": ("jsonl", "p.jsonl", b'{"input": "a", "reply": "b"}\n{"input": \n', "p.jsonl:2: bad JSON"),
+    "missing field": ("jsonl", "p.jsonl", b'\n{"input": "a"}\n', "p.jsonl:2: missing field 'reply'"),
+    "wrong type": ("jsonl", "p.jsonl", b'{"input": 3, "reply": "b"}\n', "p.jsonl:1: field 'input' must be a string"),
+    "not an object": ("jsonl", "p.jsonl", b'["a", "b"]\n', "p.jsonl:1: expected a JSON object"),
+    "tsv without tab": ("tsv", "p.tsv", b"a\tb\nno tab here\n", "p.tsv:2: no tab"),
+    "undecodable": ("tsv", "p.tsv", b"a\tb\nc\t\xff\xfe\n", "p.tsv:2: cannot decode as utf-8"),
+    "bad gzip": ("opensubtitles", "os.txt.gz", b"not gzip at all\n", "os.txt.gz:1: cannot read"),
+    "no usable pairs": ("tsv", "p.tsv", b"?\t\n", "no usable pairs"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES, ids=list(BAD_FILES))
+def test_bad_input_names_file_and_line(tmp_path, case):
+    kind, name, content, message = BAD_FILES[case]
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(DataError, match=re.escape(message)):
+        prepare(f"{kind}:{tmp_path / name}", tmp_path / "out", opts())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no output, no temp dir
+
+
+def test_bad_cornell_files(tmp_path):
+    bad_fields = f"u0{SEP}u1{SEP}['L1', 'L2']\n"
+    with pytest.raises(DataError, match=r"movie_conversations.txt:1: expected 4 fields"):
+        load_source(f"cornell:{write_cornell(tmp_path / 'a', bad_fields)}", opts())
+    unknown = f"u0{SEP}u1{SEP}m0{SEP}['L1', 'L2']\nu0{SEP}u1{SEP}m0{SEP}['L1', 'L99']\n"
+    with pytest.raises(DataError, match=r"movie_conversations.txt:2: unknown line id 'L99'"):
+        load_source(f"cornell:{write_cornell(tmp_path / 'b', unknown)}", opts())
+    root = write_cornell(tmp_path / "c")
+    with (root / "movie_lines.txt").open("a", encoding="iso-8859-1") as f:
+        f.write(f"L7{SEP}u0{SEP}m0 hello\n")
+    with pytest.raises(DataError, match=r"movie_lines.txt:7: expected 5 fields"):
+        load_source(f"cornell:{root}", opts())
+    with pytest.raises(DataError, match="no such directory"):
+        load_source(f"cornell:{tmp_path / 'nope'}", opts())
+    with pytest.raises(DataError, match="unknown source 'csv:x'"):
+        load_source("csv:x", opts())
+
+
+def test_missing_chatterbot_package_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "chatterbot_corpus", None)  # import raises ImportError
+    with pytest.raises(DataError, match=r'pip install chatterbot-corpus \(or pip install -e "\.\[chatterbot\]"\)'):
+        load_source("chatterbot", opts())
+
+
+# ------------------------------------------------------------------------------------- writing
+
+
+def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
+    src = f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', conv_rows(5))}"
+    calls, real_write_table = [], pq.write_table
+
+    def failing_write_table(table, path, **kw):  # the second shard fails, after the first was written
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real_write_table(table, path, **kw)
+
+    monkeypatch.setattr(dlg.pq, "write_table", failing_write_table)
+    with pytest.raises(OSError, match="disk full"):
+        prepare(src, tmp_path / "out", opts())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
+
+
+def test_overwrite_replaces_atomically(tmp_path):
+    src = f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', conv_rows(5))}"
+    out = tmp_path / "out"
+    out.mkdir()
+    prepare(src, out, opts())  # an empty directory is fine
+    (out / "marker").write_text("old")
+    with pytest.raises(DataError, match="exists and is not empty"):
+        prepare(src, out, opts())
+    assert (out / "marker").exists()
+    prepare(src, out, opts(overwrite=True, vocab_size=5))
+    assert not (out / "marker").exists() and len(DialogueData.load(out).vocab) == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "p.jsonl"]  # no .old-* nor .tmp-* left
+
+
+# ----------------------------------------------------------------------------------------- CLI
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "rayseq.data", "prepare", *args, "--quiet"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_ok_and_bad_file(tmp_path):
+    src = f"tsv:{tmp_path / 'p.tsv'}"
+    (tmp_path / "p.tsv").write_text("Hi\tHello\nHow are you?\tFine\n", encoding="utf-8")
+    proc = run_cli(src, "--out", str(tmp_path / "out"), "--test-frac", "0", "--valid-frac", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert "train" in proc.stdout and DialogueData.load(tmp_path / "out").manifest["counts"]["train"]["pairs"] == 2
+    (tmp_path / "p.tsv").write_text("Hi\tHello\nHow are you? Fine\n", encoding="utf-8")
+    proc = run_cli(src, "--out", str(tmp_path / "out2"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {tmp_path / 'p.tsv'}:2: no tab (expected input<TAB>reply[<TAB>conv_id])"
+    assert not (tmp_path / "out2").exists()
+
+
+# -------------------------------------------------------------------------------- real corpora
+
+
+def test_real_chitchat(tmp_path):
+    pytest.importorskip("chitchat_dataset")
+    m = prepare("chitchat", tmp_path / "cc", opts())
+    c = m["counts"]
+    assert sum(c[s]["pairs"] for s in dlg.SPLITS) > 5000 and all(c[s]["pairs"] > 0 for s in dlg.SPLITS)
+    assert m["raw_conversations"] > 3000 and m["vocab"]["size"] == 4000 and m["vocab"]["unk_rate_train"] < 0.1
+    ids = {s: set(pq.read_table(tmp_path / "cc" / s, columns=["conv_id"]).column(0).to_pylist()) for s in dlg.SPLITS}
+    assert not (ids["train"] & ids["valid"] or ids["train"] & ids["test"] or ids["valid"] & ids["test"])
+
+
+def test_real_chatterbot(tmp_path):
+    pytest.importorskip("chatterbot_corpus", reason="chatterbot-corpus not installed: pip install -e '.[chatterbot]'")
+    m = prepare("chatterbot", tmp_path / "cb", opts())
+    assert m["counts"]["train"]["pairs"] > 1000 and len(m["input_files"]) > 10
+    # English only, and malformed entries are counted, not fatal
+    assert all("/english/" in f["path"] for f in m["input_files"])
+    assert m["dropped"].get("malformed_entries", 0) <= 5
+    with pytest.raises(DataError, match="no language 'klingon'"):
+        load_source("chatterbot", opts(language="klingon"))

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 ALGOS = ("mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")
 GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")
-TASKS = ("counting", "oracle")
+TASKS = ("counting", "oracle", "chitchat")
+SCORED_TASKS = ("chitchat",)  # task rewards computed on ScorerActors (expensive: BLEU-2 against references)
 
 
 class ConfigError(ValueError):
@@ -30,8 +31,13 @@ class _Section(BaseModel):
 
 
 class TaskConfig(_Section):
-    name: Literal["counting", "oracle"] = Field("counting", description="Task: data + reward + evaluation.")
-    test_size: int = Field(2000, ge=100, description="Held-out test inputs (counting) / oracle samples (NLL-test).")
+    name: Literal["counting", "oracle", "chitchat"] = Field(
+        "counting", description="Task: data + reward + evaluation."
+    )
+    test_size: int = Field(
+        2000, ge=100,
+        description="Held-out test inputs (counting), oracle samples (NLL-test), input groups (chitchat).",
+    )
     test_seed: int = Field(2018, description="Seed of the held-out test set, independent of `seed`.")
     min_len: int = Field(1, ge=1, le=10, description="Counting: shortest input length N.")
     max_len: int = Field(10, ge=1, le=10, description="Counting: longest input length N.")
@@ -45,6 +51,11 @@ class TaskConfig(_Section):
     num_train: int = Field(10000, ge=1, description="Oracle: training sequences sampled from the oracle.")
     data_seed: int = Field(88, description="Oracle: seed of the training sequences (SeqGAN's code uses 88).")
     eval_samples: int = Field(10000, ge=1, description="Oracle: generator samples scored by NLL-oracle.")
+    data_dir: str | None = Field(None, description="Chitchat: a dataset prepared by `python -m rayseq.data prepare`.")
+    source: str = Field("chitchat", description="Chitchat: what `prepare` reads when task.prepare is on.")
+    prepare: bool = Field(
+        False, description="Chitchat: prepare task.source into task.data_dir first if it holds no dataset."
+    )
 
     @model_validator(mode="after")
     def _check_lengths(self) -> TaskConfig:
@@ -162,6 +173,9 @@ class TrainConfig(_Section):
     iters: int = Field(200, ge=0, description="Iterations of the algorithm stage (stage `train`).")
     batch_size: int = Field(256, ge=1, description="Rollouts per iteration (split across workers).")
     eval_every: int = Field(25, ge=0, description="Evaluate every this many iterations (0 = only at ends).")
+    pretrain_eval_every: int | None = Field(
+        None, ge=0, description="Evaluate every this many MLE iterations; None = train.eval_every."
+    )
     checkpoint_every: int = Field(0, ge=0, description="Checkpoint every this many iterations (0 = end).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept in run_dir/checkpoints.")
     init_from: str | None = Field(
@@ -198,7 +212,9 @@ class RunConfig(_Section):
     @property
     def num_scorers(self) -> int:
         """Scorer actors this run creates (0 when the rollout workers score: cheap task rewards)."""
-        return self.scorer.num_scorers if self.is_gan else 0
+        if self.rollout.num_workers == 0:
+            return 0
+        return self.scorer.num_scorers if self.is_gan or self.task.name in SCORED_TASKS else 0
 
     @property
     def is_gan(self) -> bool:

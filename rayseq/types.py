@@ -27,17 +27,17 @@ class PromptBatch:
     src_len: np.ndarray  # (B,) int64 source lengths (>= 1)
     tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, MIXER prefixes), right-padded
     tgt_len: np.ndarray | None = None  # (B,) int64 reference lengths
+    key: np.ndarray | None = None  # (B,) int64 the task's id of the input (chitchat: its reference group)
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
 
     def slice(self, start: int, stop: int) -> PromptBatch:
-        return PromptBatch(
-            self.src[start:stop],
-            self.src_len[start:stop],
-            None if self.tgt is None else self.tgt[start:stop],
-            None if self.tgt_len is None else self.tgt_len[start:stop],
-        )
+        def cut(a):
+            return None if a is None else a[start:stop]
+
+        return PromptBatch(self.src[start:stop], self.src_len[start:stop], cut(self.tgt), cut(self.tgt_len),
+                           cut(self.key))
 
     def split(self, n: int) -> list[PromptBatch]:
         """``n`` near-equal contiguous shards (for ``n`` workers); empty shards are dropped."""
@@ -71,6 +71,7 @@ class Rollout:
     version: int = 0  # weights version the rollout was sampled with
     info: dict = field(default_factory=dict)  # worker id, timings
     returns: np.ndarray | None = None  # (B, T) float32 R_t given directly (SeqGAN's Q); else Σ γ^k r_{t+k}
+    key: np.ndarray | None = None  # (B,) int64 PromptBatch.key (reference group of each input)
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])

@@ -57,6 +57,10 @@ class Trainer:
         self.resume = resume
         self.report = report  # optional callback(metrics_row, trainer) per iteration (Tune)
         self._placement_group = placement_group
+        if cfg.task.name == "chitchat":
+            from rayseq.tasks.chitchat import ensure_prepared
+
+            ensure_prepared(cfg.task)
         self.task = make_task(cfg.task)
         self.rng = np.random.default_rng(cfg.seed)
         self.iteration = 0  # global iteration counter across stages (1-based after the first update)
@@ -229,6 +233,8 @@ class Trainer:
             self.iteration += 1
             m["time/iter_s"] = time.perf_counter() - t0
             every = cfg.train.eval_every
+            if stage == "mle" and cfg.train.pretrain_eval_every is not None:
+                every = cfg.train.pretrain_eval_every
             if stage != "disc" and ((every and self.stage_iter % every == 0) or self.stage_iter == n_iters):
                 ev, details = rt.learner("evaluate")  # (the disc stage leaves G, hence its evaluation, as is)
                 m.update(ev)

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from rayseq.config import RunConfig, config_to_dict
+from rayseq.config import SCORED_TASKS, RunConfig, config_to_dict
 from rayseq.distributed.learner import Learner
 from rayseq.distributed.scorer import ScorerActor
 from rayseq.distributed.worker import RolloutWorker
@@ -169,6 +169,7 @@ class RayRuntime:
         self.disc_version = -1
         self._disc_ref = None
         self.restarts = 0
+        self._score_remotely = cfg.task.name in SCORED_TASKS and m > 0
 
     def learner(self, method: str, *args):
         return self._ray.get(getattr(self._learner, method).remote(*args))
@@ -218,13 +219,19 @@ class RayRuntime:
         return q, {"mc_s": max(t_mc), "score_s": max(t_score)}
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
+        """Shards to the workers; with scorer actors (expensive rewards), each shard is scored on scorer
+        i mod m as soon as it is sampled."""
         shards = prompts.split(len(self._workers))
         requests = [_shard_request(request, i) for i in range(len(shards))]
-        refs = [w.sample.remote(s, q) for w, s, q in zip(self._workers, shards, requests)]
-        results = [
-            self._get_with_recovery(i, ref, lambda w, i=i: w.sample.remote(shards[i], requests[i]))
-            for i, ref in enumerate(refs)
-        ]
+        m = len(self._scorers) if self._score_remotely else 0
+        refs = [w.sample.remote(s, q, m == 0) for w, s, q in zip(self._workers, shards, requests)]
+        results = []
+        for i, ref in enumerate(refs):
+            r = self._get_with_recovery(i, ref, lambda w, i=i: w.sample.remote(shards[i], requests[i], m == 0))
+            results.append(r if m == 0 else (r, self._scorers[i % m].score_rollout.remote(r)))
+        if m:
+            results = [self._get_with_recovery(i % m, ref, lambda a, r=r: a.score_rollout.remote(r), kind="scorer")
+                       for i, (r, ref) in enumerate(results)]
         return Rollout.concat(results)
 
     def _get_with_recovery(self, i: int, ref, resubmit, max_attempts: int = 6, kind: str = "worker"):

@@ -1,4 +1,5 @@
-"""ScorerActor: holds a discriminator copy and turns Monte-Carlo continuations into SeqGAN's Q values.
+"""ScorerActor: scores rollouts with the task reward when it is expensive (chitchat's BLEU-2 against all
+references), and turns SeqGAN's Monte-Carlo continuations into Q values with its discriminator copy.
 
 D's weights arrive through the object store after each d-step (one ``ray.put`` per discriminator
 version, like the generator's). Scoring is large batched forward passes (``scorer.batch_size``).
@@ -14,9 +15,10 @@ import torch
 
 from rayseq.config import RunConfig
 from rayseq.distributed.learner import make_discriminator
+from rayseq.distributed.worker import score_rollout
 from rayseq.rewards.mc_search import q_values
 from rayseq.tasks import make_task
-from rayseq.types import MCBatch, to_torch
+from rayseq.types import MCBatch, Rollout, to_torch
 
 
 class ScorerActor:
@@ -45,6 +47,13 @@ class ScorerActor:
             self.disc_version = version
             self.loads += 1
         return self.disc_version
+
+    def score_rollout(self, rollout: Rollout) -> Rollout:
+        """The task's reward (chitchat: BLEU-2 against the input's references) for sampled rollouts."""
+        t0 = time.perf_counter()
+        out = score_rollout(self.task, rollout)
+        out.info = {**out.info, "score_s": time.perf_counter() - t0}
+        return out
 
     def score_mc(self, batch: MCBatch) -> tuple[np.ndarray, dict]:
         """Q (B, T) float32 by SeqGAN Eq. 4 for the batch's sequences, and timings."""

@@ -85,7 +85,9 @@ class RolloutWorker:
             info={"worker": self.index, "mc_s": time.perf_counter() - t0},
         )
 
-    def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
+    def sample(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True) -> Rollout:
+        """Sample one response per prompt; ``score`` computes the task reward here (cheap rewards),
+        otherwise a ScorerActor does (:func:`score_rollout`)."""
         t0 = time.perf_counter()
         d = self.device
         gen = None
@@ -98,10 +100,18 @@ class RolloutWorker:
         )
         tokens = out.tokens.cpu().numpy()
         token_mask = out.token_mask.cpu().numpy()
-        rewards, score = self.task.rewards(prompts.src, prompts.src_len, tokens, token_mask)
-        return Rollout(
+        rollout = Rollout(
             src=prompts.src, src_len=prompts.src_len, tokens=tokens, token_mask=token_mask,
             action_mask=out.action_mask.cpu().numpy(), logp=out.logp.cpu().numpy(),
-            rewards=rewards, score=score, tgt=prompts.tgt, version=self.version,
+            rewards=np.zeros(tokens.shape, np.float32), score=np.zeros(len(tokens), np.float32),
+            tgt=prompts.tgt, version=self.version, key=prompts.key,
             info={"worker": self.index, "pid": os.getpid(), "sample_s": time.perf_counter() - t0},
         )
+        return score_rollout(self.task, rollout) if score else rollout
+
+
+def score_rollout(task, rollout: Rollout) -> Rollout:
+    """Fill ``rewards`` (B, T) and ``score`` (B,) with the task's reward (in place; returns it)."""
+    rollout.rewards, rollout.score = task.rewards(rollout.src, rollout.src_len, rollout.tokens, rollout.token_mask,
+                                                  key=rollout.key)
+    return rollout

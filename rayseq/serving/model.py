@@ -46,6 +46,9 @@ class ChatModel:
         t0 = time.perf_counter()
         ck = load_checkpoint(self.checkpoint, map_location=device)
         task = ck["task"]
+        if task["name"] == "oracle":
+            raise ValueError(f"{self.checkpoint}: an unconditional oracle-task generator takes no input to reply to; "
+                             "serve a chat (or counting) checkpoint")
         self.vocab = Vocab.from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)

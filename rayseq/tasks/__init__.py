@@ -13,6 +13,10 @@ def make_task(task_cfg):
         return CountingTask(task_cfg)
     if task_cfg.name == "oracle":
         return OracleTask(task_cfg)
+    if task_cfg.name == "chitchat":
+        from rayseq.tasks.chitchat import ChitchatTask  # imports pyarrow readers only when needed
+
+        return ChitchatTask(task_cfg)
     raise ValueError(f"task.name: unknown task {task_cfg.name!r}")
 
 

@@ -115,7 +115,7 @@ class CountingTask:
             ok &= token_mask[:, TARGET_LEN:].sum(1) == 0
         return ok.astype(np.float32)
 
-    def rewards(self, src, src_len, tokens, token_mask) -> tuple[np.ndarray, np.ndarray]:
+    def rewards(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
         """Per-token rewards (B, T) (terminal) and the sequence score (B,)."""
         s = self.score(src, src_len, tokens, token_mask)
         return terminal_rewards(s, token_mask), s

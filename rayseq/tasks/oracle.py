@@ -170,7 +170,7 @@ class OracleTask:
         idx = rng.integers(0, len(self.train_data), size=n)
         return PromptBatch(src, src_len, self.train_data[idx], np.full(n, self.cfg.seq_len, dtype=np.int64))
 
-    def rewards(self, src, src_len, tokens, token_mask) -> tuple[np.ndarray, np.ndarray]:
+    def rewards(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
         """No task reward (the discriminator gives SeqGAN's): zeros."""
         return np.zeros(tokens.shape, dtype=np.float32), np.zeros(len(tokens), dtype=np.float32)
 

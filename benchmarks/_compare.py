@@ -1,0 +1,100 @@
+"""Shared by benchmarks/seqgan_oracle.py and benchmarks/chitchat.py: pretrain once per seed, then run
+every algorithm from that checkpoint (``train.init_from``), so all algorithms of a seed start from the
+identical MLE model (and, for SeqGAN, the identical pretrained discriminator) and spend the same budget.
+
+Runs are in-process (``rollout.num_workers=0``, one torch thread each), ``jobs`` processes at a time;
+a finished run (its summary.json exists) is not run again unless ``fresh``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+IN_PROCESS = ["rollout.num_workers=0", "learner.torch_threads=1", "rollout.torch_threads=1", "progress=false"]
+
+
+def _use_repo() -> None:
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+
+
+def _train(args: list[str], run_dir: str) -> str:
+    _use_repo()
+    from rayseq.config import build_config
+    from rayseq.distributed.driver import Trainer
+
+    path = Path(run_dir)
+    if path.exists():
+        shutil.rmtree(path)
+    Trainer(build_config(_config_data(args), [a for a in args if not a.startswith("--config=")])).run()
+    return run_dir
+
+
+def _config_data(args: list[str]) -> dict:
+    from rayseq.config import load_yaml
+
+    files = [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    return load_yaml(files[0]) if files else {}
+
+
+def run_all(config: str, overrides: list[str], algos: list[str], seeds: list[int], out: Path, *,
+            pretrain_algo: str, jobs: int = 2, fresh: bool = False) -> dict[tuple[str, int], Path]:
+    """Pretrain per seed into ``out/pretrain-s<seed>``, then each algorithm into ``out/<algo>-s<seed>``.
+    Returns {(algo, seed): run dir}; the pretrained model is (algo "mle", seed) for the table's MLE row."""
+    import multiprocessing
+
+    base = [f"--config={config}", *overrides, *IN_PROCESS]
+    ctx = multiprocessing.get_context("spawn")
+    dirs: dict[tuple[str, int], Path] = {}
+
+    def pending(path: Path) -> bool:
+        return fresh or not (path / "summary.json").is_file()
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        pre = {}
+        for s in seeds:
+            d = out / f"pretrain-s{s}"
+            dirs[("mle", s)] = d
+            if pending(d):
+                args = [*base, f"seed={s}", f"algo.name={pretrain_algo}", "train.iters=0", f"name=pretrain-s{s}"]
+                pre[s] = pool.submit(_train, args, str(d))
+        for f in pre.values():
+            f.result()
+        futs = []
+        for s in seeds:
+            for a in algos:
+                d = out / f"{a}-s{s}"
+                dirs[(a, s)] = d
+                if pending(d):
+                    args = [*base, f"seed={s}", f"algo.name={a}", f"train.init_from={out / f'pretrain-s{s}'}",
+                            f"name={a}-s{s}"]
+                    futs.append(pool.submit(_train, args, str(d)))
+        for f in futs:
+            f.result()
+    return dirs
+
+
+def load_run(run_dir: Path, metric_keys: list[str]) -> dict:
+    """summary.json plus the evaluation curve (iteration, stage, metric) of ``metric_keys``."""
+    import pyarrow.parquet as pq
+
+    s = json.loads((run_dir / "summary.json").read_text())
+    rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    curve = {k: [(r["iteration"], r[k]) for r in rows if r.get(k) is not None] for k in metric_keys}
+    times = [r["time/iter_s"] for r in rows if r.get("time/iter_s") is not None and r["stage"] == "train"]
+    return {"summary": s, "curve": curve, "train_iter_s": statistics.median(times) if times else None}
+
+
+def mean_std(xs: list[float]) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    if len(xs) == 1:
+        return f"{xs[0]:.3f}"
+    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"

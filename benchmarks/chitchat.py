@@ -1,0 +1,126 @@
+"""Chit-chat chatbot: MLE, REINFORCE, PPO and PPO-dynamic with the BLEU-2 reward on chitchat-dataset,
+beside the PPO-dynamic paper's Table 2 (Tuan et al. 2018, OpenSubtitles, BLEU-2: MLE 9.62,
+REINFORCE 14.29, PPO 14.12, PPO-dynamic 14.73). Other data, so compare the ordering and the gain over MLE.
+
+Run book (from the repository root)
+  python benchmarks/chitchat.py                      # quick schedule, 4 algorithms (MLE = pretrained), 2 seeds
+  python benchmarks/chitchat.py --seeds 0 1 2 train.iters=600
+  python benchmarks/chitchat.py --report-only
+
+Same start for every algorithm of a seed: one run pretrains with MLE (``train.iters=0``), each algorithm
+starts from its checkpoint (``train.init_from``); the MLE row is that pretrained model. Runs are
+in-process, two at a time (benchmarks/_compare.py). The corpus is prepared into ``task.data_dir`` first.
+
+Outputs in ``--out`` (default benchmarks/results): chitchat.md / .json, chitchat_curves.png (held-out
+BLEU-2 and reply length against iteration), sample replies in chitchat.md, runs under runs/chitchat/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._compare import load_run, mean_std, run_all  # noqa: E402
+from benchmarks._report import write_report  # noqa: E402
+
+ALGOS = ["reinforce", "ppo", "ppo_dynamic"]
+PAPER = {"mle": 9.62, "reinforce": 14.29, "ppo": 14.12, "ppo_dynamic": 14.73}  # Tuan et al. Table 2, BLEU-2
+KEYS = ["eval/bleu2", "eval/sentence_bleu2", "eval/distinct1", "eval/distinct2", "eval/self_bleu2", "eval/reply_len"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="tune_configs/chitchat_quick.yaml")
+    ap.add_argument("--algos", nargs="+", default=ALGOS)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--fresh", action="store_true", help="rerun finished runs too")
+    args, overrides = ap.parse_known_args(argv)
+    runs_dir = args.out / "runs" / "chitchat"
+    if not args.report_only:
+        _prepare(args.config, overrides)
+        run_all(args.config, overrides, args.algos, args.seeds, runs_dir, pretrain_algo=args.algos[0],
+                jobs=args.jobs, fresh=args.fresh)
+    rows, curves, samples, payload = [], {}, {}, {"config": args.config, "overrides": overrides, "runs": {}}
+    mle_bleu = None
+    for algo in ["mle", *args.algos]:
+        vals = {k: [] for k in KEYS}
+        for s in args.seeds:
+            d = runs_dir / (f"pretrain-s{s}" if algo == "mle" else f"{algo}-s{s}")
+            if not (d / "summary.json").is_file():
+                continue
+            r = load_run(d, ["eval/bleu2"])
+            m = r["summary"]["pretrain_metrics" if algo == "mle" else "metrics"]
+            for k in KEYS:
+                vals[k].append(m.get(k))
+            curves.setdefault(algo, []).append(r["curve"]["eval/bleu2"])
+            if s == args.seeds[0] and algo != "mle":
+                samples[algo] = r["summary"]["details"]
+            payload["runs"][f"{algo}-s{s}"] = {k: m.get(k) for k in KEYS}
+        b = [x for x in vals["eval/bleu2"] if x is not None]
+        if algo == "mle" and b:
+            mle_bleu = statistics.mean(b)
+        gain = f"{statistics.mean(b) - mle_bleu:+.2f}" if b and mle_bleu is not None and algo != "mle" else "-"
+        paper_gain = f"{PAPER[algo] - PAPER['mle']:+.2f}" if algo != "mle" and algo in PAPER else "-"
+        rows.append((algo, mean_std(b), gain, f"{PAPER.get(algo, float('nan')):.2f}", paper_gain,
+                     mean_std(vals["eval/distinct2"]), mean_std(vals["eval/self_bleu2"]),
+                     mean_std(vals["eval/reply_len"]), str(len(b))))
+    table = _table(rows, args, samples)
+    _plot(curves, args.out / "chitchat_curves.png")
+    write_report(args.out, "chitchat", table, payload)
+    return 0
+
+
+def _prepare(config: str, overrides: list[str]) -> None:
+    from rayseq.config import build_config, load_yaml
+    from rayseq.tasks.chitchat import ensure_prepared
+
+    ensure_prepared(build_config(load_yaml(config), overrides).task)
+
+
+def _table(rows, args, samples) -> str:
+    head = ("algorithm", "BLEU-2 (ours)", "gain over MLE", "BLEU-2 (paper)", "paper gain", "distinct-2",
+            "Self-BLEU-2", "reply length", "seeds")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["", f"Schedule: `{args.config}`; seeds {args.seeds}; corpus BLEU-2 (sacrebleu) of greedy replies on "
+              "held-out inputs against all their references; the MLE row is the pretrained model. "
+              "Paper: Tuan et al. Table 2 (OpenSubtitles).", ""]
+    for algo, det in samples.items():
+        lines.append(f"Replies of `{algo}` (seed {args.seeds[0]}) to the paper's Supplement Table 2 inputs:")
+        lines.append("")
+        lines += [f"- {p['input']} → {p['reply']}" for p in det.get("paper_prompts", [])]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _plot(curves: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for j, (algo, cs) in enumerate(curves.items()):
+        for i, c in enumerate(cs):
+            if c:
+                x, y = zip(*c)
+                ax.plot(x, y, "-o", ms=3, color=f"C{j}", alpha=0.8, label=algo if i == 0 else None)
+    ax.set_xlabel("iteration (MLE, then the algorithm)")
+    ax.set_ylabel("held-out BLEU-2")
+    ax.set_title("chitchat-dataset: BLEU-2 during training")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""Open-domain chit-chat (Tuan et al. 2018, Sec. 5.2, Table 2 and Supplement Table 2).
+
+Data: a dataset prepared by ``python -m rayseq.data prepare SOURCE --out DIR`` (``task.data_dir``;
+default corpus the ``chitchat-dataset`` package, see :mod:`rayseq.data.dialogue`). Replies to the same
+input form its references (one-to-many).
+
+Reward (RL stage): sentence BLEU-2 of the sampled reply against ALL references of its input, the
+paper's reward, vectorised (:func:`rayseq.rewards.bleu.sentence_bleu_padded`, equal to sacrebleu's
+``sentence_score`` with effective order), given at the reply's last token; computed on ScorerActors.
+
+Evaluation on ``test_size`` held-out input groups (greedy replies):
+- ``eval/bleu2``: corpus BLEU-2 (sacrebleu) against every reference of each input, in [0, 100];
+- ``eval/sentence_bleu2``: mean sentence BLEU-2 (the training reward), in [0, 1];
+- ``eval/distinct1``, ``eval/distinct2``: distinct uni/bigrams over all replies / their count (Li et al. 2016);
+- ``eval/self_bleu2``: mean BLEU-2 of a reply against the other replies (Zhu et al. 2018; lower = more
+  diverse), on up to 500 replies;
+- ``eval/reply_len``: mean reply length in tokens (EOS excluded);
+- replies to the inputs of the paper's Supplement Table 2 (in the summary's ``details``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rayseq.data.dataset import DialogueData, encode_text
+from rayseq.data.text import detokenize
+from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
+from rayseq.types import PromptBatch
+
+PAPER_PROMPTS = (
+    "what can i do for you .", "go , go , go !", "i said ...", "it ’s wonderful .", "come here",
+    "get him down .", "change your mind .", "let him go .",
+)
+SELF_BLEU_REPLIES = 500
+
+
+class ChitchatTask:
+    name = "chitchat"
+    conditional = True
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        if not cfg.data_dir:
+            raise ValueError("task.data_dir: set it to a prepared dataset "
+                             "(python -m rayseq.data prepare chitchat --out data/chitchat)")
+        if not (Path(cfg.data_dir) / "manifest.json").is_file():
+            raise FileNotFoundError(
+                f"task.data_dir={cfg.data_dir}: no prepared dataset there; run "
+                f"`python -m rayseq.data prepare {cfg.source} --out {cfg.data_dir}` (or set task.prepare=true)"
+            )
+        self.data = DialogueData.load(cfg.data_dir)
+        self.vocab = self.data.vocab
+        self.specials = self.vocab.specials
+        self.max_src_len = self.data.max_src_len
+        self.max_tgt_len = self.data.max_tgt_len + 1  # + EOS
+        self.train = self.data.splits["train"]
+        self.train_refs = _ref_table(self.train)
+        test = self.data.splits["test"]
+        n = min(cfg.test_size, test.num_groups)
+        src, src_len = test.group_inputs()
+        self.test_src, self.test_len = src[:n], src_len[:n]
+        self.test_refs = test.references()[:n]
+
+    def spec(self) -> dict:
+        return {
+            "name": self.name,
+            "vocab": self.vocab.to_spec(),
+            "max_src_len": self.max_src_len,
+            "max_tgt_len": self.max_tgt_len,
+            "tokenizer": dict(self.data.tokenizer),
+        }
+
+    # -- data -------------------------------------------------------------------------------------
+    def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> PromptBatch:
+        """``n`` training pairs drawn uniformly; ``key`` = the input's reference group; targets end in EOS."""
+        idx = rng.integers(0, len(self.train), size=n)
+        s = self.train
+        batch = PromptBatch(s.src[idx], s.src_len[idx], key=s.group[idx])
+        if with_targets:
+            tgt = np.zeros((n, self.max_tgt_len), dtype=np.int64)
+            tgt[:, : s.tgt.shape[1]] = s.tgt[idx]
+            tgt[np.arange(n), s.tgt_len[idx]] = self.specials.eos
+            batch.tgt, batch.tgt_len = tgt, s.tgt_len[idx] + 1
+        return batch
+
+    # -- reward -----------------------------------------------------------------------------------
+    def reply_lengths(self, tokens: np.ndarray, token_mask: np.ndarray) -> np.ndarray:
+        """(B,) reply length without the EOS."""
+        length = (token_mask > 0).sum(1)
+        ended = (length > 0) & (tokens[np.arange(len(tokens)), np.maximum(length - 1, 0)] == self.specials.eos)
+        return (length - ended).astype(np.int64)
+
+    def rewards(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
+        """BLEU-2 of each reply against all references of its input group (train split)."""
+        if key is None:
+            raise ValueError("chitchat rewards need PromptBatch.key (the input's reference group)")
+        refs = [self.train_refs[int(k)] for k in key]
+        score = sentence_bleu_padded(tokens, self.reply_lengths(tokens, token_mask), refs, max_order=2)
+        score = score.astype(np.float32)
+        return terminal_rewards(score, token_mask), score
+
+    # -- evaluation -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def greedy_replies(self, generator, src: np.ndarray, src_len: np.ndarray, device="cpu",
+                       batch_size: int = 512) -> list[np.ndarray]:
+        out = []
+        for a in range(0, len(src), batch_size):
+            s = generator.sample(torch.from_numpy(src[a : a + batch_size]).to(device),
+                                 torch.from_numpy(src_len[a : a + batch_size]).to(device), self.max_tgt_len,
+                                 greedy=True)
+            toks, mask = s.tokens.cpu().numpy(), s.token_mask.cpu().numpy()
+            lens = self.reply_lengths(toks, mask)
+            out.extend(toks[i, : lens[i]] for i in range(len(toks)))
+        return out
+
+    def reply_text(self, ids: np.ndarray) -> str:
+        return detokenize(self.vocab.decode(ids), self.data.tokenizer.get("kind", "words"))
+
+    @torch.no_grad()
+    def evaluate(self, generator, device="cpu", *, seed: int = 0) -> tuple[dict, dict]:
+        was_training = generator.training
+        generator.eval()
+        replies = self.greedy_replies(generator, self.test_src, self.test_len, device)
+        prompts = [encode_text(p, self.vocab, self.data.tokenizer, self.max_src_len) for p in PAPER_PROMPTS]
+        p_src = np.zeros((len(prompts), self.max_src_len), dtype=np.int64)
+        for i, p in enumerate(prompts):
+            p_src[i, : len(p)] = p
+        p_len = np.array([max(len(p), 1) for p in prompts], dtype=np.int64)
+        paper = self.greedy_replies(generator, p_src, p_len, device)
+        generator.train(was_training)
+        lens = np.array([len(r) for r in replies], dtype=np.int64)
+        padded = np.zeros((len(replies), max(int(lens.max(initial=0)), 1)), dtype=np.int64)
+        for i, r in enumerate(replies):
+            padded[i, : len(r)] = r
+        metrics = {
+            "eval/bleu2": 100.0 * corpus_bleu(replies, self.test_refs, max_order=2),
+            "eval/sentence_bleu2": float(sentence_bleu_padded(padded, lens, self.test_refs, max_order=2).mean()),
+            "eval/distinct1": distinct_n(replies, 1),
+            "eval/distinct2": distinct_n(replies, 2),
+            "eval/self_bleu2": self_bleu(replies[:SELF_BLEU_REPLIES]),
+            "eval/reply_len": float(lens.mean()) if len(lens) else 0.0,
+        }
+        details = {
+            "paper_prompts": [{"input": p, "reply": self.reply_text(r)} for p, r in zip(PAPER_PROMPTS, paper)],
+            "test_samples": [
+                {"input": self.reply_text(self.test_src[i, : self.test_len[i]]),
+                 "reply": self.reply_text(replies[i]),
+                 "references": [self.reply_text(r) for r in self.test_refs[i][:3]]}
+                for i in range(min(8, len(replies)))
+            ],
+        }
+        return metrics, details
+
+
+def ensure_prepared(cfg) -> bool:
+    """``task.prepare``: prepare ``task.source`` into ``task.data_dir`` if it holds no dataset yet (the
+    driver calls this once, before any actor loads the data). Returns True if it prepared."""
+    if not (cfg.prepare and cfg.data_dir) or (Path(cfg.data_dir) / "manifest.json").is_file():
+        return False
+    from rayseq.data.dialogue import PrepareOptions, prepare
+
+    prepare(cfg.source, cfg.data_dir, PrepareOptions(quiet=True))
+    return True
+
+
+def _ref_table(split) -> list[list[np.ndarray]]:
+    return split.references()
+
+
+def distinct_n(replies: list[np.ndarray], n: int) -> float:
+    """Distinct n-grams over all replies / total n-grams (0 when there are none)."""
+    grams = [tuple(r[i : i + n].tolist()) for r in replies for i in range(len(r) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def self_bleu(replies: list[np.ndarray]) -> float:
+    """Mean sentence BLEU-2 of each reply against all the others (needs >= 2 replies)."""
+    if len(replies) < 2:
+        return 0.0
+    lens = np.array([len(r) for r in replies], dtype=np.int64)
+    padded = np.zeros((len(replies), max(int(lens.max()), 1)), dtype=np.int64)
+    for i, r in enumerate(replies):
+        padded[i, : len(r)] = r
+    refs = [[r for j, r in enumerate(replies) if j != i] for i in range(len(replies))]
+    return float(sentence_bleu_padded(padded, lens, refs, max_order=2).mean())

@@ -1,0 +1,121 @@
+"""The chit-chat task: data from `rayseq.data prepare`, the BLEU-2 reward against all references of an
+input (equal to sacrebleu), evaluation metrics by hand, training with rewards on ScorerActors, and
+the checkpoint served by the chat model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rayseq.config import build_config
+from rayseq.data.dialogue import PrepareOptions, prepare
+from rayseq.distributed.driver import Trainer
+from rayseq.tasks.chitchat import ChitchatTask, distinct_n, self_bleu
+
+GREETINGS = ["hi there", "hello !", "hey , how are you ?"]
+REPLIES = ["i am fine , thanks", "good , and you ?", "not bad at all", "great to see you", "fine fine"]
+
+
+def write_corpus(path: Path, n_conv: int = 60) -> Path:
+    """JSONL pairs; each conversation asks a greeting and gets one of several replies (one-to-many)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for c in range(n_conv):
+        for _ in range(3):
+            rows.append({"input": GREETINGS[rng.integers(3)], "reply": REPLIES[rng.integers(5)], "conv_id": f"c{c}"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("cc")
+    out = d / "prepared"
+    prepare(f"jsonl:{write_corpus(d / 'pairs.jsonl')}", out,
+            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
+    return out
+
+
+def tiny(corpus: Path, *extra: str):
+    return build_config(None, [
+        "task.name=chitchat", f"task.data_dir={corpus}", "task.test_size=100", "model.emb_dim=16",
+        "model.hidden_dim=32", "train.pretrain_iters=30", "train.pretrain_batch_size=32", "train.pretrain_lr=1e-2",
+        "train.iters=4", "train.batch_size=32", "train.eval_every=2", "progress=false", "algo.name=reinforce",
+        *extra,
+    ])
+
+
+def test_prompts_rewards_and_references(corpus):
+    import sacrebleu
+
+    task = ChitchatTask(tiny(corpus).task)
+    b = task.sample_prompts(np.random.default_rng(0), 16, with_targets=True)
+    rows = np.arange(16)
+    assert (b.tgt[rows, b.tgt_len - 1] == task.specials.eos).all()  # MLE targets end in EOS
+    # a group's references are every reply given to that input in the training split
+    for k, s, sl in zip(b.key, b.src, b.src_len):
+        inp = task.train.src_text[int(np.nonzero(task.train.group == k)[0][0])]
+        assert " ".join(task.vocab.decode(s[:sl])) == inp
+    # reward = sacrebleu sentence BLEU-2 (effective order) of the reply (EOS excluded) vs all references
+    tokens = np.concatenate([b.tgt[:, :-1], np.zeros((16, 1), np.int64)], 1)  # the references themselves + pad
+    tokens[0, :3] = [4, 5, task.specials.eos]  # and one made-up two-token reply
+    mask = (np.arange(tokens.shape[1])[None] < np.where(rows == 0, 3, b.tgt_len - 1)[:, None]).astype(np.float32)
+    rewards, score = task.rewards(b.src, b.src_len, tokens, mask, key=b.key)
+    bleu = sacrebleu.metrics.BLEU(max_ngram_order=2, tokenize="none", effective_order=True)
+    lens = task.reply_lengths(tokens, mask)
+    for i in rows:
+        hyp = " ".join(map(str, tokens[i, : lens[i]]))
+        refs = [" ".join(map(str, r)) for r in task.train_refs[int(b.key[i])]]
+        assert score[i] == pytest.approx(bleu.sentence_score(hyp, refs).score / 100, abs=1e-6)
+        assert rewards[i].sum() == pytest.approx(score[i]) and rewards[i, int(mask[i].sum()) - 1] == score[i]
+    assert (score[1:] == 1.0).all()  # a reference scores 1 against a set that contains it
+
+
+def test_distinct_and_self_bleu_by_hand():
+    a, b, c = np.array([1, 2, 3]), np.array([1, 2, 4]), np.array([5])
+    # unigrams 1 2 3 1 2 4 5: 5 distinct of 7; bigrams (1,2) (2,3) (1,2) (2,4): 3 distinct of 4
+    assert distinct_n([a, b, c], 1) == pytest.approx(5 / 7)
+    assert distinct_n([a, b, c], 2) == pytest.approx(3 / 4)
+    assert distinct_n([c], 2) == 0.0
+    assert self_bleu([a, a]) == pytest.approx(1.0) and self_bleu([a]) == 0.0
+
+
+def test_missing_dataset_names_the_prepare_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match="python -m rayseq.data prepare chitchat --out"):
+        ChitchatTask(build_config(None, ["task.name=chitchat", f"task.data_dir={tmp_path / 'none'}"]).task)
+
+
+def test_task_prepare_builds_the_dataset_once(tmp_path):
+    src = write_corpus(tmp_path / "pairs.jsonl", 30)
+    cfg = tiny(tmp_path / "auto", f"task.source=jsonl:{src}", "task.prepare=true", "rollout.num_workers=0",
+               "train.pretrain_iters=2", "train.iters=0", f"run_dir={tmp_path / 'run'}")
+    summary = Trainer(cfg).run()
+    assert (tmp_path / "auto" / "manifest.json").is_file()
+    assert set(summary["metrics"]) >= {"eval/bleu2", "eval/distinct1", "eval/distinct2", "eval/self_bleu2",
+                                       "eval/reply_len", "eval/sentence_bleu2"}
+    assert [p["input"] for p in summary["details"]["paper_prompts"]][:2] == ["what can i do for you .",
+                                                                              "go , go , go !"]
+
+
+@pytest.mark.ray
+def test_chatbot_trains_with_scorer_actors_and_serves(corpus, tmp_path):
+    """BLEU rewards on a ScorerActor (2 rollout workers, 1 scorer); RL raises the training reward on this
+    tiny one-to-many corpus; the checkpoint loads in the chat model and answers."""
+    import pyarrow.parquet as pq
+
+    from rayseq.serving.model import ChatModel, GenRequest
+
+    cfg = tiny(corpus, "rollout.num_workers=2", "scorer.num_scorers=1", "train.iters=6", "algo.lr=3e-3",
+               f"run_dir={tmp_path / 'run'}")
+    assert cfg.num_scorers == 1
+    summary = Trainer(cfg).run()
+    rows = [r for r in pq.read_table(tmp_path / "run" / "metrics.parquet").to_pylist() if r["stage"] == "train"]
+    assert len(rows) == 6 and all(0 <= r["rollout/reward_mean"] <= 1 for r in rows)
+    assert summary["metrics"]["eval/bleu2"] >= 0
+    model = ChatModel(summary["checkpoint"])
+    assert model.info["task"] == "chitchat"
+    out = model.generate([GenRequest(text="hi there", max_tokens=10, temperature=0.0, top_k=0, n=1, seed=0)])
+    assert out[0].replies[0].strip()

@@ -28,7 +28,7 @@ def test_actors_share_one_placement_group_and_receive_weights(ray_session):
         rt.sync_weights(0)
         rt.sync_weights(0)  # same version: nothing is sent again
         stats = rt.worker_stats()
-        learner_sum = sum(float(v.double().sum()) for v in rt.learner("get_weights").values()
+        learner_sum = sum(float(v.double().sum()) for v in rt.learner("get_weights")["generator"].values()
                           if v.dtype.is_floating_point)
         assert [s["version"] for s in stats] == [0, 0]
         assert [s["loads"] for s in stats] == [1, 1]

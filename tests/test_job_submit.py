@@ -87,3 +87,22 @@ def test_job_submit_runs_training_on_the_cluster(ray_head, tmp_path):
     jobs = subprocess.run([RAY, "job", "list", "--address", address], env=env, capture_output=True,
                           text=True, timeout=60).stdout
     assert "SUCCEEDED" in jobs
+
+
+def test_job_submit_runs_seqgan_with_scorer_actors(ray_head, tmp_path):
+    """A SeqGAN experiment file through `ray job submit`: rollout workers, a scorer actor, d-steps."""
+    address, env = ray_head
+    run_dir = tmp_path / "seqgan-run"
+    r = subprocess.run(
+        [RAY, "job", "submit", "--address", address, "--working-dir", str(ROOT), "--",
+         "python", "-m", "rayseq.train", "--config", "tune_configs/seqgan_counting.yaml",
+         "train.pretrain_iters=30", "train.iters=2", "train.batch_size=32", "train.eval_every=0",
+         "disc.pretrain_steps=1", "disc.num_negatives=128", "algo.mc_rollouts=2", "task.test_size=200",
+         "progress=false", f"run_dir={run_dir}"],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["algo"] == "seqgan" and summary["iterations"] == 33  # 30 MLE + 1 d-step + 2 adversarial
+    assert "eval/precision" in summary["metrics"]

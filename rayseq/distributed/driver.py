@@ -254,7 +254,7 @@ class Trainer:
         """Fresh negatives from G_θ (on the workers) and as many real examples; ``disc.epochs`` epochs."""
         cfg, t0 = self.cfg, time.perf_counter()
         n = cfg.disc.num_negatives
-        rt.sync_weights(int(self.iteration))
+        rt.sync_weights(rt.learner("get_version"))
         request = RolloutRequest(max_len=self.task.max_tgt_len, temperature=1.0,
                                  seed=_rollout_seed(cfg, self.iteration) ^ 0x5EED)
         negatives = rt.sample(self.task.sample_prompts(self.rng, n), request)
@@ -270,7 +270,7 @@ class Trainer:
         m: dict = {}
         for g in range(a.g_steps):
             t0 = time.perf_counter()
-            rt.sync_weights(int(self.iteration) * a.g_steps + g)
+            rt.sync_weights(rt.learner("get_version"))
             prompts = self.task.sample_prompts(self.rng, cfg.train.batch_size, with_targets=algo.needs_targets)
             seed = _rollout_seed(cfg, self.iteration * a.g_steps + g)
             request = algo.rollout_request(self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)

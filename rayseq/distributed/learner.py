@@ -90,6 +90,10 @@ class Learner:
 
         return {"generator": cpu(self.state.generator), "rollout_policy": cpu(self.rollout_policy)}
 
+    def get_version(self) -> int:
+        """Generator updates so far (the weights version the rollouts of the next update are tagged with)."""
+        return self.version
+
     def get_disc_version(self) -> int:
         return self.disc_version
 

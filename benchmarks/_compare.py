@@ -32,7 +32,8 @@ def _train(args: list[str], run_dir: str) -> str:
     path = Path(run_dir)
     if path.exists():
         shutil.rmtree(path)
-    Trainer(build_config(_config_data(args), [a for a in args if not a.startswith("--config=")])).run()
+    overrides = [a for a in args if not a.startswith("--config=")] + [f"run_dir={path}"]
+    Trainer(build_config(_config_data(args), overrides)).run()
     return run_dir
 
 

@@ -42,6 +42,10 @@ class LocalRuntime:
         self._learner = Learner(d)
         self._worker = RolloutWorker(d, 0)
         self._scorer = ScorerActor(d, 0) if cfg.is_gan else None
+        # one process: every constructor set the process-wide thread count; the learner's applies
+        import torch
+
+        torch.set_num_threads(cfg.learner.torch_threads)
         self.version = -1
         self.disc_version = -1
         self.restarts = 0
@@ -199,16 +203,19 @@ class RayRuntime:
         (shard i -> scorer i mod m) as soon as its continuations exist."""
         shards = rollout.split(len(self._workers))
         seeds = [_shard_seed(seed, i) for i in range(len(shards))]
-        refs = [w.mc_search.remote(s, n_rollouts, temperature, q) for w, s, q in zip(self._workers, shards, seeds)]
+        refs = {w.mc_search.remote(s, n_rollouts, temperature, q): i
+                for i, (w, s, q) in enumerate(zip(self._workers, shards, seeds))}
         m = len(self._scorers)
-        q_refs = []
+        q_refs: list = [None] * len(shards)
         t_mc = []
-        for i, ref in enumerate(refs):
+        while refs:  # each shard goes to its scorer as soon as its continuations exist
+            (ready,), _ = self._ray.wait(list(refs), num_returns=1)
+            i = refs.pop(ready)
             batch = self._get_with_recovery(
-                i, ref, lambda w, i=i: w.mc_search.remote(shards[i], n_rollouts, temperature, seeds[i])
+                i, ready, lambda w, i=i: w.mc_search.remote(shards[i], n_rollouts, temperature, seeds[i])
             )
             t_mc.append(batch.info["mc_s"])
-            q_refs.append((batch, self._scorers[i % m].score_mc.remote(batch)))
+            q_refs[i] = (batch, self._scorers[i % m].score_mc.remote(batch))
         parts, t_score = [], []
         for i, (batch, ref) in enumerate(q_refs):
             q, info = self._get_with_recovery(i % m, ref, lambda a, b=batch: a.score_mc.remote(b), kind="scorer")

@@ -57,7 +57,7 @@ class ChitchatTask:
         self.max_src_len = self.data.max_src_len
         self.max_tgt_len = self.data.max_tgt_len + 1  # + EOS
         self.train = self.data.splits["train"]
-        self.train_refs = _ref_table(self.train)
+        self.train_refs = self.train.references()  # per training group: its replies (the BLEU references)
         test = self.data.splits["test"]
         n = min(cfg.test_size, test.num_groups)
         src, src_len = test.group_inputs()
@@ -164,10 +164,6 @@ def ensure_prepared(cfg) -> bool:
 
     prepare(cfg.source, cfg.data_dir, PrepareOptions(quiet=True))
     return True
-
-
-def _ref_table(split) -> list[list[np.ndarray]]:
-    return split.references()
 
 
 def distinct_n(replies: list[np.ndarray], n: int) -> float:

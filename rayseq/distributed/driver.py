@@ -106,6 +106,7 @@ class Trainer:
             raise FileNotFoundError(f"--resume: no checkpoint in {self.store.display('checkpoints')}")
         ck = load_checkpoint(ckpts[-1])
         rt.learner("load_state_dict", ck["learner"])
+        rt.learner("apply_config_lrs")  # this run's learning rates, not the saved ones (Tune PBT mutates them)
         d = ck["driver"]
         self.iteration, self.stage, self.stage_iter = int(d["iteration"]), d["stage"], int(d["stage_iter"])
         self.rng.bit_generator.state = d["numpy_rng"]

@@ -194,6 +194,20 @@ class Learner:
         if self.rollout_policy is not None and "rollout_policy" in d:
             self.rollout_policy.load_state_dict(d["rollout_policy"])
 
+    def apply_config_lrs(self) -> dict:
+        """Set the optimizers' learning rates from the config: ``load_state_dict`` restores the saved ones,
+        and a resumed run (a Tune PBT exploit: another trial's checkpoint, a mutated ``algo.lr``) must use
+        its own. Returns the rates now in use."""
+        c, s = self.cfg, self.state
+        lrs = {"generator": c.algo.lr if self.stage == "train" else c.train.pretrain_lr, "baseline": c.algo.baseline_lr}
+        opts = {"generator": s.gen_opt, "baseline": s.base_opt}
+        if self.disc_opt is not None:
+            lrs["disc"], opts["disc"] = c.disc.lr, self.disc_opt
+        for k, opt in opts.items():
+            for g in opt.param_groups:
+                g["lr"] = lrs[k]
+        return lrs
+
     def init_from(self, d: dict) -> dict:
         """Start from another run's pretrained generator, baseline and (if both have one) discriminator;
         optimizers and stage start fresh. Returns what was loaded (for the log)."""

@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         gain = f"{statistics.mean(b) - mle_bleu:+.2f}" if b and mle_bleu is not None and algo != "mle" else "-"
         paper_gain = f"{PAPER[algo] - PAPER['mle']:+.2f}" if algo != "mle" and algo in PAPER else "-"
         rows.append((algo, mean_std(b), gain, f"{PAPER.get(algo, float('nan')):.2f}", paper_gain,
-                     mean_std(vals["eval/distinct2"]), mean_std(vals["eval/self_bleu2"]),
-                     mean_std(vals["eval/reply_len"]), str(len(b))))
+                     mean_std(vals["eval/sentence_bleu2"]), mean_std(vals["eval/distinct2"]),
+                     mean_std(vals["eval/self_bleu2"]), mean_std(vals["eval/reply_len"]), str(len(b))))
     table = _table(rows, args, samples)
     _plot(curves, args.out / "chitchat_curves.png")
     write_report(args.out, "chitchat", table, payload)
@@ -85,8 +85,8 @@ def _prepare(config: str, overrides: list[str]) -> None:
 
 
 def _table(rows, args, samples) -> str:
-    head = ("algorithm", "BLEU-2 (ours)", "gain over MLE", "BLEU-2 (paper)", "paper gain", "distinct-2",
-            "Self-BLEU-2", "reply length", "seeds")
+    head = ("algorithm", "BLEU-2 (ours)", "gain over MLE", "BLEU-2 (paper)", "paper gain",
+            "sentence BLEU-2 (the reward)", "distinct-2", "Self-BLEU-2", "reply length", "seeds")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", f"Schedule: `{args.config}`; seeds {args.seeds}; corpus BLEU-2 (sacrebleu) of greedy replies on "

@@ -244,6 +244,9 @@ COLORS = {
     "mixer": "tab:purple",
     "ppo": "tab:green",
     "ppo_dynamic": "tab:red",
+    "seqgan": "tab:olive",
+    "seqgan_ppo": "tab:cyan",
+    "seqgan_ppo_dynamic": "tab:brown",
 }
 
 

@@ -99,3 +99,28 @@ def mean_std(xs: list[float]) -> str:
     if len(xs) == 1:
         return f"{xs[0]:.3f}"
     return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def plot_curves(curves: dict, path: Path, *, ylabel: str, title: str, hlines=(), markers: bool = False) -> None:
+    """One line per run, one colour per algorithm: ``curves[algo]`` = list of [(iteration, value), ...]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for j, (algo, cs) in enumerate(curves.items()):
+        for i, c in enumerate(cs):
+            if c:
+                x, y = zip(*c)
+                ax.plot(x, y, "-o" if markers else "-", ms=3, color=f"C{j}", alpha=0.8, label=algo if i == 0 else None)
+    for y, style, label in hlines:
+        ax.axhline(y, ls=style, c="gray", label=label)
+    ax.set_xlabel("iteration (pretraining, then the algorithm)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._compare import load_run, mean_std, run_all  # noqa: E402
+from benchmarks._compare import load_run, mean_std, plot_curves, run_all  # noqa: E402
 from benchmarks._report import write_report  # noqa: E402
 
 ALGOS = ["reinforce", "ppo", "ppo_dynamic"]
@@ -101,25 +101,8 @@ def _table(rows, args, samples) -> str:
 
 
 def _plot(curves: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for j, (algo, cs) in enumerate(curves.items()):
-        for i, c in enumerate(cs):
-            if c:
-                x, y = zip(*c)
-                ax.plot(x, y, "-o", ms=3, color=f"C{j}", alpha=0.8, label=algo if i == 0 else None)
-    ax.set_xlabel("iteration (MLE, then the algorithm)")
-    ax.set_ylabel("held-out BLEU-2")
-    ax.set_title("chitchat-dataset: BLEU-2 during training")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_curves(curves, path, ylabel="held-out BLEU-2", title="chitchat-dataset: BLEU-2 during training",
+                markers=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._compare import load_run, mean_std, run_all  # noqa: E402
+from benchmarks._compare import load_run, mean_std, plot_curves, run_all  # noqa: E402
 from benchmarks._report import write_report  # noqa: E402
 
 ALGOS = ["seqgan", "seqgan_ppo", "seqgan_ppo_dynamic"]
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             nll_test.append(m["eval/nll_test"])
             if algo != "mle":
                 it_s.append(r["train_iter_s"])
-                curves.setdefault(algo, []).append(r["curve"]["eval/nll_oracle"])
+                pre = load_run(runs_dir / f"pretrain-s{s}", ["eval/nll_oracle"])["curve"]["eval/nll_oracle"][-1:]
+                curves.setdefault(algo, []).append(pre + r["curve"]["eval/nll_oracle"])  # from the MLE end point
             else:
                 curves.setdefault("mle", []).append(r["curve"]["eval/nll_oracle"])
             payload["runs"][f"{algo}-s{s}"] = {"nll_oracle": nll[-1], "nll_test": nll_test[-1]}
@@ -85,27 +86,8 @@ def _table(rows, args) -> str:
 
 
 def _plot(curves: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for algo, cs in curves.items():
-        for i, c in enumerate(cs):
-            if c:
-                x, y = zip(*c)
-                ax.plot(x, y, color=f"C{list(curves).index(algo)}", alpha=0.8, label=algo if i == 0 else None)
-    ax.axhline(PAPER["mle"], ls=":", c="gray", label="paper MLE 9.038")
-    ax.axhline(PAPER["seqgan"], ls="--", c="gray", label="paper SeqGAN 8.736")
-    ax.set_xlabel("iteration (MLE, D pretraining, adversarial)")
-    ax.set_ylabel("NLL-oracle")
-    ax.set_title("NLL-oracle during training (SeqGAN Fig. 2 analogue)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_curves(curves, path, ylabel="NLL-oracle", title="NLL-oracle during training (SeqGAN Fig. 2 analogue)",
+                hlines=[(PAPER["mle"], ":", "paper MLE 9.038"), (PAPER["seqgan"], "--", "paper SeqGAN 8.736")])
 
 
 if __name__ == "__main__":

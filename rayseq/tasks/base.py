@@ -58,3 +58,15 @@ class Vocab:
         if tuple(itos[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
             raise ValueError("vocabulary spec does not start with the special tokens")
         return cls(itos[len(SPECIAL_TOKENS) :])
+
+
+def task_spec(task, tokenizer: dict) -> dict:
+    """What serving needs to rebuild a task's inputs and outputs (stored in checkpoints): name, vocabulary,
+    length caps and tokenizer settings."""
+    return {
+        "name": task.name,
+        "vocab": task.vocab.to_spec(),
+        "max_src_len": task.max_src_len,
+        "max_tgt_len": task.max_tgt_len,
+        "tokenizer": dict(tokenizer),
+    }

@@ -28,6 +28,7 @@ import torch
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.text import detokenize
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
+from rayseq.tasks.base import task_spec
 from rayseq.types import PromptBatch
 
 PAPER_PROMPTS = (
@@ -65,13 +66,8 @@ class ChitchatTask:
         self.test_refs = test.references()[:n]
 
     def spec(self) -> dict:
-        return {
-            "name": self.name,
-            "vocab": self.vocab.to_spec(),
-            "max_src_len": self.max_src_len,
-            "max_tgt_len": self.max_tgt_len,
-            "tokenizer": dict(self.data.tokenizer),
-        }
+        """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
+        return task_spec(self, self.data.tokenizer)
 
     # -- data -------------------------------------------------------------------------------------
     def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> PromptBatch:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from rayseq.rewards import terminal_rewards
-from rayseq.tasks.base import Vocab
+from rayseq.tasks.base import Vocab, task_spec
 from rayseq.types import PromptBatch
 
 MIN_DISJOINT_LEN = 4
@@ -44,13 +44,7 @@ class CountingTask:
 
     def spec(self) -> dict:
         """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
-        return {
-            "name": self.name,
-            "vocab": self.vocab.to_spec(),
-            "max_src_len": self.max_src_len,
-            "max_tgt_len": self.max_tgt_len,
-            "tokenizer": {"kind": "chars", "lowercase": True},
-        }
+        return task_spec(self, {"kind": "chars", "lowercase": True})
 
     # -- data -------------------------------------------------------------------------------------
     def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayseq.tasks.base import SPECIAL_TOKENS, Vocab
+from rayseq.tasks.base import SPECIAL_TOKENS, Vocab, task_spec
 from rayseq.types import PromptBatch
 
 OFFSET = len(SPECIAL_TOKENS)
@@ -153,13 +153,8 @@ class OracleTask:
         return self.oracle.sample(self.cfg.test_size, self.cfg.seq_len, self.cfg.test_seed).numpy() + OFFSET
 
     def spec(self) -> dict:
-        return {
-            "name": self.name,
-            "vocab": self.vocab.to_spec(),
-            "max_src_len": self.max_src_len,
-            "max_tgt_len": self.max_tgt_len,
-            "tokenizer": {"kind": "words", "lowercase": True},
-        }
+        """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
+        return task_spec(self, {"kind": "words", "lowercase": True})
 
     def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> PromptBatch:
         """``n`` empty prompts; with targets, ``n`` training sequences drawn uniformly (the real data)."""

@@ -98,6 +98,7 @@ def test_job_submit_runs_seqgan_with_scorer_actors(ray_head, tmp_path):
          "python", "-m", "rayseq.train", "--config", "tune_configs/seqgan_counting.yaml",
          "train.pretrain_iters=30", "train.iters=2", "train.batch_size=32", "train.eval_every=0",
          "disc.pretrain_steps=1", "disc.num_negatives=128", "algo.mc_rollouts=2", "task.test_size=200",
+         "learner.num_cpus=0.5",  # learner + 2 workers + 1 scorer = 2 CPUs, what the test head offers
          "progress=false", f"run_dir={run_dir}"],
         env=env, capture_output=True, text=True, timeout=900,
     )

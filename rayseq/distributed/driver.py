@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 
 from rayseq.algos import make_algo
-from rayseq.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from rayseq.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.runtime import make_runtime
 from rayseq.runlog import MetricsLog, to_json
@@ -117,8 +117,6 @@ class Trainer:
 
     def _init_from(self, rt, source: str) -> None:
         """Start the algorithm stage from a pretrained run (``train.init_from``)."""
-        from rayseq.checkpoint import resolve_checkpoint
-
         ck = load_checkpoint(resolve_checkpoint(source))
         theirs = ck["config"]
         ours = config_to_dict(self.cfg)
@@ -196,10 +194,10 @@ class Trainer:
         cfg = self.cfg
         algo = make_algo(cfg.algo) if stage == "train" else None
         supervised = algo is None or algo.kind == "supervised"
-        if self.stage_iter >= n_iters or stage == "disc":
-            ev, details = rt.learner("evaluate") if stage != "disc" else (dict(self.pretrain_metrics), {})
-            if self.stage_iter >= n_iters:
-                return ev, details
+        # the disc stage leaves G, hence its evaluation, as pretraining ended; other stages evaluate as they go
+        ev, details = (dict(self.pretrain_metrics), {}) if stage == "disc" else (None, None)
+        if self.stage_iter >= n_iters:
+            return (ev, details) if stage == "disc" else rt.learner("evaluate")
         while self.stage_iter < n_iters:
             if self._stop:
                 raise Interrupted()
@@ -216,8 +214,7 @@ class Trainer:
                 m.update(rt.learner("update", batch, self.stage_iter))
                 m["time/learn_s"] = time.perf_counter() - t1
             else:
-                version = int(self.iteration)
-                rt.sync_weights(version)
+                _sync_generator(rt)
                 t1 = time.perf_counter()
                 prompts = self.task.sample_prompts(self.rng, cfg.train.batch_size, with_targets=algo.needs_targets)
                 request = algo.rollout_request(
@@ -237,7 +234,7 @@ class Trainer:
             if stage == "mle" and cfg.train.pretrain_eval_every is not None:
                 every = cfg.train.pretrain_eval_every
             if stage != "disc" and ((every and self.stage_iter % every == 0) or self.stage_iter == n_iters):
-                ev, details = rt.learner("evaluate")  # (the disc stage leaves G, hence its evaluation, as is)
+                ev, details = rt.learner("evaluate")
                 m.update(ev)
             self.metrics.log(stage, self.iteration, m)
             if cfg.train.checkpoint_every and self.iteration % cfg.train.checkpoint_every == 0:
@@ -255,7 +252,7 @@ class Trainer:
         """Fresh negatives from G_θ (on the workers) and as many real examples; ``disc.epochs`` epochs."""
         cfg, t0 = self.cfg, time.perf_counter()
         n = cfg.disc.num_negatives
-        rt.sync_weights(rt.learner("get_version"))
+        _sync_generator(rt)
         request = RolloutRequest(max_len=self.task.max_tgt_len, temperature=1.0,
                                  seed=_rollout_seed(cfg, self.iteration) ^ 0x5EED)
         negatives = rt.sample(self.task.sample_prompts(self.rng, n), request)
@@ -271,7 +268,7 @@ class Trainer:
         m: dict = {}
         for g in range(a.g_steps):
             t0 = time.perf_counter()
-            rt.sync_weights(rt.learner("get_version"))
+            _sync_generator(rt)
             prompts = self.task.sample_prompts(self.rng, cfg.train.batch_size, with_targets=algo.needs_targets)
             seed = _rollout_seed(cfg, self.iteration * a.g_steps + g)
             request = algo.rollout_request(self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
@@ -296,6 +293,12 @@ class Trainer:
         m["time/disc_s"] = time.perf_counter() - t5
         m["rollout/worker_restarts"] = float(rt.restarts)
         return m
+
+
+def _sync_generator(rt) -> None:
+    """Publish the learner's weights tagged with its update count (what ``rollout/staleness`` compares
+    against, also after ``train.init_from`` or a D-pretraining stage, where it differs from the iteration)."""
+    rt.sync_weights(rt.learner("get_version"))
 
 
 def _postfix(m: dict) -> dict:

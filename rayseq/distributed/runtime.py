@@ -146,28 +146,17 @@ class RayRuntime:
             .options(num_cpus=lc.num_cpus, num_gpus=lc.num_gpus, scheduling_strategy=strategy(0))
             .remote(d)
         )
-        worker_cls = ray.remote(RolloutWorker)
-        self._workers = [
-            worker_cls.options(
-                num_cpus=r.num_cpus_per_worker,
-                num_gpus=r.num_gpus_per_worker,
-                max_restarts=r.max_restarts,
-                max_task_retries=0,
-                scheduling_strategy=strategy(i + 1),
-            ).remote(d, i)
-            for i in range(n)
-        ]
-        scorer_cls = ray.remote(ScorerActor)
-        self._scorers = [
-            scorer_cls.options(
-                num_cpus=sc.num_cpus_per_scorer,
-                num_gpus=sc.num_gpus_per_scorer,
-                max_restarts=r.max_restarts,
-                max_task_retries=0,
-                scheduling_strategy=strategy(1 + n + i),
-            ).remote(d, i)
-            for i in range(m)
-        ]
+
+        def stateless_actors(cls, count: int, first_bundle: int, cpus: float, gpus: float) -> list:
+            """Workers / scorers: restarted by Ray after a crash, their calls re-sent by this runtime."""
+            return [
+                ray.remote(cls).options(num_cpus=cpus, num_gpus=gpus, max_restarts=r.max_restarts, max_task_retries=0,
+                                        scheduling_strategy=strategy(first_bundle + i)).remote(d, i)
+                for i in range(count)
+            ]
+
+        self._workers = stateless_actors(RolloutWorker, n, 1, r.num_cpus_per_worker, r.num_gpus_per_worker)
+        self._scorers = stateless_actors(ScorerActor, m, 1 + n, sc.num_cpus_per_scorer, sc.num_gpus_per_scorer)
         self.version = -1
         self._weights_ref = None
         self.disc_version = -1

@@ -44,12 +44,13 @@ def prefix_states(policy, src, src_len, tokens):
     B, T = tokens.shape
     h = policy.encode(src, src_len)
     tok = torch.full((B,), policy.bos_id, dtype=torch.long, device=tokens.device)
-    _, _, h = policy._step(tok, h)  # after BOS: gives y_1 (prefix length 0, not needed)
     outs, hs = [], []
-    for t in range(T - 1):
-        out, h = policy.decoder(policy.embedding(tokens[:, t]).unsqueeze(1), h)
-        outs.append(out[:, 0])
-        hs.append(h)
+    for t in range(T):  # feed BOS, y_1..y_{T−1}; the state after BOS (prefix length 0) is not kept
+        out, h = policy.decoder(policy.embedding(tok).unsqueeze(1), h)
+        if t > 0:
+            outs.append(out[:, 0])
+            hs.append(h)
+        tok = tokens[:, t]
     return outs, hs
 
 

@@ -127,10 +127,7 @@ class ChitchatTask:
         p_len = np.array([max(len(p), 1) for p in prompts], dtype=np.int64)
         paper = self.greedy_replies(generator, p_src, p_len, device)
         generator.train(was_training)
-        lens = np.array([len(r) for r in replies], dtype=np.int64)
-        padded = np.zeros((len(replies), max(int(lens.max(initial=0)), 1)), dtype=np.int64)
-        for i, r in enumerate(replies):
-            padded[i, : len(r)] = r
+        padded, lens = _pad(replies)
         metrics = {
             "eval/bleu2": 100.0 * corpus_bleu(replies, self.test_refs, max_order=2),
             "eval/sentence_bleu2": float(sentence_bleu_padded(padded, lens, self.test_refs, max_order=2).mean()),
@@ -162,6 +159,15 @@ def ensure_prepared(cfg) -> bool:
     return True
 
 
+def _pad(replies: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Replies -> ((n, longest) int64 right-padded with 0, (n,) lengths)."""
+    lens = np.array([len(r) for r in replies], dtype=np.int64)
+    padded = np.zeros((len(replies), max(int(lens.max(initial=0)), 1)), dtype=np.int64)
+    for i, r in enumerate(replies):
+        padded[i, : len(r)] = r
+    return padded, lens
+
+
 def distinct_n(replies: list[np.ndarray], n: int) -> float:
     """Distinct n-grams over all replies / total n-grams (0 when there are none)."""
     grams = [tuple(r[i : i + n].tolist()) for r in replies for i in range(len(r) - n + 1)]
@@ -172,9 +178,6 @@ def self_bleu(replies: list[np.ndarray]) -> float:
     """Mean sentence BLEU-2 of each reply against all the others (needs >= 2 replies)."""
     if len(replies) < 2:
         return 0.0
-    lens = np.array([len(r) for r in replies], dtype=np.int64)
-    padded = np.zeros((len(replies), max(int(lens.max()), 1)), dtype=np.int64)
-    for i, r in enumerate(replies):
-        padded[i, : len(r)] = r
+    padded, lens = _pad(replies)
     refs = [[r for j, r in enumerate(replies) if j != i] for i in range(len(replies))]
     return float(sentence_bleu_padded(padded, lens, refs, max_order=2).mean())

@@ -16,8 +16,20 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-ALGOS = ("mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")
-GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")
+ALGOS = (
+    "mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic",
+    "scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
+    "seqgan_critic",
+)
+AlgoName = Literal[
+    "mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic",
+    "scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
+    "seqgan_critic",
+]
+GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic", "seqgan_critic")
+MC_GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")  # Q from Monte-Carlo search (SeqGAN Eq. 4)
+REFERENCE_ALGOS = ("spg", "erpo_interpolation")  # need token-level reward increments ΔR against references
+REFERENCE_TASKS = ("chitchat",)  # tasks whose reward is BLEU against reference replies (ΔR is defined)
 TASKS = ("counting", "oracle", "chitchat")
 SCORED_TASKS = ("chitchat",)  # task rewards computed on ScorerActors (expensive: BLEU-2 against references)
 
@@ -105,9 +117,7 @@ class DiscConfig(_Section):
 
 
 class AlgoConfig(_Section):
-    name: Literal["mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic"] = (
-        Field("ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining).")
-    )
+    name: AlgoName = Field("ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining).")
     lr: float = Field(3e-4, gt=0, description="Generator learning rate (Adam) in the algorithm stage.")
     baseline_lr: float = Field(1e-2, gt=0, description="Value-baseline learning rate (Adam).")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor of returns.")
@@ -134,6 +144,50 @@ class AlgoConfig(_Section):
     use_baseline: bool | None = Field(
         None, description="Subtract the learned baseline b(s_t); None = the algorithm's paper default "
         "(yes for REINFORCE/MIXER/PPO, no for SeqGAN, whose code uses Q directly).",
+    )
+    # -- ERPO family and the survey's algorithms (issue 8) --
+    ss_k: float = Field(
+        500.0, gt=0, description="Scheduled sampling: k of the inverse-sigmoid decay ε_i = k/(k + exp(i/k)), the "
+        "probability of feeding the reference token at iteration i (ERPO Supp. C.2: 500).",
+    )
+    raml_tau: float = Field(
+        0.4, gt=0, description="RAML: temperature τ of e(y|y*) ∝ exp(R(y|y*)/τ) (ERPO Supp. C.2: 0.4).")
+    raml_samples: int = Field(
+        10, ge=1, description="RAML: samples drawn from e(y|y*) per example (ERPO Supp. C.2: 10).")
+    raml_pool: int = Field(
+        100, ge=2, description="RAML: n-gram-replacement candidates per example (the reference is one of them) "
+        "among which the samples are drawn by exp(R/τ) (Ma et al. 2017's sampler: 100).",
+    )
+    raml_max_ngram: int = Field(4, ge=1, description="RAML: longest replaced n-gram (Ma et al. 2017: 4).")
+    noise_gamma: float = Field(
+        0.1, ge=0.0, le=1.0, description="Data noising: probability γ that a reference token is replaced by a "
+        "unigram sample (Xie et al. 2017; ERPO Sec. 3.5).",
+    )
+    erpo_c: float = Field(
+        1.0, gt=0, description="SPG / interpolation: scale c of the sampling distributions exp{c·(…)} "
+        "(ERPO Eq. 4, Supp. Alg. 1; ΔR is sentence BLEU in [0, 1], as the authors' code).",
+    )
+    interp_lambdas: list[float] = Field(
+        [0.04, 0.0, 0.96], min_length=3, max_length=3,
+        description="Interpolation: initial (λ1 model, λ2 reward, λ3 reference) (ERPO Supp. C.2).",
+    )
+    interp_delta: float = Field(0.06, gt=0, le=1, description="Interpolation: λ step of each annealing (0.06).")
+    interp_reward_steps: int = Field(
+        4, ge=0, description="Interpolation: λ2 increases this many times after each λ1 increase (4).",
+    )
+    interp_val_every: int = Field(
+        25, ge=1, description="Interpolation: validation reward every this many iterations; a drop anneals λ "
+        "and restores the weights of the last validation (ERPO Supp. C.2).",
+    )
+    val_size: int = Field(500, ge=1, description="Interpolation: validation inputs scored by `validate`.")
+    gae_lambda: float = Field(
+        0.95, ge=0.0, le=1.0,
+        description="Actor-critic / SeqGAN-critic: λ of TD(λ) targets and GAE (survey Sec. III-B).",
+    )
+    critic_lr: float = Field(1e-3, gt=0, description="Actor-critic / SeqGAN-critic: critic learning rate (Adam).")
+    critic_hidden: int = Field(128, ge=0, description="Critic MLP hidden size on the decoder state (0 = linear).")
+    critic_warmup: int = Field(
+        0, ge=0, description="Actor-critic / SeqGAN-critic: first iterations that train the critic only.",
     )
 
 
@@ -204,6 +258,9 @@ class RunConfig(_Section):
             raise ValueError(
                 f"algo.name={self.algo.name!r}: the oracle task has no task reward; use mle or one of {GAN_ALGOS}"
             )
+        if self.algo.name in REFERENCE_ALGOS and self.task.name not in REFERENCE_TASKS:
+            raise ValueError(f"algo.name={self.algo.name!r} samples tokens by their BLEU increment against reference "
+                             f"replies; it needs a task with references: {REFERENCE_TASKS}")
         if self.is_gan and self.rollout.num_workers > 0 and self.scorer.num_scorers == 0:
             raise ValueError("scorer.num_scorers=0: SeqGAN scores Monte-Carlo continuations on scorer actors; "
                              "set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run in-process)")
@@ -220,6 +277,11 @@ class RunConfig(_Section):
     def is_gan(self) -> bool:
         """SeqGAN family: a discriminator is trained and scores the rollouts."""
         return self.algo.name in GAN_ALGOS
+
+    @property
+    def uses_mc(self) -> bool:
+        """SeqGAN's Q from Monte-Carlo search with a rollout policy G_β (not ``seqgan_critic``)."""
+        return self.algo.name in MC_GAN_ALGOS
 
 
 def _format_validation_error(err: ValidationError) -> str:

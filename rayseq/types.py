@@ -53,6 +53,8 @@ class RolloutRequest:
     temperature: float = 1.0
     prefix_len: int = 0  # MIXER: first `prefix_len` tokens are forced from PromptBatch.tgt
     seed: int | None = None  # per-call sampling seed (reproducible rollouts)
+    greedy_baseline: bool = False  # SCST: also decode greedily and score that reply (Rollout.baseline_score)
+    erpo: dict | None = None  # SPG / interpolation: sample from ERPO's q instead of π_θ (rayseq.algos.erpo)
 
 
 @dataclass
@@ -72,6 +74,9 @@ class Rollout:
     info: dict = field(default_factory=dict)  # worker id, timings
     returns: np.ndarray | None = None  # (B, T) float32 R_t given directly (SeqGAN's Q); else Σ γ^k r_{t+k}
     key: np.ndarray | None = None  # (B,) int64 PromptBatch.key (reference group of each input)
+    greedy_tokens: np.ndarray | None = None  # (B, T') int64 SCST: the greedy reply to the same input
+    greedy_mask: np.ndarray | None = None  # (B, T') float32 its real tokens
+    baseline_score: np.ndarray | None = None  # (B,) float32 SCST: the greedy reply's reward r(ŷ^g)
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])

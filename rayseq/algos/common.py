@@ -18,6 +18,8 @@ class LearnerState:
     gen_opt: torch.optim.Optimizer
     base_opt: torch.optim.Optimizer
     device: torch.device
+    critic: nn.Module | None = None  # V_ψ(s_t) of actor-critic / SeqGAN-critic (rayseq.models.critic)
+    critic_opt: torch.optim.Optimizer | None = None
 
 
 @dataclass

@@ -26,6 +26,7 @@ from rayseq.algos import make_algo
 from rayseq.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.runtime import make_runtime
+from rayseq.rewards import terminal_rewards
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import make_task
@@ -210,17 +211,23 @@ class Trainer:
             elif supervised:
                 bs = cfg.train.pretrain_batch_size if stage == "mle" else cfg.train.batch_size
                 batch = self.task.sample_prompts(self.rng, bs, with_targets=True)
+                if hasattr(algo, "augment"):  # RAML's reward-weighted samples, data noising
+                    batch, aug = algo.augment(self.task, batch, self.rng, self.stage_iter)
+                    m.update(aug)
+                    m["time/augment_s"] = time.perf_counter() - t0
                 t1 = time.perf_counter()
                 m.update(rt.learner("update", batch, self.stage_iter))
                 m["time/learn_s"] = time.perf_counter() - t1
             else:
+                if getattr(algo, "validate_every", 0) and self.stage_iter == 0:
+                    m.update(rt.learner("validate"))  # the starting point the first interval is judged against
                 _sync_generator(rt)
                 t1 = time.perf_counter()
                 prompts = self.task.sample_prompts(self.rng, cfg.train.batch_size, with_targets=algo.needs_targets)
-                request = algo.rollout_request(
-                    self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
-                    _rollout_seed(cfg, self.iteration),
-                )
+                request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
+                                _rollout_seed(cfg, self.iteration))
+                request = (rt.learner("rollout_request", *request_args) if getattr(algo, "stateful_request", False)
+                           else algo.rollout_request(*request_args))
                 rollout = rt.sample(prompts, request)
                 t2 = time.perf_counter()
                 m.update(rt.learner("update", rollout, self.stage_iter))
@@ -229,6 +236,8 @@ class Trainer:
                 m["rollout/worker_restarts"] = float(rt.restarts)
             self.stage_iter += 1
             self.iteration += 1
+            if getattr(algo, "validate_every", 0) and self.stage_iter % algo.validate_every == 0:
+                m.update(rt.learner("validate"))
             m["time/iter_s"] = time.perf_counter() - t0
             every = cfg.train.eval_every
             if stage == "mle" and cfg.train.pretrain_eval_every is not None:
@@ -276,17 +285,30 @@ class Trainer:
             rollout = rt.sample(prompts, request)
             t2 = time.perf_counter()
             rt.sync_disc(rt.learner("get_disc_version"))
-            q, mc_info = rt.mc_q(rollout, a.mc_rollouts, cfg.rollout.temperature, seed)
-            t3 = time.perf_counter()
             T = rollout.tokens.shape[1]
-            rollout.returns = q[:, :T]
             lengths = (rollout.token_mask > 0).sum(1)
-            rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
+            n_tok = int(lengths.sum())
+            if getattr(algo, "monte_carlo", True):
+                q, info = rt.mc_q(rollout, a.mc_rollouts, cfg.rollout.temperature, seed)
+                rollout.returns = q[:, :T]
+                rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
+                m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
+                # what Q costs beyond sampling Y: continuation steps of every prefix, and D evaluations
+                m["rollout/extra_gen_steps"] = float(a.mc_rollouts * int((lengths * (lengths - 1) // 2).sum()))
+                m["rollout/d_evals"] = float(a.mc_rollouts * int(np.maximum(lengths - 1, 0).sum()) + len(lengths))
+            else:  # SeqGAN-critic: D scores the sampled sequences only; the learner's critic does the rest
+                d, info = rt.disc_scores(rollout)
+                info = {"mc_s": 0.0, **info}
+                rollout.score = d
+                rollout.rewards = terminal_rewards(d, rollout.token_mask)
+                m["rollout/extra_gen_steps"] = 0.0
+                m["rollout/d_evals"] = float(len(lengths))
+            t3 = time.perf_counter()
             m.update(rt.learner("update", rollout, self.stage_iter))
             t4 = time.perf_counter()
             m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/mc_total_s": t3 - t2,
-                      "time/mc_s": mc_info["mc_s"], "time/score_s": mc_info["score_s"], "time/learn_s": t4 - t3})
-            m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
+                      "time/mc_s": info["mc_s"], "time/score_s": info["score_s"], "time/learn_s": t4 - t3})
+            m["rollout/tokens"] = float(n_tok)
         t5 = time.perf_counter()
         for _ in range(cfg.disc.d_steps):
             m.update(self._d_step(rt))

@@ -9,10 +9,10 @@ import random
 import numpy as np
 import torch
 
-from rayseq.algos import MLE, LearnerState, make_algo
+from rayseq.algos import ALGORITHMS, MLE, LearnerState, make_algo
 from rayseq.config import RunConfig
 from rayseq.losses.discriminator import discriminator_loss
-from rayseq.models import ValueBaseline
+from rayseq.models import Critic, ValueBaseline
 from rayseq.models.discriminator import build_discriminator
 from rayseq.models.generator import build_generator
 from rayseq.tasks import make_task
@@ -51,6 +51,9 @@ class Learner:
             base_opt=torch.optim.Adam(baseline.parameters(), lr=c.algo.baseline_lr),
             device=self.device,
         )
+        if getattr(ALGORITHMS[c.algo.name], "uses_critic", False):
+            self.state.critic = Critic(c.model.hidden_dim, c.algo.critic_hidden).to(self.device)
+            self.state.critic_opt = torch.optim.Adam(self.state.critic.parameters(), lr=c.algo.critic_lr)
         self.stage = "mle"
         self.algo = MLE(c.algo)
         self.version = 0
@@ -79,7 +82,7 @@ class Learner:
         if stage == "train":
             self.algo = make_algo(self.cfg.algo)
             self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
-            if self.cfg.is_gan and self.cfg.algo.rollout_update_rate > 0:
+            if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
                 self.rollout_policy = copy.deepcopy(self.state.generator).eval()
 
     def get_weights(self) -> dict:
@@ -99,6 +102,15 @@ class Learner:
 
     def get_disc_weights(self) -> dict:
         return {k: v.detach().cpu() for k, v in self.disc.state_dict().items()}
+
+    def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int):
+        """The algorithm's request built from the learner's copy (algorithms whose requests carry state)."""
+        return self.algo.rollout_request(iteration, max_len, temperature, seed)
+
+    def validate(self) -> dict:
+        """Validation-set reward handed to the algorithm (interpolation: keep or undo, anneal λ)."""
+        reward = self.task.validation_reward(self.state.generator, self.device, n=self.cfg.algo.val_size)
+        return self.algo.on_validation(self.state, reward)
 
     def update(self, batch, iteration: int) -> dict:
         self.state.generator.train()
@@ -176,6 +188,10 @@ class Learner:
                     "disc_version": self.disc_version}
         if self.rollout_policy is not None:
             out["rollout_policy"] = self.rollout_policy.state_dict()
+        if s.critic is not None:
+            out |= {"critic": s.critic.state_dict(), "critic_opt": s.critic_opt.state_dict()}
+        if hasattr(self.algo, "state_dict"):
+            out["algo"] = self.algo.state_dict()
         return out
 
     def load_state_dict(self, d: dict) -> None:
@@ -193,6 +209,11 @@ class Learner:
             self.disc_version = int(d["disc_version"])
         if self.rollout_policy is not None and "rollout_policy" in d:
             self.rollout_policy.load_state_dict(d["rollout_policy"])
+        if s.critic is not None and "critic" in d:
+            s.critic.load_state_dict(d["critic"])
+            s.critic_opt.load_state_dict(d["critic_opt"])
+        if "algo" in d and hasattr(self.algo, "load_state_dict"):
+            self.algo.load_state_dict(d["algo"])
 
     def apply_config_lrs(self) -> dict:
         """Set the optimizers' learning rates from the config: ``load_state_dict`` restores the saved ones,
@@ -203,6 +224,8 @@ class Learner:
         opts = {"generator": s.gen_opt, "baseline": s.base_opt}
         if self.disc_opt is not None:
             lrs["disc"], opts["disc"] = c.disc.lr, self.disc_opt
+        if s.critic_opt is not None:
+            lrs["critic"], opts["critic"] = c.algo.critic_lr, s.critic_opt
         for k, opt in opts.items():
             for g in opt.param_groups:
                 g["lr"] = lrs[k]

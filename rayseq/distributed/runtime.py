@@ -71,6 +71,9 @@ class LocalRuntime:
         q, info = self._scorer.score_mc(batch)
         return q, {"mc_s": batch.info["mc_s"], "score_s": info["score_s"]}
 
+    def disc_scores(self, rollout: Rollout) -> tuple[np.ndarray, dict]:
+        return self._scorer.score_sequences(rollout)
+
     def worker_stats(self) -> list[dict]:
         return [self._worker.stats()]
 
@@ -213,6 +216,14 @@ class RayRuntime:
         width = max(p.shape[1] for p in parts)
         q = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in parts])
         return q, {"mc_s": max(t_mc), "score_s": max(t_score)}
+
+    def disc_scores(self, rollout: Rollout) -> tuple[np.ndarray, dict]:
+        """D(Y) (B,) of the rollout's sequences, shards across the scorers (SeqGAN-critic's reward)."""
+        shards = rollout.split(len(self._scorers))
+        refs = [s.score_sequences.remote(part) for s, part in zip(self._scorers, shards)]
+        out = [self._get_with_recovery(i, ref, lambda a, p=shards[i]: a.score_sequences.remote(p), kind="scorer")
+               for i, ref in enumerate(refs)]
+        return np.concatenate([d for d, _ in out]), {"score_s": max(info["score_s"] for _, info in out)}
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
         """Shards to the workers; with scorer actors (expensive rewards), each shard is scored on scorer

@@ -55,6 +55,17 @@ class ScorerActor:
         out.info = {**out.info, "score_s": time.perf_counter() - t0}
         return out
 
+    def score_sequences(self, rollout: Rollout) -> tuple[np.ndarray, dict]:
+        """D(Y) (B,) float32 of the rollout's whole sequences (SeqGAN-critic's terminal reward), and timings."""
+        t0 = time.perf_counter()
+        d = self.device
+        conditional = rollout.src.shape[1] > 0
+        lengths = to_torch((rollout.token_mask > 0).sum(1).astype(np.int64), d)
+        src = to_torch(rollout.src, d) if conditional else None
+        src_len = to_torch(rollout.src_len, d) if conditional else None
+        p = self.disc.score(to_torch(rollout.tokens, d), lengths, src, src_len, batch_size=self.cfg.scorer.batch_size)
+        return p.cpu().numpy().astype(np.float32), {"score_s": time.perf_counter() - t0, "scored": len(rollout)}
+
     def score_mc(self, batch: MCBatch) -> tuple[np.ndarray, dict]:
         """Q (B, T) float32 by SeqGAN Eq. 4 for the batch's sequences, and timings."""
         t0 = time.perf_counter()

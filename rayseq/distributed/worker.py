@@ -9,6 +9,7 @@ import time
 import numpy as np
 import torch
 
+from rayseq.algos.erpo import erpo_sample
 from rayseq.config import RunConfig
 from rayseq.distributed.learner import make_generator
 from rayseq.rewards.mc_search import mc_search
@@ -42,7 +43,7 @@ class RolloutWorker:
         # weights, so that in-process runs draw the same global random numbers before and after a resume
         self.rollout_policy = None
         self.rollout_policy_loaded = False
-        if self.cfg.is_gan and self.cfg.algo.rollout_update_rate > 0:
+        if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
             self.rollout_policy = make_generator(self.cfg, self.task).to(self.device).eval()
         self.version = -1
         self.loads = 0  # weight loads (one per version)
@@ -87,31 +88,43 @@ class RolloutWorker:
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True) -> Rollout:
         """Sample one response per prompt; ``score`` computes the task reward here (cheap rewards),
-        otherwise a ScorerActor does (:func:`score_rollout`)."""
+        otherwise a ScorerActor does (:func:`score_rollout`). ``request.erpo`` samples from ERPO's q
+        (SPG, interpolation) instead of π_θ; ``request.greedy_baseline`` adds the greedy reply (SCST)."""
         t0 = time.perf_counter()
         d = self.device
         gen = None
         if request.seed is not None:
             gen = torch.Generator(device=d).manual_seed(int(request.seed))
-        prefix = to_torch(prompts.tgt, d) if request.prefix_len > 0 else None
-        out = self.generator.sample(
-            to_torch(prompts.src, d), to_torch(prompts.src_len, d), request.max_len,
-            temperature=request.temperature, prefix=prefix, prefix_len=request.prefix_len, generator=gen,
-        )
+        src, src_len = to_torch(prompts.src, d), to_torch(prompts.src_len, d)
+        info = {"worker": self.index, "pid": os.getpid()}
+        if request.erpo is not None:
+            out, stats = erpo_sample(self.generator, src, src_len, request.max_len, prompts=prompts, task=self.task,
+                                     generator_rng=gen, **request.erpo)
+            info.update(stats)
+        else:
+            prefix = to_torch(prompts.tgt, d) if request.prefix_len > 0 else None
+            out = self.generator.sample(src, src_len, request.max_len, temperature=request.temperature,
+                                        prefix=prefix, prefix_len=request.prefix_len, generator=gen)
         tokens = out.tokens.cpu().numpy()
-        token_mask = out.token_mask.cpu().numpy()
         rollout = Rollout(
-            src=prompts.src, src_len=prompts.src_len, tokens=tokens, token_mask=token_mask,
+            src=prompts.src, src_len=prompts.src_len, tokens=tokens, token_mask=out.token_mask.cpu().numpy(),
             action_mask=out.action_mask.cpu().numpy(), logp=out.logp.cpu().numpy(),
             rewards=np.zeros(tokens.shape, np.float32), score=np.zeros(len(tokens), np.float32),
-            tgt=prompts.tgt, version=self.version, key=prompts.key,
-            info={"worker": self.index, "pid": os.getpid(), "sample_s": time.perf_counter() - t0},
+            tgt=prompts.tgt, version=self.version, key=prompts.key, info=info,
         )
+        if request.greedy_baseline:
+            g = self.generator.sample(src, src_len, request.max_len, greedy=True)
+            rollout.greedy_tokens, rollout.greedy_mask = g.tokens.cpu().numpy(), g.token_mask.cpu().numpy()
+        info["sample_s"] = time.perf_counter() - t0
         return score_rollout(self.task, rollout) if score else rollout
 
 
 def score_rollout(task, rollout: Rollout) -> Rollout:
-    """Fill ``rewards`` (B, T) and ``score`` (B,) with the task's reward (in place; returns it)."""
+    """Fill ``rewards`` (B, T) and ``score`` (B,) with the task's reward (in place; returns it), and SCST's
+    ``baseline_score`` (the greedy reply's reward) when the rollout carries greedy replies."""
     rollout.rewards, rollout.score = task.rewards(rollout.src, rollout.src_len, rollout.tokens, rollout.token_mask,
                                                   key=rollout.key)
+    if rollout.greedy_tokens is not None:
+        _, rollout.baseline_score = task.rewards(rollout.src, rollout.src_len, rollout.greedy_tokens,
+                                                 rollout.greedy_mask, key=rollout.key)
     return rollout

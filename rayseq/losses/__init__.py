@@ -14,7 +14,7 @@ from rayseq.losses.policy import (
     ppo_dynamic_loss,
     reinforce_loss,
 )
-from rayseq.losses.returns import discounted_returns
+from rayseq.losses.returns import discounted_returns, gae
 from rayseq.losses.supervised import NLLStats, ValueStats, token_nll_loss, value_loss
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "ValueStats",
     "discounted_returns",
     "discriminator_loss",
+    "gae",
     "masked_mean",
     "mixer_loss",
     "ppo_clip_loss",

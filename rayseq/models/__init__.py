@@ -1,7 +1,11 @@
 """Models (math layer: torch only)."""
 
 from rayseq.models.baseline import ValueBaseline
+from rayseq.models.critic import Critic
 from rayseq.models.discriminator import CNNDiscriminator, build_discriminator
 from rayseq.models.generator import GeneratorOutput, SampleOutput, Seq2SeqGRU
 
-__all__ = ["CNNDiscriminator", "GeneratorOutput", "SampleOutput", "Seq2SeqGRU", "ValueBaseline", "build_discriminator"]
+__all__ = [
+    "CNNDiscriminator", "Critic", "GeneratorOutput", "SampleOutput", "Seq2SeqGRU", "ValueBaseline",
+    "build_discriminator",
+]

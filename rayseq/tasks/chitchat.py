@@ -83,6 +83,10 @@ class ChitchatTask:
         return batch
 
     # -- reward -----------------------------------------------------------------------------------
+    def references(self, key) -> list[list[np.ndarray]]:
+        """The reference replies (id arrays, no EOS) of each input group in ``key``: the reward's references."""
+        return [self.train_refs[int(k)] for k in key]
+
     def reply_lengths(self, tokens: np.ndarray, token_mask: np.ndarray) -> np.ndarray:
         """(B,) reply length without the EOS."""
         length = (token_mask > 0).sum(1)
@@ -93,7 +97,7 @@ class ChitchatTask:
         """BLEU-2 of each reply against all references of its input group (train split)."""
         if key is None:
             raise ValueError("chitchat rewards need PromptBatch.key (the input's reference group)")
-        refs = [self.train_refs[int(k)] for k in key]
+        refs = self.references(key)
         score = sentence_bleu_padded(tokens, self.reply_lengths(tokens, token_mask), refs, max_order=2)
         score = score.astype(np.float32)
         return terminal_rewards(score, token_mask), score
@@ -114,6 +118,25 @@ class ChitchatTask:
 
     def reply_text(self, ids: np.ndarray) -> str:
         return detokenize(self.vocab.decode(ids), self.data.tokenizer.get("kind", "words"))
+
+    @torch.no_grad()
+    def validation_reward(self, generator, device="cpu", n: int = 500) -> float:
+        """Mean sentence BLEU-2 (the reward) of greedy replies to the first ``n`` validation input groups
+        against their references: the validation-set reward the interpolation algorithm anneals on."""
+        if not hasattr(self, "_valid"):
+            valid = self.data.splits["valid"]
+            src, src_len = valid.group_inputs()
+            self._valid = (src, src_len, valid.references())
+        src, src_len, refs = self._valid
+        n = min(n, len(src))
+        if n == 0:
+            raise ValueError(f"{self.cfg.data_dir}: the validation split is empty; prepare with a valid_frac > 0")
+        was_training = generator.training
+        generator.eval()
+        replies = self.greedy_replies(generator, src[:n], src_len[:n], device)
+        generator.train(was_training)
+        padded, lens = _pad(replies)
+        return float(sentence_bleu_padded(padded, lens, refs[:n], max_order=2).mean())
 
     @torch.no_grad()
     def evaluate(self, generator, device="cpu", *, seed: int = 0) -> tuple[dict, dict]:

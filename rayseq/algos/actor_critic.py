@@ -1,0 +1,53 @@
+"""Batch advantage actor-critic (Keneshloo et al. survey Sec. III-B, Algorithm 3; Bahdanau et al. 2017).
+
+Actor π_θ, critic V_ψ(s_t) (:class:`rayseq.models.critic.Critic` on the detached decoder state). Per batch of
+sampled sequences with per-token rewards r_t (the task's reward on the last token):
+
+    δ_t = r_t + γ V_ψ(s_{t+1}) − V_ψ(s_t),   A_t = Σ_k (γλ)^k δ_{t+k}   (GAE, :func:`rayseq.losses.gae`)
+    actor   loss = −mean_t A_t log π_θ(y_t | s_t)                          (survey Eq. 22 with A_Ψ)
+    critic  loss = mean_t (V_ψ(s_t) − G_t^λ)²,  G_t^λ = A_t + V_ψ(s_t)      (TD(λ) targets; Eq. 24 with λ = 1)
+
+λ = ``algo.gae_lambda``; the first ``algo.critic_warmup`` iterations train the critic only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rayseq.algos.common import LearnerState, RolloutAlgo, advantages, rollout_metrics, rollout_tensors, step
+from rayseq.losses import gae, reinforce_loss, value_loss
+from rayseq.types import Rollout, to_torch
+
+
+def critic_step(state: LearnerState, values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> dict:
+    """One Adam step of the critic towards ``targets`` on the unmasked tokens."""
+    v_loss, v_stats = value_loss(values, targets, mask)
+    step(state.critic_opt, v_loss, state.critic.parameters(), None)
+    return {"loss/critic": v_loss.item(), "critic/explained_variance": float(v_stats.explained_variance),
+            "critic/value_mean": float(v_stats.value_mean)}
+
+
+def policy_step(cfg, state: LearnerState, logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                train: bool) -> dict:
+    """REINFORCE step with the given advantages (``train=False``: the loss only, e.g. during critic warm-up)."""
+    loss, stats = reinforce_loss(logp, adv, mask)
+    out = {"loss/policy": loss.item(), "policy/advantage_mean": float(stats.advantage_mean)}
+    if train:
+        out["policy/grad_norm"] = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
+    return out
+
+
+class ActorCritic(RolloutAlgo):
+    uses_critic = True
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        cfg = self.cfg
+        b = rollout_tensors(rollout, state.device, cfg.gamma)
+        out = state.generator.logprobs(b.src, b.src_len, b.tokens)
+        values = state.critic(out.states)
+        rewards = to_torch(rollout.rewards, state.device)
+        adv, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
+        adv = advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages)
+        m = policy_step(cfg, state, out.logp, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
+        m.update(critic_step(state, values, targets, b.token_mask))
+        return {**rollout_metrics(rollout), **m}

@@ -1,0 +1,89 @@
+"""The interpolation algorithm of ERPO (Tan et al. 2018, Sec. 4 and Supplement Algorithm 1, settings of
+Supplement C.2).
+
+Per token a categorical z ~ (λ1, λ2, λ3) (spike and slab) picks the source of y_t:
+z = 1 the model, y_t ∝ exp{c · log p_θ(y_t | y_1:t−1, x)}; z = 2 the reward, y_t ∝ exp{c · ΔR(y_t | y_1:t−1, y*)}
+(ΔR for every candidate token, vectorised); z = 3 the reference, y_t = y*_t. The M-step maximises
+log p_θ(y|x) of the sequences so built (:mod:`rayseq.algos.erpo`; sampled on the rollout workers).
+
+Annealing (C.2): λ starts at (0.04, 0, 0.96). Every ``interp_val_every`` iterations the validation-set
+reward (mean sentence BLEU-2 of greedy replies to validation inputs) is measured; when it is lower than at
+the previous validation, the weights (and optimizer) return to that validation's ("we would not update θ
+when the validation-set reward decreases") and λ moves: λ1 += 0.06 once, then λ2 += 0.06 four times,
+periodically, λ3 −= 0.06 each time (the authors' code: ``interpolation_main.py``). After a drop the next
+validation is always accepted, as there. The λ state and the saved weights are part of checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from rayseq.algos.common import LearnerState
+from rayseq.algos.erpo import mle_on_samples
+from rayseq.types import Rollout, RolloutRequest
+
+
+class ERPOInterpolation:
+    kind = "rollout"
+    needs_targets = True
+    adversarial = False
+    stateful_request = True  # λ lives on the learner: the driver asks the learner for each request
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.lambdas = [float(x) for x in cfg.interp_lambdas]
+        s = sum(self.lambdas)
+        if min(self.lambdas) < 0 or abs(s - 1.0) > 1e-6:
+            raise ValueError(f"algo.interp_lambdas must be a distribution (≥ 0, sum 1), got {cfg.interp_lambdas}")
+        self.history = ["reward"] * cfg.interp_reward_steps  # so that the first annealing raises λ1
+        self.last_reward: float | None = None
+        self.snapshot: dict | None = None
+        self.anneals = 0
+
+    @property
+    def validate_every(self) -> int:
+        return self.cfg.interp_val_every
+
+    def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
+        return RolloutRequest(max_len=max_len, temperature=1.0, seed=seed,
+                              erpo={"mode": "interpolation", "c": self.cfg.erpo_c, "lambdas": tuple(self.lambdas)})
+
+    def anneal(self) -> str:
+        """One annealing step; returns which weight grew ("model" = λ1 or "reward" = λ2)."""
+        k, delta = self.cfg.interp_reward_steps, self.cfg.interp_delta
+        which = "model" if self.history[-k:] == ["reward"] * k else "reward"
+        step = min(delta, self.lambdas[2])  # λ3 cannot go below 0
+        self.lambdas[0 if which == "model" else 1] += step
+        self.lambdas[2] -= step
+        self.history.append(which)
+        self.anneals += 1
+        return which
+
+    def on_validation(self, state: LearnerState, reward: float) -> dict:
+        """Keep or undo the last interval's updates by the validation reward (module docstring)."""
+        dropped = self.last_reward is not None and reward < self.last_reward
+        if dropped:
+            state.generator.load_state_dict(self.snapshot["generator"])
+            state.gen_opt.load_state_dict(self.snapshot["gen_opt"])
+            self.anneal()
+            self.last_reward = None
+        else:
+            self.last_reward = reward
+            self.snapshot = {"generator": copy.deepcopy(state.generator.state_dict()),
+                             "gen_opt": copy.deepcopy(state.gen_opt.state_dict())}
+        return {"interp/val_reward": reward, "interp/restored": float(dropped), "interp/anneals": float(self.anneals),
+                **self._lambda_metrics()}
+
+    def _lambda_metrics(self) -> dict:
+        return {f"interp/lambda{i + 1}": v for i, v in enumerate(self.lambdas)}
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        return {**mle_on_samples(state, rollout, self.cfg.max_grad_norm), **self._lambda_metrics()}
+
+    def state_dict(self) -> dict:
+        return {"lambdas": list(self.lambdas), "history": list(self.history), "last_reward": self.last_reward,
+                "snapshot": self.snapshot, "anneals": self.anneals}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.lambdas, self.history = list(d["lambdas"]), list(d["history"])
+        self.last_reward, self.snapshot, self.anneals = d["last_reward"], d["snapshot"], int(d["anneals"])

@@ -1,0 +1,42 @@
+"""SeqGAN with a learned critic in place of Monte-Carlo search (the SeqGAN paper's stated future work:
+Yu et al. 2017, Sec. 4 end / Sec. 6; the actor-critic of the Keneshloo et al. survey, Sec. III-B).
+
+SeqGAN estimates Q(Y_1:t−1, y_t) by N Monte-Carlo continuations of every prefix scored by D (Eq. 4):
+B·N·T(T−1)/2 generator steps and B·N·(T−1) discriminator evaluations per batch. Here only the B sampled
+sequences are scored, D(Y_1:T) is the terminal reward, and the critic V_ψ(s_t) on the decoder state supplies
+the rest: s_{t+1} has read y_t, so
+
+    Q̂(Y_1:t−1, y_t) = r_t + γ V_ψ(s_{t+1})     (= D(Y_1:T) on the last token, as in Eq. 4)
+
+and the generator follows SeqGAN's Eq. 8 with Q̂ (no baseline, as SeqGAN; ``algo.use_baseline=true``
+subtracts V_ψ(s_t), i.e. uses the TD error). The critic regresses on TD(λ) targets of the same batch
+(:func:`rayseq.losses.gae`, λ = ``algo.gae_lambda``). The discriminator and its d-steps are SeqGAN's.
+"""
+
+from __future__ import annotations
+
+from rayseq.algos.actor_critic import critic_step, policy_step
+from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, rollout_tensors
+from rayseq.losses import gae, masked_mean
+from rayseq.types import Rollout, to_torch
+
+
+class SeqGANCritic(RolloutAlgo):
+    uses_baseline = False
+    adversarial = True
+    uses_critic = True
+    monte_carlo = False  # the driver scores whole sequences only (no Monte-Carlo search)
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        cfg = self.cfg
+        b = rollout_tensors(rollout, state.device, cfg.gamma)
+        out = state.generator.logprobs(b.src, b.src_len, b.tokens)
+        values = state.critic(out.states)
+        rewards = to_torch(rollout.rewards, state.device)
+        _, q = gae(rewards, values, b.token_mask, cfg.gamma, 0.0)  # λ = 0: r_t + γ V(s_{t+1})
+        adv = (q - values.detach() * b.token_mask) if self.baseline_on else q
+        _, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
+        m = policy_step(cfg, state, out.logp, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
+        m.update(critic_step(state, values, targets, b.token_mask))
+        m["rollout/q_mean"] = float(masked_mean(q, b.token_mask))
+        return {**rollout_metrics(rollout), **m}

@@ -1,0 +1,30 @@
+"""Softmax policy gradient as the ERPO instance (R = the task's common reward, α = 1, β = 0; Tan et al.
+2018 Sec. 3.4, Eq. 8; Ding & Soricut 2017), at token level (Eq. 4):
+
+    E-step  q(y|x) ∝ Π_t p_θ(y_t | y_1:t−1, x) · exp(c · ΔR(y_t | y_1:t−1, y*))
+    M-step  θ ← argmax E_q[log p_θ(y|x)]   (one gradient step on the samples' NLL per batch)
+
+q is sampled on the rollout workers (:func:`rayseq.algos.erpo.erpo_sample`, ``mode="spg"``); ΔR is the BLEU-2
+increment of each candidate token against the input's references.
+"""
+
+from __future__ import annotations
+
+from rayseq.algos.common import LearnerState
+from rayseq.algos.erpo import mle_on_samples
+from rayseq.types import Rollout, RolloutRequest
+
+
+class SPG:
+    kind = "rollout"
+    needs_targets = False
+    adversarial = False
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
+        return RolloutRequest(max_len=max_len, temperature=1.0, seed=seed, erpo={"mode": "spg", "c": self.cfg.erpo_c})
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        return mle_on_samples(state, rollout, self.cfg.max_grad_norm)

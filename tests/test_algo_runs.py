@@ -1,0 +1,116 @@
+"""The algorithms of issue 8 end to end on a tiny chit-chat corpus: each through the driver (in-process),
+three through `python -m rayseq.train` on Ray actors (ERPO sampling on a rollout worker, the greedy SCST
+baseline scored on a ScorerActor, SeqGAN-critic's D scores from a scorer), and all of them as one Ray Tune
+grid."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from rayseq.config import build_config
+from rayseq.data.dialogue import PrepareOptions, prepare
+from rayseq.distributed.driver import Trainer
+from tests.test_chitchat import write_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+NEW = ["scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
+       "seqgan_critic"]
+TINY = {
+    "task": {"name": "chitchat", "test_size": 100},
+    "model": {"emb_dim": 16, "hidden_dim": 32},
+    "algo": {"ss_k": 2, "raml_pool": 8, "raml_samples": 2, "interp_val_every": 2, "val_size": 20,
+             "interp_lambdas": [0.3, 0.3, 0.4], "mc_rollouts": 2},
+    "disc": {"emb_dim": 8, "filter_sizes": [1, 2], "num_filters": [4, 4], "pretrain_steps": 1, "d_steps": 1,
+             "num_negatives": 32, "batch_size": 32},
+    "train": {"pretrain_iters": 20, "pretrain_batch_size": 32, "pretrain_lr": 1e-2, "iters": 4, "batch_size": 16,
+              "eval_every": 2},
+    "progress": False,
+}
+SIGNATURE = {  # a metric only that algorithm logs
+    "scst": "scst/greedy_reward_mean", "scheduled_sampling": "ss/epsilon", "raml": "raml/reward_mean",
+    "data_noising": "noise/replaced_frac", "spg": "loss/nll", "erpo_interpolation": "interp/lambda1",
+    "actor_critic": "critic/explained_variance", "seqgan_critic": "critic/explained_variance",
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("runs")
+    out = d / "prepared"
+    prepare(f"jsonl:{write_corpus(d / 'pairs.jsonl')}", out,
+            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
+    return out
+
+
+def tiny(corpus: Path, name: str, **extra) -> dict:
+    import copy
+
+    d = copy.deepcopy(TINY)
+    d["task"]["data_dir"] = str(corpus)
+    d["algo"]["name"] = name
+    for k, v in extra.items():
+        d[k] = {**d.get(k, {}), **v}
+    return d
+
+
+def train_rows(run_dir: Path) -> list[dict]:
+    return [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r["stage"] == "train"]
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_trains_through_the_driver(corpus, tmp_path, name):
+    cfg = build_config(tiny(corpus, name, rollout={"num_workers": 0}), [f"run_dir={tmp_path / name}"])
+    summary = Trainer(cfg).run()
+    assert summary["algo"] == name and 0.0 <= summary["metrics"]["eval/bleu2"] <= 100.0 + 1e-9
+    rows = train_rows(tmp_path / name)
+    assert len(rows) == 4
+    assert all(r.get(SIGNATURE[name]) is not None for r in rows)
+    if name == "erpo_interpolation":  # validations at the start and every 2 iterations
+        assert sum(r.get("interp/val_reward") is not None for r in rows) == 3
+    if name == "seqgan_critic":  # no Monte-Carlo search: D scores the B sampled replies only
+        assert all(r["rollout/extra_gen_steps"] == 0 and r["rollout/d_evals"] == 16 for r in rows)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("name", ["erpo_interpolation", "scst", "seqgan_critic"])
+def test_cli_on_ray_actors(corpus, tmp_path, name):
+    cfg_file = tmp_path / "c.yaml"
+    import yaml
+
+    cfg_file.write_text(yaml.safe_dump(tiny(corpus, name, rollout={"num_workers": 1, "num_cpus_per_worker": 0.5},
+                                            scorer={"num_scorers": 1, "num_cpus_per_scorer": 0.5},
+                                            learner={"num_cpus": 0.5})))
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "rayseq.train", "--config", str(cfg_file), f"run_dir={out}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rollout_workers"] == 1
+    rows = train_rows(out)
+    assert len(rows) == 4 and all(r.get(SIGNATURE[name]) is not None for r in rows)
+    assert all(r["rollout/worker_restarts"] == 0 for r in rows)
+
+
+@pytest.mark.ray
+def test_every_new_algorithm_as_a_tune_trial(ray_session, corpus, tmp_path, monkeypatch):
+    from rayseq.tune import run_experiment
+    from rayseq.tuning.spec import validate
+
+    monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")
+    train = tiny(corpus, "scst", rollout={"num_workers": 0})
+    exp = validate({"train": train, "search": {
+        "param_space": {"algo.name": {"grid": NEW}}, "metric": "eval/bleu2", "mode": "max", "num_samples": 1,
+        "max_concurrent_trials": 2, "scheduler": "fifo", "storage_path": str(tmp_path), "name": "algos", "seed": 0}})
+    grid = run_experiment(exp)
+    assert not grid.errors
+    done = {r.config["algo.name"]: r.metrics for r in grid}
+    assert set(done) == set(NEW)
+    for name, m in done.items():
+        assert m["iteration"] == 20 + (1 if name == "seqgan_critic" else 0) + 4
+        assert 0.0 <= m["eval/bleu2"] <= 100.0 + 1e-9

@@ -101,7 +101,8 @@ def mean_std(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
 
 
-def plot_curves(curves: dict, path: Path, *, ylabel: str, title: str, hlines=(), markers: bool = False) -> None:
+def plot_curves(curves: dict, path: Path, *, ylabel: str, title: str, hlines=(), markers: bool = False,
+                xlabel: str = "iteration (pretraining, then the algorithm)") -> None:
     """One line per run, one colour per algorithm: ``curves[algo]`` = list of [(iteration, value), ...]."""
     import matplotlib
 
@@ -116,7 +117,7 @@ def plot_curves(curves: dict, path: Path, *, ylabel: str, title: str, hlines=(),
                 ax.plot(x, y, "-o" if markers else "-", ms=3, color=f"C{j}", alpha=0.8, label=algo if i == 0 else None)
     for y, style, label in hlines:
         ax.axhline(y, ls=style, c="gray", label=label)
-    ax.set_xlabel("iteration (pretraining, then the algorithm)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)

@@ -11,8 +11,13 @@ Same start for every algorithm of a seed: one run pretrains (MLE + D pretraining
 each algorithm starts from its checkpoint (``train.init_from``); the MLE row is that pretrained model.
 Runs are in-process, two at a time (benchmarks/_compare.py).
 
+``seqgan_critic`` replaces the N×T Monte-Carlo continuations by a learned critic (the SeqGAN paper's future
+work); the second table gives what estimating Q costs per g-step for each algorithm (generator steps of
+continuations, discriminator evaluations, measured seconds) and seqgan_oracle_wallclock.png plots NLL-oracle
+against the adversarial stage's wall-clock.
+
 Outputs in ``--out`` (default benchmarks/results): seqgan_oracle.md / .json, seqgan_oracle_nll.png,
-runs under runs/seqgan_oracle/.
+seqgan_oracle_wallclock.png, runs under runs/seqgan_oracle/.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._compare import load_run, mean_std, plot_curves, run_all  # noqa: E402
 from benchmarks._report import write_report  # noqa: E402
 
-ALGOS = ["seqgan", "seqgan_ppo", "seqgan_ppo_dynamic"]
+ALGOS = ["seqgan", "seqgan_ppo", "seqgan_ppo_dynamic", "seqgan_critic"]
 PAPER = {"random": 10.310, "mle": 9.038, "seqgan": 8.736}  # SeqGAN Table 1 (NLL-oracle)
 
 
@@ -48,7 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         run_all(args.config, overrides, args.algos, args.seeds, runs_dir, pretrain_algo="seqgan", jobs=args.jobs,
                 fresh=args.fresh)
     rows, curves, payload = [], {}, {"config": args.config, "overrides": overrides, "runs": {}}
+    cost_rows, clock = [], {}
     for algo in ["mle", *args.algos]:
+        if algo != "mle":
+            cost = _q_cost(runs_dir, algo, args.seeds)
+            if cost:
+                cost_rows.append(cost["row"])
+                clock[algo] = cost["clock"]
+                payload.setdefault("q_cost", {})[algo] = cost["json"]
         nll, nll_test, it_s = [], [], []
         for s in args.seeds:
             d = runs_dir / (f"pretrain-s{s}" if algo == "mle" else f"{algo}-s{s}")
@@ -68,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         paper = PAPER.get(algo)
         rows.append((algo, mean_std(nll), mean_std(nll_test), f"{paper:.3f}" if paper else "-",
                      f"{statistics.median(it_s):.1f}" if it_s else "-", str(len(nll))))
-    table = _table(rows, args)
+    table = _table(rows, args) + "\n\n" + _cost_table(cost_rows)
     _plot(curves, args.out / "seqgan_oracle_nll.png")
+    plot_curves(clock, args.out / "seqgan_oracle_wallclock.png", ylabel="NLL-oracle",
+                title="NLL-oracle against adversarial wall-clock", xlabel="seconds since the adversarial stage began",
+                markers=True)
     write_report(args.out, "seqgan_oracle", table, payload)
     return 0
 
@@ -82,6 +97,55 @@ def _table(rows, args) -> str:
     lines.append("")
     lines.append(f"Schedule: `{args.config}`; seeds {args.seeds}; the MLE row is the pretrained model every algorithm "
                  "of a seed starts from. Paper: SeqGAN Table 1 (random generator 10.310).")
+    return "\n".join(lines)
+
+
+def _q_cost(runs_dir: Path, algo: str, seeds: list[int]) -> dict | None:
+    """Per g-step cost of Q: continuation steps and D evaluations (logged; for runs made before they were
+    logged, SeqGAN's closed form N·B·T(T−1)/2 and N·B·(T−1) + B), and the measured seconds; plus the
+    NLL-oracle against cumulative wall-clock of each seed."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    gen, dev, secs, clock = [], [], [], []
+    for s in seeds:
+        d = runs_dir / f"{algo}-s{s}"
+        if not (d / "summary.json").is_file():
+            continue
+        cfg = yaml.safe_load((d / "config.yaml").read_text())
+        rows = [r for r in pq.read_table(d / "metrics.parquet").to_pylist() if r["stage"] == "train"]
+        N, B, T = cfg["algo"]["mc_rollouts"], cfg["train"]["batch_size"], cfg["task"]["seq_len"]
+        for r in rows:
+            mc = algo != "seqgan_critic"
+            gen.append(r.get("rollout/extra_gen_steps") or (N * B * T * (T - 1) // 2 if mc else 0))
+            dev.append(r.get("rollout/d_evals") or (N * B * (T - 1) + B if mc else B))
+            secs.append(r["time/mc_total_s"])
+        pre = load_run(runs_dir / f"pretrain-s{s}", ["eval/nll_oracle"])["curve"]["eval/nll_oracle"][-1:]
+        t, curve = 0.0, [(0.0, pre[0][1])] if pre else []
+        for r in rows:
+            t += r["time/iter_s"]
+            if r.get("eval/nll_oracle") is not None:
+                curve.append((t, r["eval/nll_oracle"]))
+        clock.append(curve)
+    if not gen:
+        return None
+    med = {"gen_steps": statistics.median(gen), "d_evals": statistics.median(dev), "seconds": statistics.median(secs)}
+    row = (algo, f"{med['gen_steps']:,.0f}", f"{med['d_evals']:,.0f}", f"{med['seconds']:.2f}")
+    return {"row": row, "clock": clock, "json": med}
+
+
+def _cost_table(rows) -> str:
+    head = ("algorithm", "continuation steps / g-step", "D evaluations / g-step", "seconds for Q / g-step (median)")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    by = {r[0]: r for r in rows}
+    if "seqgan" in by and "seqgan_critic" in by:
+        mc, cr = (float(by[a][3]) for a in ("seqgan", "seqgan_critic"))
+        d_mc, d_cr = (float(by[a][2].replace(",", "")) for a in ("seqgan", "seqgan_critic"))
+        lines.append("")
+        lines.append(f"SeqGAN-critic against Monte-Carlo SeqGAN: {d_mc / d_cr:.0f}× fewer D evaluations, no "
+                     f"continuations, {mc / cr:.0f}× less time estimating Q (medians over the runs' g-steps; runs made "
+                     "at different times on the shared machine, so the seconds are indicative, the counts exact).")
     return "\n".join(lines)
 
 

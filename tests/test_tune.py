@@ -74,7 +74,7 @@ def test_spec_overrides_ties_and_trial_configs(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["counting_ppo_dynamic_search", "counting_compare_algos", "counting_pbt",
-                                  "seqgan_oracle_search", "chitchat_search"])
+                                  "seqgan_oracle_search", "chitchat_search", "chitchat_compare_algos"])
 def test_experiment_files_validate(name):
     exp = load_experiment(ROOT / "tune_configs" / f"{name}.yaml")
     assert exp.name == name and exp.num_trials() >= 4

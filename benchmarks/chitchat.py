@@ -1,9 +1,12 @@
-"""Chit-chat chatbot: MLE, REINFORCE, PPO and PPO-dynamic with the BLEU-2 reward on chitchat-dataset,
-beside the PPO-dynamic paper's Table 2 (Tuan et al. 2018, OpenSubtitles, BLEU-2: MLE 9.62,
-REINFORCE 14.29, PPO 14.12, PPO-dynamic 14.73). Other data, so compare the ordering and the gain over MLE.
+"""Chit-chat chatbot: every algorithm with the BLEU-2 reward on chitchat-dataset, beside the PPO-dynamic
+paper's Table 2 (Tuan et al. 2018, OpenSubtitles, BLEU-2: MLE 9.62, REINFORCE 14.29, PPO 14.12, PPO-dynamic
+14.73) and the ERPO paper's Table 1 (Tan et al. 2018, IWSLT'14 de-en, BLEU: MLE 26.44, RAML 27.22, SPG 26.62,
+MIXER 26.53, scheduled sampling 26.76, interpolation 27.82). Other data, so compare the ordering and the gain
+over MLE.
 
 Run book (from the repository root)
-  python benchmarks/chitchat.py                      # quick schedule, 4 algorithms (MLE = pretrained), 2 seeds
+  python benchmarks/chitchat.py                      # quick schedule, every algorithm, 2 seeds
+  python benchmarks/chitchat.py --algos raml spg     # some algorithms (finished runs are reused)
   python benchmarks/chitchat.py --seeds 0 1 2 train.iters=600
   python benchmarks/chitchat.py --report-only
 
@@ -27,8 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._compare import load_run, mean_std, plot_curves, run_all  # noqa: E402
 from benchmarks._report import write_report  # noqa: E402
 
-ALGOS = ["reinforce", "ppo", "ppo_dynamic"]
-PAPER = {"mle": 9.62, "reinforce": 14.29, "ppo": 14.12, "ppo_dynamic": 14.73}  # Tuan et al. Table 2, BLEU-2
+# ERPO Table 1's rows first ("mle" = MLE continued for the algorithm stage's budget), then the rest
+ALGOS = ["mle", "raml", "spg", "mixer", "scheduled_sampling", "erpo_interpolation", "data_noising", "scst",
+         "actor_critic", "reinforce", "ppo", "ppo_dynamic"]
+PAPER = {"pretrained": 9.62, "reinforce": 14.29, "ppo": 14.12, "ppo_dynamic": 14.73}  # Tuan et al. Table 2, BLEU-2
+ERPO = {"pretrained": 26.44, "raml": 27.22, "spg": 26.62, "mixer": 26.53, "scheduled_sampling": 26.76,
+        "erpo_interpolation": 27.82}  # Tan et al. Table 1 (IWSLT'14 BLEU; their MLE is trained to convergence)
 KEYS = ["eval/bleu2", "eval/sentence_bleu2", "eval/distinct1", "eval/distinct2", "eval/self_bleu2", "eval/reply_len"]
 
 
@@ -45,30 +52,29 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = args.out / "runs" / "chitchat"
     if not args.report_only:
         _prepare(args.config, overrides)
-        run_all(args.config, overrides, args.algos, args.seeds, runs_dir, pretrain_algo=args.algos[0],
+        run_all(args.config, overrides, args.algos, args.seeds, runs_dir, pretrain_algo="reinforce",
                 jobs=args.jobs, fresh=args.fresh)
     rows, curves, samples, payload = [], {}, {}, {"config": args.config, "overrides": overrides, "runs": {}}
     mle_bleu = None
-    for algo in ["mle", *args.algos]:
+    for algo in ["pretrained", *args.algos]:
         vals = {k: [] for k in KEYS}
         for s in args.seeds:
-            d = runs_dir / (f"pretrain-s{s}" if algo == "mle" else f"{algo}-s{s}")
+            d = runs_dir / (f"pretrain-s{s}" if algo == "pretrained" else f"{algo}-s{s}")
             if not (d / "summary.json").is_file():
                 continue
             r = load_run(d, ["eval/bleu2"])
-            m = r["summary"]["pretrain_metrics" if algo == "mle" else "metrics"]
+            m = r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
             for k in KEYS:
                 vals[k].append(m.get(k))
             curves.setdefault(algo, []).append(r["curve"]["eval/bleu2"])
-            if s == args.seeds[0] and algo != "mle":
+            if s == args.seeds[0] and algo != "pretrained":
                 samples[algo] = r["summary"]["details"]
             payload["runs"][f"{algo}-s{s}"] = {k: m.get(k) for k in KEYS}
         b = [x for x in vals["eval/bleu2"] if x is not None]
-        if algo == "mle" and b:
+        if algo == "pretrained" and b:
             mle_bleu = statistics.mean(b)
-        gain = f"{statistics.mean(b) - mle_bleu:+.2f}" if b and mle_bleu is not None and algo != "mle" else "-"
-        paper_gain = f"{PAPER[algo] - PAPER['mle']:+.2f}" if algo != "mle" and algo in PAPER else "-"
-        rows.append((algo, mean_std(b), gain, f"{PAPER.get(algo, float('nan')):.2f}", paper_gain,
+        gain = f"{statistics.mean(b) - mle_bleu:+.2f}" if b and mle_bleu is not None and algo != "pretrained" else "-"
+        rows.append((algo, mean_std(b), gain, _paper(PAPER, algo), _paper(ERPO, algo),
                      mean_std(vals["eval/sentence_bleu2"]), mean_std(vals["eval/distinct2"]),
                      mean_std(vals["eval/self_bleu2"]), mean_std(vals["eval/reply_len"]), str(len(b))))
     table = _table(rows, args, samples)
@@ -84,14 +90,25 @@ def _prepare(config: str, overrides: list[str]) -> None:
     ensure_prepared(build_config(load_yaml(config), overrides).task)
 
 
+def _paper(table: dict, algo: str) -> str:
+    """A paper's figure and its gain over that paper's MLE, or '-'."""
+    if algo not in table:
+        return "-"
+    return f"{table[algo]:.2f}" + ("" if algo == "pretrained" else f" ({table[algo] - table['pretrained']:+.2f})")
+
+
 def _table(rows, args, samples) -> str:
-    head = ("algorithm", "BLEU-2 (ours)", "gain over MLE", "BLEU-2 (paper)", "paper gain",
+    head = ("algorithm", "BLEU-2 (ours)", "gain over pretrained MLE", "Tuan et al. Table 2 (gain)",
+            "ERPO Table 1 (gain)",
             "sentence BLEU-2 (the reward)", "distinct-2", "Self-BLEU-2", "reply length", "seeds")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", f"Schedule: `{args.config}`; seeds {args.seeds}; corpus BLEU-2 (sacrebleu) of greedy replies on "
-              "held-out inputs against all their references; the MLE row is the pretrained model. "
-              "Paper: Tuan et al. Table 2 (OpenSubtitles).", ""]
+              "held-out inputs against all their references. `pretrained` is the MLE model every algorithm "
+              "starts from (the papers' MLE row); `mle` continues MLE for the algorithm stage's budget, so an "
+              "algorithm's gain over `mle` is what it adds beyond more training. Papers: Tuan et al. Table 2 "
+              "(OpenSubtitles, BLEU-2), Tan et al. (ERPO) Table 1 (IWSLT'14 de-en, BLEU-4, attention LSTM, "
+              "beam 5).", ""]
     for algo, det in samples.items():
         lines.append(f"Replies of `{algo}` (seed {args.seeds[0]}) to the paper's Supplement Table 2 inputs:")
         lines.append("")

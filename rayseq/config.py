@@ -28,6 +28,7 @@ AlgoName = Literal[
 ]
 GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic", "seqgan_critic")
 MC_GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")  # Q from Monte-Carlo search (SeqGAN Eq. 4)
+CRITIC_ALGOS = ("actor_critic", "seqgan_critic")  # keep a critic V_ψ(s_t) (critic_* keys apply)
 REFERENCE_ALGOS = ("spg", "erpo_interpolation")  # need token-level reward increments ΔR against references
 REFERENCE_TASKS = ("chitchat",)  # tasks whose reward is BLEU against reference replies (ΔR is defined)
 TASKS = ("counting", "oracle", "chitchat")
@@ -187,7 +188,8 @@ class AlgoConfig(_Section):
     critic_lr: float = Field(1e-3, gt=0, description="Actor-critic / SeqGAN-critic: critic learning rate (Adam).")
     critic_hidden: int = Field(128, ge=0, description="Critic MLP hidden size on the decoder state (0 = linear).")
     critic_warmup: int = Field(
-        0, ge=0, description="Actor-critic / SeqGAN-critic: first iterations that train the critic only.",
+        0, ge=0, description="Actor-critic / SeqGAN-critic: iterations before the algorithm's budget that train the "
+        "critic only (generator fixed, no d-steps), as Bahdanau et al. (2017) pretrain their critic.",
     )
 
 
@@ -277,6 +279,11 @@ class RunConfig(_Section):
     def is_gan(self) -> bool:
         """SeqGAN family: a discriminator is trained and scores the rollouts."""
         return self.algo.name in GAN_ALGOS
+
+    @property
+    def train_stage_iters(self) -> int:
+        """Iterations of stage ``train``: ``train.iters`` plus the critic-only warm-up of critic algorithms."""
+        return self.train.iters + (self.algo.critic_warmup if self.algo.name in CRITIC_ALGOS else 0)
 
     @property
     def uses_mc(self) -> bool:

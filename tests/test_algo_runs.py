@@ -114,3 +114,14 @@ def test_every_new_algorithm_as_a_tune_trial(ray_session, corpus, tmp_path, monk
     for name, m in done.items():
         assert m["iteration"] == 20 + (1 if name == "seqgan_critic" else 0) + 4
         assert 0.0 <= m["eval/bleu2"] <= 100.0 + 1e-9
+
+
+def test_critic_warmup_trains_the_critic_first_without_d_steps(corpus, tmp_path):
+    """algo.critic_warmup iterations come before train.iters: the generator stays fixed and D does not train."""
+    cfg = build_config(tiny(corpus, "seqgan_critic", rollout={"num_workers": 0}, algo={"critic_warmup": 2}),
+                       [f"run_dir={tmp_path / 'w'}"])
+    Trainer(cfg).run()
+    rows = train_rows(tmp_path / "w")
+    assert len(rows) == 2 + 4
+    assert [r["critic/warmup"] for r in rows] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert all(r.get("disc/loss") is None for r in rows[:2]) and all(r["disc/loss"] is not None for r in rows[2:])

@@ -7,7 +7,8 @@ sampled sequences with per-token rewards r_t (the task's reward on the last toke
     actor   loss = −mean_t A_t log π_θ(y_t | s_t)                          (survey Eq. 22 with A_Ψ)
     critic  loss = mean_t (V_ψ(s_t) − G_t^λ)²,  G_t^λ = A_t + V_ψ(s_t)      (TD(λ) targets; Eq. 24 with λ = 1)
 
-λ = ``algo.gae_lambda``; the first ``algo.critic_warmup`` iterations train the critic only.
+λ = ``algo.gae_lambda``. The first ``algo.critic_warmup`` iterations (added to ``train.iters``) train the critic
+only, with the actor fixed (Bahdanau et al. 2017 pretrain their critic this way).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def policy_step(cfg, state: LearnerState, logp: torch.Tensor, adv: torch.Tensor,
                 train: bool) -> dict:
     """REINFORCE step with the given advantages (``train=False``: the loss only, e.g. during critic warm-up)."""
     loss, stats = reinforce_loss(logp, adv, mask)
-    out = {"loss/policy": loss.item(), "policy/advantage_mean": float(stats.advantage_mean)}
+    out = {"loss/policy": loss.item(), "policy/advantage_mean": float(stats.advantage_mean),
+           "critic/warmup": float(not train)}
     if train:
         out["policy/grad_norm"] = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
     return out

@@ -73,7 +73,7 @@ class Trainer:
     # -- bookkeeping ------------------------------------------------------------------------------
     def _plan(self) -> dict[str, int]:
         disc = self.cfg.disc.pretrain_steps if self.cfg.is_gan else 0
-        return {"mle": self.cfg.train.pretrain_iters, "disc": disc, "train": self.cfg.train.iters}
+        return {"mle": self.cfg.train.pretrain_iters, "disc": disc, "train": self.cfg.train_stage_iters}
 
     def _driver_state(self) -> dict:
         return {
@@ -310,7 +310,8 @@ class Trainer:
                       "time/mc_s": info["mc_s"], "time/score_s": info["score_s"], "time/learn_s": t4 - t3})
             m["rollout/tokens"] = float(n_tok)
         t5 = time.perf_counter()
-        for _ in range(cfg.disc.d_steps):
+        critic_only = getattr(algo, "uses_critic", False) and self.stage_iter < a.critic_warmup
+        for _ in range(0 if critic_only else cfg.disc.d_steps):  # D waits while only the critic learns
             m.update(self._d_step(rt))
         m["time/disc_s"] = time.perf_counter() - t5
         m["rollout/worker_restarts"] = float(rt.restarts)

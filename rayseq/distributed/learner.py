@@ -9,8 +9,8 @@ import random
 import numpy as np
 import torch
 
-from rayseq.algos import ALGORITHMS, MLE, LearnerState, make_algo
-from rayseq.config import RunConfig
+from rayseq.algos import MLE, LearnerState, make_algo
+from rayseq.config import CRITIC_ALGOS, RunConfig
 from rayseq.losses.discriminator import discriminator_loss
 from rayseq.models import Critic, ValueBaseline
 from rayseq.models.discriminator import build_discriminator
@@ -51,7 +51,7 @@ class Learner:
             base_opt=torch.optim.Adam(baseline.parameters(), lr=c.algo.baseline_lr),
             device=self.device,
         )
-        if getattr(ALGORITHMS[c.algo.name], "uses_critic", False):
+        if c.algo.name in CRITIC_ALGOS:
             self.state.critic = Critic(c.model.hidden_dim, c.algo.critic_hidden).to(self.device)
             self.state.critic_opt = torch.optim.Adam(self.state.critic.parameters(), lr=c.algo.critic_lr)
         self.stage = "mle"

@@ -62,7 +62,7 @@ def trial_rows(exp: Experiment, grid) -> list[dict]:
         vals = [] if df is None else [v for v in df[metric].tolist() if _finite(v)]
         best = (max(vals) if sign > 0 else min(vals)) if vals else math.nan
         try:
-            total = exp.trial_config(cfg_params, trial_id).train.iters
+            total = exp.trial_config(cfg_params, trial_id).train_stage_iters
         except Exception:  # a trial whose config cannot be rebuilt still gets its row
             total = None
         if r.error is not None:

@@ -535,8 +535,8 @@ def _check_metric_and_scheduler(exp: Experiment, base: RunConfig, probes: list[R
     if sched.time_attr == "algo_iteration" and base.train.iters == 0 and sched.name != "fifo":
         raise SpecError("search.scheduler.time_attr: algo_iteration counts algorithm iterations, and "
                         "train.train.iters=0; use time_attr: iteration")
-    length = base.train.iters if sched.time_attr == "algo_iteration" else (
-        base.train.pretrain_iters + (base.disc.pretrain_steps if base.is_gan else 0) + base.train.iters)
+    length = base.train_stage_iters if sched.time_attr == "algo_iteration" else (
+        base.train.pretrain_iters + (base.disc.pretrain_steps if base.is_gan else 0) + base.train_stage_iters)
     if isinstance(sched, AshaSpec):
         if sched.max_t is None:
             sched.max_t = max(length, 1)

@@ -88,7 +88,8 @@ def load_run(run_dir: Path, metric_keys: list[str]) -> dict:
     s = json.loads((run_dir / "summary.json").read_text())
     rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
     curve = {k: [(r["iteration"], r[k]) for r in rows if r.get(k) is not None] for k in metric_keys}
-    times = [r["time/iter_s"] for r in rows if r.get("time/iter_s") is not None and r["stage"] == "train"]
+    times = [r["time/iter_s"] for r in rows  # the algorithm's iterations (not a critic's warm-up)
+             if r.get("time/iter_s") is not None and r["stage"] == "train" and not r.get("critic/warmup")]
     return {"summary": s, "curve": curve, "train_iter_s": statistics.median(times) if times else None}
 
 

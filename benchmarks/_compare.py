@@ -81,6 +81,16 @@ def run_all(config: str, overrides: list[str], algos: list[str], seeds: list[int
     return dirs
 
 
+def parse_args(ap, argv) -> tuple:
+    """``ap.parse_known_args`` where ``key=value`` overrides may also follow ``--algos a b`` (argparse would
+    take them for algorithm names); returns (args, overrides)."""
+    args, overrides = ap.parse_known_args(argv)
+    if getattr(args, "algos", None):
+        overrides = [*overrides, *(a for a in args.algos if "=" in a)]
+        args.algos = [a for a in args.algos if "=" not in a]
+    return args, overrides
+
+
 def load_run(run_dir: Path, metric_keys: list[str]) -> dict:
     """summary.json plus the evaluation curve (iteration, stage, metric) of ``metric_keys``."""
     import pyarrow.parquet as pq

@@ -14,8 +14,9 @@ Same start for every algorithm of a seed: one run pretrains with MLE (``train.it
 starts from its checkpoint (``train.init_from``); the MLE row is that pretrained model. Runs are
 in-process, two at a time (benchmarks/_compare.py). The corpus is prepared into ``task.data_dir`` first.
 
-Outputs in ``--out`` (default benchmarks/results): chitchat.md / .json, chitchat_curves.png (held-out
-BLEU-2 and reply length against iteration), sample replies in chitchat.md, runs under runs/chitchat/.
+Outputs in ``--out`` (default benchmarks/results): chitchat.md / .json, chitchat_algorithms.png (BLEU-2 per
+algorithm; the reward against distinct-2), chitchat_curves.png (held-out BLEU-2 against iteration), sample
+replies in chitchat.md, runs under runs/chitchat/.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._compare import load_run, mean_std, plot_curves, run_all  # noqa: E402
+from benchmarks._compare import load_run, mean_std, parse_args, plot_curves, run_all  # noqa: E402
 from benchmarks._report import write_report  # noqa: E402
 
 # ERPO Table 1's rows first ("mle" = MLE continued for the algorithm stage's budget), then the rest
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--fresh", action="store_true", help="rerun finished runs too")
-    args, overrides = ap.parse_known_args(argv)
+    args, overrides = parse_args(ap, argv)
     runs_dir = args.out / "runs" / "chitchat"
     if not args.report_only:
         _prepare(args.config, overrides)
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 jobs=args.jobs, fresh=args.fresh)
     rows, curves, samples, payload = [], {}, {}, {"config": args.config, "overrides": overrides, "runs": {}}
     mle_bleu = None
+    summary: dict[str, dict[str, list]] = {}
     for algo in ["pretrained", *args.algos]:
         vals = {k: [] for k in KEYS}
         for s in args.seeds:
@@ -71,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 samples[algo] = r["summary"]["details"]
             payload["runs"][f"{algo}-s{s}"] = {k: m.get(k) for k in KEYS}
         b = [x for x in vals["eval/bleu2"] if x is not None]
+        summary[algo] = vals
         if algo == "pretrained" and b:
             mle_bleu = statistics.mean(b)
         gain = f"{statistics.mean(b) - mle_bleu:+.2f}" if b and mle_bleu is not None and algo != "pretrained" else "-"
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                      mean_std(vals["eval/self_bleu2"]), mean_std(vals["eval/reply_len"]), str(len(b))))
     table = _table(rows, args, samples)
     _plot(curves, args.out / "chitchat_curves.png")
+    _plot_summary(summary, args.out / "chitchat_algorithms.png")
     write_report(args.out, "chitchat", table, payload)
     return 0
 
@@ -115,6 +119,40 @@ def _table(rows, args, samples) -> str:
         lines += [f"- {p['input']} → {p['reply']}" for p in det.get("paper_prompts", [])]
         lines.append("")
     return "\n".join(lines)
+
+
+def _plot_summary(summary: dict, path: Path) -> None:
+    """Left: held-out BLEU-2 per algorithm (mean and each seed); right: the reward against diversity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    algos = [a for a, v in summary.items() if any(x is not None for x in v["eval/bleu2"])]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    palette = [f"C{k}" for k in (0, 1, 2, 3, 4, 5, 6, 8, 9)]  # C7 is gray: kept for the MLE rows
+    for i, a in enumerate(algos):
+        ys = [x for x in summary[a]["eval/bleu2"] if x is not None]
+        colour = "gray" if a in ("pretrained", "mle") else palette[i % len(palette)]
+        ax.bar(i, statistics.mean(ys), color=colour, alpha=0.7)
+        ax.plot([i] * len(ys), ys, "k.", ms=6)
+        r = [x for x in summary[a]["eval/sentence_bleu2"] if x is not None]
+        d = [x for x in summary[a]["eval/distinct2"] if x is not None]
+        ax2.scatter(statistics.mean(d), statistics.mean(r), color=colour)
+        ax2.annotate(a, (statistics.mean(d), statistics.mean(r)), fontsize=7, xytext=(3, 2), textcoords="offset points")
+    if "pretrained" in algos:
+        base = statistics.mean(x for x in summary["pretrained"]["eval/bleu2"] if x is not None)
+        ax.axhline(base, ls=":", c="k", label="pretrained MLE")
+        ax.legend(fontsize=8)
+    ax.set_xticks(range(len(algos)), algos, rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("held-out corpus BLEU-2 (bar: mean, dots: seeds)")
+    ax.set_title("chitchat-dataset: every algorithm from one MLE model")
+    ax2.set_xlabel("distinct-2 (diversity)")
+    ax2.set_ylabel("held-out sentence BLEU-2 (the reward)")
+    ax2.set_title("reward against diversity")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _plot(curves: dict, path: Path) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._compare import load_run, mean_std, plot_curves, run_all  # noqa: E402
+from benchmarks._compare import load_run, mean_std, parse_args, plot_curves, run_all  # noqa: E402
 from benchmarks._report import write_report  # noqa: E402
 
 ALGOS = ["seqgan", "seqgan_ppo", "seqgan_ppo_dynamic", "seqgan_critic"]
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--fresh", action="store_true", help="rerun finished runs too")
-    args, overrides = ap.parse_known_args(argv)
+    args, overrides = parse_args(ap, argv)
     runs_dir = args.out / "runs" / "seqgan_oracle"
     overrides = [f"task.oracle_path={Path(args.oracle).resolve()}", *overrides]
     if not args.report_only:

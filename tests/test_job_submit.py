@@ -67,16 +67,25 @@ def ray_head():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+def submit(address: str, env: dict, *cmd: str, wait_s: float = 120) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir <repo> -- cmd`. The head answers `ray job list` before its job agent has
+    registered; until then a submission is refused with "No available agent" (HTTP 500, no job created), so
+    that one answer is retried."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        r = subprocess.run([RAY, "job", "submit", "--address", address, "--working-dir", str(ROOT), "--", *cmd],
+                           env=env, capture_output=True, text=True, timeout=900)
+        if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr or time.monotonic() > deadline:
+            return r
+        time.sleep(3)
+
+
 def test_job_submit_runs_training_on_the_cluster(ray_head, tmp_path):
     address, env = ray_head
     run_dir = tmp_path / "job-run"
-    r = subprocess.run(
-        [RAY, "job", "submit", "--address", address, "--working-dir", str(ROOT), "--",
-         "python", "-m", "rayseq.train", "--config", "tune_configs/counting_quick.yaml",
-         "train.pretrain_iters=30", "train.iters=6", "train.eval_every=3", "progress=false",
-         f"run_dir={run_dir}"],
-        env=env, capture_output=True, text=True, timeout=900,
-    )
+    r = submit(address, env, "python", "-m", "rayseq.train", "--config", "tune_configs/counting_quick.yaml",
+               "train.pretrain_iters=30", "train.iters=6", "train.eval_every=3", "progress=false",
+               f"run_dir={run_dir}")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "succeeded" in out.lower()
@@ -93,15 +102,11 @@ def test_job_submit_runs_seqgan_with_scorer_actors(ray_head, tmp_path):
     """A SeqGAN experiment file through `ray job submit`: rollout workers, a scorer actor, d-steps."""
     address, env = ray_head
     run_dir = tmp_path / "seqgan-run"
-    r = subprocess.run(
-        [RAY, "job", "submit", "--address", address, "--working-dir", str(ROOT), "--",
-         "python", "-m", "rayseq.train", "--config", "tune_configs/seqgan_counting.yaml",
-         "train.pretrain_iters=30", "train.iters=2", "train.batch_size=32", "train.eval_every=0",
-         "disc.pretrain_steps=1", "disc.num_negatives=128", "algo.mc_rollouts=2", "task.test_size=200",
-         "learner.num_cpus=0.5",  # learner + 2 workers + 1 scorer = 2 CPUs, what the test head offers
-         "progress=false", f"run_dir={run_dir}"],
-        env=env, capture_output=True, text=True, timeout=900,
-    )
+    r = submit(address, env, "python", "-m", "rayseq.train", "--config", "tune_configs/seqgan_counting.yaml",
+               "train.pretrain_iters=30", "train.iters=2", "train.batch_size=32", "train.eval_every=0",
+               "disc.pretrain_steps=1", "disc.num_negatives=128", "algo.mc_rollouts=2", "task.test_size=200",
+               "learner.num_cpus=0.5",  # learner + 2 workers + 1 scorer = 2 CPUs, what the test head offers
+               "progress=false", f"run_dir={run_dir}")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())

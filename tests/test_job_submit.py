@@ -39,8 +39,12 @@ def ray_head():
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
     temp_dir = tempfile.mkdtemp(prefix="rsq", dir="/tmp")  # short: Ray's socket paths live below it
     gcs, dash = free_port(), free_port()
+    # the agents get free ports too: another Ray on this machine (the session's `ray_session`) holds the
+    # defaults, and a head whose job agent cannot bind refuses every submission ("No available agent")
+    agents = [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+              f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
     proc = subprocess.Popen(
-        [RAY, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
+        [RAY, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}", *agents,
          "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--num-cpus=2",
          "--disable-usage-stats", f"--temp-dir={temp_dir}"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,

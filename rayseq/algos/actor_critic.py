@@ -28,6 +28,13 @@ def critic_step(state: LearnerState, values: torch.Tensor, targets: torch.Tensor
             "critic/value_mean": float(v_stats.value_mean)}
 
 
+def critic_pass(state: LearnerState, rollout: Rollout, gamma: float):
+    """The rollout's tensors, the generator's teacher-forced pass, V_ψ(s_t) (B, T) and the rewards r_t (B, T)."""
+    b = rollout_tensors(rollout, state.device, gamma)
+    out = state.generator.logprobs(b.src, b.src_len, b.tokens)
+    return b, out, state.critic(out.states), to_torch(rollout.rewards, state.device)
+
+
 def policy_step(cfg, state: LearnerState, logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
                 train: bool) -> dict:
     """REINFORCE step with the given advantages (``train=False``: the loss only, e.g. during critic warm-up)."""
@@ -44,10 +51,7 @@ class ActorCritic(RolloutAlgo):
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
-        b = rollout_tensors(rollout, state.device, cfg.gamma)
-        out = state.generator.logprobs(b.src, b.src_len, b.tokens)
-        values = state.critic(out.states)
-        rewards = to_torch(rollout.rewards, state.device)
+        b, out, values, rewards = critic_pass(state, rollout, cfg.gamma)
         adv, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
         adv = advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages)
         m = policy_step(cfg, state, out.logp, adv, b.action_mask, train=iteration >= cfg.critic_warmup)

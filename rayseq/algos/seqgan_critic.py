@@ -15,10 +15,10 @@ subtracts V_ψ(s_t), i.e. uses the TD error). The critic regresses on TD(λ) tar
 
 from __future__ import annotations
 
-from rayseq.algos.actor_critic import critic_step, policy_step
-from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, rollout_tensors
+from rayseq.algos.actor_critic import critic_pass, critic_step, policy_step
+from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics
 from rayseq.losses import gae, masked_mean
-from rayseq.types import Rollout, to_torch
+from rayseq.types import Rollout
 
 
 class SeqGANCritic(RolloutAlgo):
@@ -29,10 +29,7 @@ class SeqGANCritic(RolloutAlgo):
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
-        b = rollout_tensors(rollout, state.device, cfg.gamma)
-        out = state.generator.logprobs(b.src, b.src_len, b.tokens)
-        values = state.critic(out.states)
-        rewards = to_torch(rollout.rewards, state.device)
+        b, out, values, rewards = critic_pass(state, rollout, cfg.gamma)
         _, q = gae(rewards, values, b.token_mask, cfg.gamma, 0.0)  # λ = 0: r_t + γ V(s_{t+1})
         adv = (q - values.detach() * b.token_mask) if self.baseline_on else q
         _, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rayseq.config import build_config
@@ -35,3 +38,30 @@ def ray_session():
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+GREETINGS = ["hi there", "hello !", "hey , how are you ?"]
+REPLIES = ["i am fine , thanks", "good , and you ?", "not bad at all", "great to see you", "fine fine"]
+
+
+def write_corpus(path: Path, n_conv: int = 60) -> Path:
+    """JSONL pairs; each conversation asks a greeting and gets one of several replies (one-to-many)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for c in range(n_conv):
+        for _ in range(3):
+            rows.append({"input": GREETINGS[rng.integers(3)], "reply": REPLIES[rng.integers(5)], "conv_id": f"c{c}"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    """A tiny chit-chat corpus prepared once (read-only for the tests that use it)."""
+    from rayseq.data.dialogue import PrepareOptions, prepare
+
+    d = tmp_path_factory.mktemp("cc")
+    out = d / "prepared"
+    prepare(f"jsonl:{write_corpus(d / 'pairs.jsonl')}", out,
+            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
+    return out

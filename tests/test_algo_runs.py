@@ -14,9 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rayseq.config import build_config
-from rayseq.data.dialogue import PrepareOptions, prepare
 from rayseq.distributed.driver import Trainer
-from tests.test_chitchat import write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW = ["scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
@@ -37,15 +35,6 @@ SIGNATURE = {  # a metric only that algorithm logs
     "data_noising": "noise/replaced_frac", "spg": "loss/nll", "erpo_interpolation": "interp/lambda1",
     "actor_critic": "critic/explained_variance", "seqgan_critic": "critic/explained_variance",
 }
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("runs")
-    out = d / "prepared"
-    prepare(f"jsonl:{write_corpus(d / 'pairs.jsonl')}", out,
-            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
-    return out
 
 
 def tiny(corpus: Path, name: str, **extra) -> dict:

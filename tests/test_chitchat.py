@@ -4,39 +4,15 @@ the checkpoint served by the chat model."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rayseq.config import build_config
-from rayseq.data.dialogue import PrepareOptions, prepare
 from rayseq.distributed.driver import Trainer
 from rayseq.tasks.chitchat import ChitchatTask, distinct_n, self_bleu
-
-GREETINGS = ["hi there", "hello !", "hey , how are you ?"]
-REPLIES = ["i am fine , thanks", "good , and you ?", "not bad at all", "great to see you", "fine fine"]
-
-
-def write_corpus(path: Path, n_conv: int = 60) -> Path:
-    """JSONL pairs; each conversation asks a greeting and gets one of several replies (one-to-many)."""
-    rng = np.random.default_rng(0)
-    rows = []
-    for c in range(n_conv):
-        for _ in range(3):
-            rows.append({"input": GREETINGS[rng.integers(3)], "reply": REPLIES[rng.integers(5)], "conv_id": f"c{c}"})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("cc")
-    out = d / "prepared"
-    prepare(f"jsonl:{write_corpus(d / 'pairs.jsonl')}", out,
-            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
-    return out
+from tests.conftest import write_corpus
 
 
 def tiny(corpus: Path, *extra: str):

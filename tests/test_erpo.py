@@ -14,21 +14,10 @@ import torch
 from rayseq.algos.erpo import erpo_sample
 from rayseq.algos.erpo_interpolation import ERPOInterpolation
 from rayseq.config import build_config
-from rayseq.data.dialogue import PrepareOptions, prepare
 from rayseq.distributed.learner import Learner, make_generator
 from rayseq.models.sampling import inverse_cdf_sample
 from rayseq.rewards.bleu import sentence_bleu
 from rayseq.tasks.chitchat import ChitchatTask
-from tests.test_chitchat import write_corpus
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    d = tmp_path_factory.mktemp("erpo")
-    out = d / "prepared"
-    prepare(f"jsonl:{write_corpus(d / 'pairs.jsonl')}", out,
-            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
-    return out
 
 
 def setup(corpus, *extra):

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayseq.algos.common import LearnerState, step
-from rayseq.losses import token_nll_loss
+from rayseq.algos.common import LearnerState
+from rayseq.algos.mle import MLE
 from rayseq.models.generator import SampleOutput
 from rayseq.models.sampling import sample_with_logp
 from rayseq.rewards.bleu_delta import bleu_increments
@@ -135,18 +135,16 @@ def erpo_sample(
 
 
 def mle_on_samples(state: LearnerState, rollout: Rollout, max_grad_norm: float | None) -> dict:
-    """ERPO's M-step: maximise log p_θ(y|x) of the sampled replies (token-averaged NLL)."""
-    d = state.device
-    tokens, mask = to_torch(rollout.tokens, d), to_torch(rollout.token_mask, d)
-    out = state.generator.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d), tokens)
-    loss, stats = token_nll_loss(out.logp, mask)
-    grad_norm = step(state.gen_opt, loss, state.generator.parameters(), max_grad_norm)
+    """ERPO's M-step: maximise log p_θ(y|x) of the sampled replies (MLE's update with them as targets)."""
+    samples = PromptBatch(rollout.src, rollout.src_len, tgt=rollout.tokens,
+                          tgt_len=(rollout.token_mask > 0).sum(1).astype(np.int64))
+    m = MLE(max_grad_norm=max_grad_norm).update(state, samples, 0)
     info = rollout.info.get("parts", [rollout.info])
     z = {k: float(np.mean([p.get(k, np.nan) for p in info])) for k in ("erpo/z_model", "erpo/z_reward", "erpo/z_ref")}
     return {
         "rollout/reward_mean": float(rollout.score.mean()),
         "rollout/len_mean": float(rollout.token_mask.sum(1).mean()),
-        "loss/nll": float(stats.nll),
-        "policy/grad_norm": grad_norm,
+        "loss/nll": m["loss/nll"],
+        "policy/grad_norm": m["policy/grad_norm"],
         **{k: v for k, v in z.items() if np.isfinite(v)},
     }

@@ -10,7 +10,7 @@ The E-step of the generalised entropy-regularised policy optimisation (Eq. 2), w
 and the M-step maximises log p_θ(y|x) of samples y ~ q. Here R is the task's sentence BLEU-2 in [0, 1]
 against all references of the input (the chatbot reward; :func:`rayseq.rewards.bleu_delta.bleu_increments`
 computes ΔR for every candidate token at once). The end token adds no reply token, so ΔR(EOS) = 0;
-<pad> and <bos> are never sampled.
+<pad> and <bos> are never sampled (the model's ``logit_bias``, also in the reward-only branch).
 
 - ``mode="spg"`` (Sec. 3.4, α = 1, β = 0): q_t(v) ∝ p_θ(v) · exp(c · ΔR(v)), a product of experts
   (Ding & Soricut 2017's softmax policy gradient); c = ``algo.erpo_c`` scales the reward (1 in Eq. 4).
@@ -76,8 +76,6 @@ def erpo_sample(
     h = model.encode(src, src_len)
     tok = torch.full((B,), model.bos_id, dtype=torch.long, device=dev)
     alive = torch.ones(B, dtype=torch.bool, device=dev)
-    never = torch.zeros(V, device=dev)
-    never[[sp.pad, sp.bos]] = float("-inf")
     prefix = np.zeros((B, max_len), dtype=np.int64)  # reply tokens so far (EOS excluded)
     plen = np.zeros(B, dtype=np.int64)
     keys = np.asarray(prompts.key)
@@ -93,7 +91,7 @@ def erpo_sample(
         if mode == "spg":
             z = torch.full((B,), 1, dtype=torch.long, device=dev)
             rows = alive.nonzero().squeeze(1)
-            q = logp_all[rows] + never
+            q = logp_all[rows]
             if len(rows):
                 r = rows.cpu().numpy()
                 q = q + c * _delta_r(task, prefix[r], plen[r], keys[r], V, sp).to(dev)
@@ -104,11 +102,11 @@ def erpo_sample(
             nxt = torch.full((B,), sp.pad, dtype=torch.long, device=dev)
             m1 = (z == 1) & alive
             if m1.any():
-                nxt[m1] = sample_with_logp(c * logp_all[m1] + never, u[m1])[0]
+                nxt[m1] = sample_with_logp(c * logp_all[m1], u[m1])[0]
             m2 = (z == 2) & alive
             if m2.any():
                 r = m2.nonzero().squeeze(1).cpu().numpy()
-                q = c * _delta_r(task, prefix[r], plen[r], keys[r], V, sp).to(dev) + never + model.logit_bias
+                q = c * _delta_r(task, prefix[r], plen[r], keys[r], V, sp).to(dev) + model.logit_bias
                 nxt[m2] = sample_with_logp(q, u[m2])[0]
             m3 = (z == 3) & alive
             if m3.any():

@@ -97,7 +97,7 @@ def scheduled_sampling_logprobs(
     logps = []
     for t in range(T):
         logits, _, h = generator._step(tok, h)  # _logits: dropout, banned ids at −inf
-        logps.append(torch.log_softmax(logits, dim=-1).gather(1, tgt[:, t : t + 1]).squeeze(1))
+        logps.append(generator.token_logp(logits, tgt[:, t]))
         if t + 1 == T:
             break
         tok = tgt[:, t]

@@ -10,9 +10,12 @@ Phase methods (STYLE.md 4):
 
 Shapes: B batch, S source length, T target length, H hidden, V vocabulary. Sources are right-padded;
 ``src_len`` gives lengths. Decoding starts from ``bos_id`` and a sequence ends at ``eos_id`` (kept
-in the output and in the masks) or at ``max_len``. ``banned_ids`` get logit −inf everywhere (training
-and sampling alike, so π stays one distribution): the oracle task bans all specials, which fixes the
-length at ``max_len`` as in SeqGAN. The recurrent state ``h`` is a tensor (L, B, H) for GRU and a pair
+in the output and in the masks) or at ``max_len``. ``<pad>`` and ``<bos>`` are never valid outputs, and
+a task may ban more ids (``banned_ids``: the oracle task bans every special, which fixes the length at
+``max_len`` as in SeqGAN): all of them get logit −inf in :meth:`Seq2SeqGRU._logits`, the one place every
+phase method takes its logits from, so the policy that is trained, evaluated and served is one
+distribution. Log-probs of ``<pad>`` positions (after a sequence's end) are 0, not −inf, so masked
+losses stay finite. The recurrent state ``h`` is a tensor (L, B, H) for GRU and a pair
 of them for LSTM; :func:`state_index` / :func:`state_cat` handle both.
 
 Sampling is inverse-CDF (:func:`rayseq.models.sampling.inverse_cdf_sample`): exact, one uniform per
@@ -87,10 +90,10 @@ class Seq2SeqGRU(nn.Module):
         self.decoder = rnn(emb_dim, hidden_dim, num_layers, batch_first=True, dropout=rnn_dropout)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_dim, vocab_size)
+        self.banned_ids = tuple(sorted({pad_id, bos_id, *banned_ids}))  # never valid outputs
         ban = torch.zeros(vocab_size)
-        ban[list(banned_ids)] = float("-inf")
+        ban[list(self.banned_ids)] = float("-inf")
         self.register_buffer("logit_bias", ban, persistent=False)  # (V,) 0 or −inf
-        self.banned_ids = tuple(banned_ids)
 
     # -- building blocks -------------------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_len: torch.Tensor):
@@ -109,8 +112,13 @@ class Seq2SeqGRU(nn.Module):
         return h
 
     def _logits(self, states: torch.Tensor) -> torch.Tensor:
-        logits = self.out(self.dropout(states))
-        return logits.add_(self.logit_bias) if self.banned_ids else logits  # in place: no second (B, V) copy
+        """Output logits with the banned ids at −inf (in place: no second (B, V) copy)."""
+        return self.out(self.dropout(states)).add_(self.logit_bias)
+
+    def token_logp(self, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """log softmax(logits)[tokens]: logits (..., V), tokens (...) -> (...); 0 at ``<pad>`` (no token there)."""
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        return torch.where(tokens == self.pad_id, 0.0, logp)
 
     def _step(self, tok: torch.Tensor, h):
         """tok (B,), h state -> logits (B, V), state (B, H), new h."""
@@ -126,8 +134,7 @@ class Seq2SeqGRU(nn.Module):
         dec_in = torch.cat([bos, tokens[:, :-1]], dim=1)
         states, _ = self.decoder(self.embedding(dec_in), h0)
         logits = self._logits(states)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-        return GeneratorOutput(logp, states, logits)
+        return GeneratorOutput(self.token_logp(logits, tokens), states, logits)
 
     def first_step_logprobs(self, src: torch.Tensor, src_len: torch.Tensor) -> torch.Tensor:
         """log π(y_1 | x) over the vocabulary, (B, V)."""
@@ -166,7 +173,7 @@ class Seq2SeqGRU(nn.Module):
             if t < prefix_len or greedy:
                 nxt = prefix[:, t] if t < prefix_len else logits.argmax(dim=-1)
                 forced |= t < prefix_len
-                lp = torch.log_softmax(logits, dim=-1).gather(1, nxt[:, None]).squeeze(1)
+                lp = self.token_logp(logits, nxt)
             else:
                 u = torch.rand(B, generator=generator, device=src.device)
                 nxt, lp = sample_with_logp(logits, u, temperature)
@@ -224,8 +231,6 @@ class Seq2SeqGRU(nn.Module):
                 break
             logits, _, h = self._step(tok, h)
             logp_all = torch.log_softmax(logits, dim=-1)
-            logits = logits.clone()
-            logits[:, [self.pad_id, self.bos_id]] = float("-inf")  # never valid outputs
             scaled = logits / temp
             if use_top_k:
                 kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1).clamp(min=0).unsqueeze(1))

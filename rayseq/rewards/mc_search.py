@@ -81,7 +81,6 @@ def mc_search(policy, src, src_len, tokens, token_mask, n_rollouts: int, *, temp
         return Continuations(cont, cont_len)
     outs, hs = prefix_states(policy, src, src_len, tokens)
     W, b_out = policy.out.weight, policy.out.bias
-    bias = policy.logit_bias if policy.banned_ids else None
     n_idx = torch.arange(N, device=dev)
     act_out = act_h = None  # active rows: top outputs (R, H), recurrent state
     act_b = act_t = act_n = torch.zeros(0, dtype=torch.long, device=dev)
@@ -103,8 +102,7 @@ def mc_search(policy, src, src_len, tokens, token_mask, n_rollouts: int, *, temp
         if act_out is None:
             continue
         logits = torch.nn.functional.linear(act_out, W, b_out)
-        if bias is not None:
-            logits.add_(bias)
+        logits.add_(policy.logit_bias)  # what policy._logits adds (the banned ids)
         if temperature != 1.0:
             logits.div_(temperature)
         y, _ = sample_with_logp(logits, u[act_b, act_t - 1, act_n, p])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -183,6 +184,57 @@ def test_split_by_conversation_no_leak_and_deterministic(tmp_path):
     assert dlg.split_sizes(3, 0.05, 0.05) == (1, 1) and dlg.split_sizes(2, 0.05, 0.05) == (0, 0)
 
 
+COLOURS = ["red", "green", "blue", "cyan", "pink", "gray"]
+
+
+def shared_input_rows(n: int) -> list[dict]:
+    """n <= 36 conversations of 4 pairs. Every conversation asks "hi" and "how are you ?" (the same text
+    everywhere) and "i like wk ." (its own word "wk": seen once in train, so <unk> with min_count 2); its
+    4th input, two colours, is the only one no other conversation has."""
+    rows = []
+    for k in range(n):
+        a, b = divmod(k, len(COLOURS))
+        for inp, reply in [("hi", f"hello number {k % 3}"), ("how are you ?", "fine , thanks"),
+                           (f"i like w{k} .", "me too"), (f"{COLOURS[a]} {COLOURS[b]}", "nice colours")]:
+            rows.append({"input": inp, "reply": reply, "conv_id": f"c{k:02d}"})
+    return rows
+
+
+def test_held_out_inputs_never_occur_in_train(tmp_path):
+    # fails with format v1: the conversation split alone left "hi" in train, valid and test
+    n, kw = 36, {"valid_frac": 0.1, "test_frac": 0.2, "min_count": 2}
+    data = prep(tmp_path, f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', shared_input_rows(n))}", **kw)
+    ids = {s: sorted(set(data.splits[s].conv_id)) for s in dlg.SPLITS}
+    split_of = split_conversations([f"c{k:02d}" for k in range(n)], 0, 0.1, 0.2)
+    n_conv = {s: sum(v == s for v in split_of.values()) for s in dlg.SPLITS}
+    assert n_conv == {"train": 25, "valid": 4, "test": 7}  # round(3.6), round(7.2)
+    assert all(ids[s] == sorted(c for c, v in split_of.items() if v == s) for s in dlg.SPLITS)
+    v = data.vocab
+    assert set(COLOURS) <= set(v.itos) and not any(w.startswith("w") for w in v.itos[4:])  # wk: one train count
+    train = data.splits["train"]
+    train_ids = {tuple(train.src[i, : train.src_len[i]].tolist()) for i in range(len(train))}
+    # by hand: train has hi, how are you ?, i like <unk> . (all 25 "i like wk ." share it), 25 colour pairs
+    assert len(train) == 4 * 25 and train.num_groups == 3 + 25
+    for s in dlg.HELD_OUT:
+        split, m = data.splits[s], data.manifest["counts"][s]
+        held_ids = {tuple(split.src[i, : split.src_len[i]].tolist()) for i in range(len(split))}
+        assert not held_ids & train_ids and not set(split.src_text) & set(train.src_text)
+        # each held-out conversation loses hi, how are you ?, and "i like wk ." (text never in train, but
+        # the model sees "i like <unk> .", a training input): 3 pairs, 3 distinct inputs over the split
+        assert m["dropped_seen_in_train"] == {"pairs": 3 * n_conv[s], "inputs": 3}
+        assert m["inputs_seen_in_train"] == 0
+        # what is left: the colour pair of each conversation, one group each, groups built after the drop
+        assert split.src_text == [f"{COLOURS[int(c[1:]) // 6]} {COLOURS[int(c[1:]) % 6]}" for c in ids[s]]
+        assert split.group.tolist() == list(range(n_conv[s]))
+        assert (m["pairs"], m["groups"], m["conversations"]) == (n_conv[s], n_conv[s], n_conv[s])
+        # the same count from the raw rows, encoded as the model sees them
+        raw = [r for r in shared_input_rows(n) if split_of[r["conv_id"]] == s]
+        seen = [tuple(v.encode(r["input"].split()).tolist()) for r in raw]
+        seen = [key for key in seen if key in train_ids]
+        assert m["dropped_seen_in_train"] == {"pairs": len(seen), "inputs": len(set(seen))}
+    assert "dropped_seen_in_train" not in data.manifest["counts"]["train"]
+
+
 def test_vocab_order_cap_min_count_and_unk(tmp_path):
     rows = [{"input": "b b a", "reply": "a c"}, {"input": "d c", "reply": "b a"}]
     # train counts: a 3, b 3 (a tie: alphabetical), c 2, d 1
@@ -250,6 +302,35 @@ def test_load_names_the_missing_file(tmp_path):
         DialogueData.load(tmp_path / "out")
     with pytest.raises(DataError, match="no such directory"):
         DialogueData.load(tmp_path / "nope")
+
+
+def test_v1_dataset_is_refused_with_the_command_that_re_prepares_it(tmp_path, capsys):
+    from rayseq.data.__main__ import main
+
+    source = f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', shared_input_rows(36))}"
+    out = tmp_path / "old data"  # a space: the command must quote it
+    prepare(source, out, opts(min_count=2, truncate_replies=True))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["format_version"] = "rayseq-dialogue-v1"  # what rayseq wrote before held-out inputs were cleaned
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    command = f"python -m rayseq.data prepare {source} --out '{out}' --truncate-replies --min-count 2 --overwrite"
+    with pytest.raises(DataError) as e:
+        DialogueData.load(out)
+    assert str(e.value) == (
+        f"{out / 'manifest.json'}: format_version 'rayseq-dialogue-v1' was prepared by an older rayseq whose valid "
+        "and test splits may contain training inputs (held-out scores would partly measure recall of training "
+        f"replies); re-prepare it ('{dlg.FORMAT_VERSION}') with: {command}"
+    )
+    # the command is exact: run as given, it re-creates the dataset with the same options
+    assert main(shlex.split(command)[3:] + ["--quiet"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.count("(dropped 6 pairs / 3 inputs also in train)") == 2 and not printed.err  # 2 convs each
+    data = DialogueData.load(out)
+    assert data.manifest["options"] == manifest["options"] and data.manifest["format_version"] == dlg.FORMAT_VERSION
+    manifest["format_version"] = "rayseq-dialogue-v0"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=re.escape(f"'rayseq-dialogue-v0', expected '{dlg.FORMAT_VERSION}'")):
+        DialogueData.load(out)
 
 
 # -------------------------------------------------------------------------------------- errors

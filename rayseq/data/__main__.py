@@ -18,7 +18,9 @@ Run book (times on the 2-core project machine):
     python -m rayseq.data prepare chitchat --out data/chitchat-k2 --context-turns 2 --max-src-len 40
 
 The output (vocab.json, manifest.json, {train,valid,test}/part-00000.parquet) is read back with
-``rayseq.data.DialogueData.load(DIR)``; manifest.json has the counts, drops and <unk> rate. Bad input
+``rayseq.data.DialogueData.load(DIR)``; manifest.json has the counts, drops and <unk> rate. valid and
+test hold no training input: their pairs whose input also occurs in train are dropped (the output says
+how many). A dataset of format v1 (older rayseq) must be prepared again with --overwrite. Bad input
 exits with status 2 and ``error: FILE:LINE: ...``; nothing is left behind on failure.
 """
 
@@ -73,10 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     c = m["counts"]
     print(f"{source} -> {out} in {time.perf_counter() - t0:.1f} s")
     for s, n in c.items():
+        seen = n.get("dropped_seen_in_train")  # held-out splits only
         print(
             f"  {s:5s}  {n['conversations']:7d} conversations  {n['pairs']:8d} pairs  {n['groups']:8d} groups"
             f"  unk {100 * n['unk_rate']:.2f}%"
+            + (f"  (dropped {seen['pairs']} pairs / {seen['inputs']} inputs also in train)" if seen else "")
         )
+        if seen and seen["pairs"] and not n["pairs"]:
+            print(f"  warning: {s} is empty: every one of its inputs is also a training input", file=sys.stderr)
     print(f"  vocab {m['vocab']['size']}  dropped {m['dropped']}  truncated {m['truncated']}")
     return 0
 

@@ -3,7 +3,9 @@
 ``DialogueData.load(dir)`` gives padded numpy arrays per split, the vocabulary and the tokenizer
 settings; ``DialogueSplit.references()`` gives every group's replies (the one-to-many BLEU-2
 references) and ``group_inputs()`` one input row per group, for evaluation. ``encode_text`` encodes a
-prompt as training encoded the inputs (same tokenizer, same keep-the-last-tokens truncation).
+prompt as training encoded the inputs (same tokenizer, same keep-the-last-tokens truncation). A dataset
+of format v1, whose valid/test splits may hold training inputs, is refused with the command that
+re-prepares it.
 
 Math/data layer: numpy + pyarrow; never Ray.
 """
@@ -20,9 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rayseq.data.dialogue import FORMAT_VERSION, SPLITS, DataError
+from rayseq.data.dialogue import FORMAT_VERSION, SPLITS, DataError, prepare_command
 from rayseq.data.text import tokenize
 from rayseq.tasks.base import Vocab
+
+# formats whose held-out splits were not cleaned of training inputs: refused with the command that re-prepares
+LEAKY_VERSIONS = ("rayseq-dialogue-v1",)
 
 
 def encode_text(text: str, vocab: Vocab, tokenizer: dict, max_len: int) -> np.ndarray:
@@ -135,6 +140,13 @@ class DialogueData:
         spec = _read_json(path / "vocab.json")
         manifest = _read_json(path / "manifest.json")
         version = manifest.get("format_version")
+        if version in LEAKY_VERSIONS:
+            command = prepare_command(manifest.get("source", "SOURCE"), path, manifest.get("options") or {})
+            raise DataError(
+                f"{path / 'manifest.json'}: format_version {version!r} was prepared by an older rayseq whose "
+                f"valid and test splits may contain training inputs (held-out scores would partly measure "
+                f"recall of training replies); re-prepare it ({FORMAT_VERSION!r}) with: {command}"
+            )
         if version != FORMAT_VERSION:
             raise DataError(f"{path / 'manifest.json'}: format_version {version!r}, expected {FORMAT_VERSION!r}")
         try:

@@ -12,9 +12,17 @@ for Sequence Generation") rewards a reply with BLEU-2 against *all* replies to t
 3. splits by CONVERSATION (no dialogue in two splits) with a seeded permutation of the sorted ids, so
    the split depends only on the seed and the set of conversations, not on the length options;
 4. builds the vocabulary from the train split only (most frequent first, ties alphabetical);
-5. groups the pairs of a split whose encoded input is identical: a group's replies are the
+5. drops from valid and test every pair whose ENCODED input (ids after tokenisation, truncation to
+   ``max_src_len`` and vocabulary lookup, so unknown words are <unk>) is also a training input: the
+   conversation split alone leaves "hi" or "how are you ?" of other conversations in all three splits
+   (format v1 on chitchat: 221 of 3,394 test inputs were training inputs), so a held-out score
+   partly measured recall of training replies. Comparing ids drops every verbatim repeat and also inputs the
+   model cannot tell apart from a training one. ``manifest.json`` counts the drop per held-out split,
+   ``counts[split]["dropped_seen_in_train"] = {"pairs", "inputs"}`` (inputs: distinct encoded ones), and
+   re-checks the result by text, ``counts[split]["inputs_seen_in_train"]`` (0);
+6. groups the pairs of a split whose encoded input is identical: a group's replies are the
    references of its input (within one split, so nothing leaks between splits);
-6. writes ``vocab.json``, ``manifest.json`` and ``{train,valid,test}/part-%05d.parquet`` into a temp dir
+7. writes ``vocab.json``, ``manifest.json`` and ``{train,valid,test}/part-%05d.parquet`` into a temp dir
    next to the output, then renames it into place (nothing half-written survives a failure).
 
 Sources (``SOURCE`` of ``python -m rayseq.data prepare``):
@@ -37,11 +45,12 @@ import ast
 import gzip
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,8 +64,10 @@ from tqdm.auto import tqdm
 from rayseq.data.text import tokenize
 from rayseq.tasks.base import SPECIAL_TOKENS, Vocab
 
-FORMAT_VERSION = "rayseq-dialogue-v1"
+# v2: valid/test hold no training input (v1 held-out splits did; DialogueData.load refuses v1)
+FORMAT_VERSION = "rayseq-dialogue-v2"
 SPLITS = ("train", "valid", "test")
+HELD_OUT = ("valid", "test")
 TOKENIZER = {"kind": "words", "lowercase": True}
 SOURCES = ("chitchat", "chatterbot", "opensubtitles:PATH", "cornell:DIR", "jsonl:PATH", "tsv:PATH")
 SCHEMA = pa.schema(
@@ -452,7 +463,45 @@ def build_vocab(token_lists: Iterable[list[str]], vocab_size: int, min_count: in
     return Vocab(ranked[: vocab_size - len(SPECIAL_TOKENS)]), counts
 
 
-def _list_array(seqs: list[list[int]]) -> pa.ListArray:
+def encode_input(src: list[str], vocab: Vocab) -> tuple[int, ...]:
+    """An input's ids as the model sees them (unknown words -> <unk>): the key of grouping and of the drop."""
+    stoi, unk = vocab.stoi, vocab.specials.unk
+    return tuple(stoi.get(t, unk) for t in src)
+
+
+def drop_seen_inputs(pairs: list[Pair], vocab: Vocab, seen: set[tuple[int, ...]]) -> tuple[list[Pair], dict]:
+    """The pairs whose encoded input is not in ``seen`` (the training inputs), in order, and what was
+    dropped: ``{"pairs": rows, "inputs": distinct encoded inputs}``. By ids, not text: an input the
+    model cannot tell apart from a training input (same words up to <unk>) is not held out either."""
+    kept: list[Pair] = []
+    dropped: Counter = Counter()
+    for p in pairs:
+        key = encode_input(p.src, vocab)
+        if key in seen:
+            dropped[key] += 1
+        else:
+            kept.append(p)
+    return kept, {"pairs": sum(dropped.values()), "inputs": len(dropped)}
+
+
+def prepare_command(source: str, out: str | os.PathLike, options: dict) -> str:
+    """The ``python -m rayseq.data prepare`` command line that re-creates a dataset from the
+    ``source`` and ``options`` of its manifest (non-default options only), replacing ``out``."""
+    defaults = asdict(PrepareOptions())
+    args = ["python", "-m", "rayseq.data", "prepare", source, "--out", str(out)]
+    for name, value in options.items():
+        # an option this rayseq no longer has cannot be passed; defaults need not be
+        if name not in defaults or name in ("overwrite", "quiet") or value == defaults[name]:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(defaults[name], bool):
+            args += [flag] if value else []
+        else:
+            args += [flag, str(value)]
+    return shlex.join([*args, "--overwrite"])
+
+
+def _list_array(seqs: Sequence[Sequence[int]]) -> pa.ListArray:
     lens = np.fromiter((len(s) for s in seqs), dtype=np.int32, count=len(seqs))
     offsets = np.zeros(len(seqs) + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
@@ -464,11 +513,11 @@ def encode_split(pairs: list[Pair], vocab: Vocab) -> pa.Table:
     """Rows of one split with ``group`` ids: pairs whose encoded input is identical share a group
     (0..G-1 in order of first appearance); the group's replies are that input's references."""
     stoi, unk = vocab.stoi, vocab.specials.unk
-    src = [[stoi.get(t, unk) for t in p.src] for p in pairs]
+    src = [encode_input(p.src, vocab) for p in pairs]
     tgt = [[stoi.get(t, unk) for t in p.tgt] for p in pairs]
     # by ids, not text: inputs the model cannot tell apart (<unk>) must share their references
     groups: dict[tuple[int, ...], int] = {}
-    group = np.fromiter((groups.setdefault(tuple(s), len(groups)) for s in src), dtype=np.int64, count=len(src))
+    group = np.fromiter((groups.setdefault(s, len(groups)) for s in src), dtype=np.int64, count=len(src))
     return pa.Table.from_arrays(
         [
             pa.array([p.conv_id for p in pairs], pa.string()),
@@ -566,12 +615,18 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
         by_split[split_of[p.conv_id]].append(p)
     train_tokens = (toks for p in by_split["train"] for toks in (p.src, p.tgt))
     vocab, _ = build_vocab(train_tokens, opts.vocab_size, opts.min_count)
-    tables = {s: encode_split(by_split[s], vocab) for s in SPLITS}
+    # identical inputs ("hi") sit in other conversations of train: held out, they would score recall
+    train_inputs = {encode_input(p.src, vocab) for p in by_split["train"]}
+    dropped_seen = {}
+    for s in HELD_OUT:
+        by_split[s], dropped_seen[s] = drop_seen_inputs(by_split[s], vocab, train_inputs)
+    tables = {s: encode_split(by_split[s], vocab) for s in SPLITS}  # groups of what is left
     counts = {s: _split_stats(tables[s], vocab.specials.unk) for s in SPLITS}
-    train_inputs = set(tables["train"].column("src_text").to_pylist())
-    for s in ("valid", "test"):  # identical inputs may still sit in other conversations of train
-        inputs = set(tables[s].column("src_text").to_pylist())
-        counts[s]["inputs_seen_in_train"] = sum(t in train_inputs for t in inputs)
+    train_texts = set(tables["train"].column("src_text").to_pylist())
+    for s in HELD_OUT:
+        counts[s]["dropped_seen_in_train"] = dropped_seen[s]
+        # re-checked on the written text (a verbatim repeat has equal ids, so this is 0 by construction)
+        counts[s]["inputs_seen_in_train"] = len(set(tables[s].column("src_text").to_pylist()) & train_texts)
 
     manifest = {
         "format_version": FORMAT_VERSION,

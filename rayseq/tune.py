@@ -28,11 +28,14 @@ experiment, 130 interrupted (continue with ``--resume``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 import os
 import random
 import shlex
 import sys
+import threading
 
 from rayseq.tuning.spec import Experiment, SpecError, dump, load_experiment, validate
 
@@ -134,6 +137,61 @@ def run_experiment(exp: Experiment, *, resume: bool = False):
     return tuner.fit()
 
 
+class TensorBoardHint(io.TextIOBase):
+    """stdout while Tune runs, with one line rewritten: Ray Tune 2.60 opens with "To visualize your results
+    with TensorBoard, run: `tensorboard --logdir /tmp/ray/session_.../driver_artifacts`", a temporary staging
+    folder of the driver (gone with the Ray session, and without rayseq's events). That line becomes the
+    experiment's own folder, which holds Tune's events and every trial's run directory; everything else,
+    warnings included, passes through unchanged (a partial line is held only while it can still become
+    the hint)."""
+
+    RAY_HINT = "To visualize your results with TensorBoard, run: "
+
+    def __init__(self, out, logdir: str):
+        self.out, self.logdir, self.pending, self.lock = out, logdir, "", threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            self.pending += text
+            while "\n" in self.pending:
+                line, self.pending = self.pending.split("\n", 1)
+                if line.startswith(self.RAY_HINT):
+                    line = f"{self.RAY_HINT}`tensorboard --logdir {self.logdir}`"
+                self.out.write(line + "\n")
+            if self.pending and not (self.RAY_HINT.startswith(self.pending) or
+                                     self.pending.startswith(self.RAY_HINT)):
+                self.out.write(self.pending)
+                self.pending = ""
+        return len(text)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.out.write(self.pending)
+            self.pending = ""
+        self.out.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.out.isatty()
+
+    @property
+    def encoding(self):
+        return getattr(self.out, "encoding", "utf-8")
+
+
+@contextlib.contextmanager
+def tensorboard_hint_at(logdir: str):
+    """Within: Ray Tune's TensorBoard hint names ``logdir`` (see :class:`TensorBoardHint`)."""
+    hint = TensorBoardHint(sys.stdout, logdir)
+    try:
+        with contextlib.redirect_stdout(hint):
+            yield
+    finally:
+        hint.flush()
+
+
 def interrupted(grid) -> bool:
     """Trials neither done nor errored: the run stopped early (Ctrl-C), resumable."""
     return any(r.error is None and not (r.metrics or {}).get("done") for r in grid)
@@ -175,7 +233,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     print(f"experiment {exp.name}: {exp.num_trials()} trials, metric {exp.search.metric} ({exp.search.mode}), "
           f"scheduler {exp.search.scheduler.name}; results in {exp.path}", flush=True)
-    grid = run_experiment(exp, resume=args.resume)
+    with tensorboard_hint_at(exp.path):
+        grid = run_experiment(exp, resume=args.resume)
     if interrupted(grid):
         cmd = shlex.join(["python", "-m", "rayseq.tune", args.experiment, *args.overrides, "--resume"])
         print(f"interrupted: continue with {cmd}", file=sys.stderr)
@@ -189,7 +248,8 @@ def main(argv=None) -> int:
         return 1
     print(f"best trial {best['trial_id']}: {exp.search.metric} = {best['value']:.4g} with {best['params']}")
     print(f"best run exported to {best['export']}  (python -m rayseq.serve --checkpoint {best['export']})")
-    print(f"results: {out['results_csv']}, {out['plot']}; tensorboard --logdir {exp.path}")
+    print(f"results: {out['results_csv']}, {out['plot']}")
+    print(f"dashboards: tensorboard --logdir {exp.path}  (every trial: Tune's events and rayseq's runs/<trial>/tb)")
     return 0
 
 

@@ -200,13 +200,17 @@ class Seq2SeqGRU(nn.Module):
         temperature: torch.Tensor,
         top_k: torch.Tensor,
         generators: list[torch.Generator | None],
+        top_p: torch.Tensor | None = None,
     ) -> SampleOutput:
         """Serving-time decoding with per-row settings, batched across requests.
 
         ``max_len`` (B,) int, ``temperature`` (B,) float (0 = greedy), ``top_k`` (B,) int (0 = whole
-        vocabulary). Sampling is Gumbel-max, argmax(logits / T + G) with G = −log(−log U), U drawn from
-        row ``i``'s own ``generators[i]``: a row's tokens depend only on its input and its generator,
-        never on which other requests share the batch (reproducible replies per seed).
+        vocabulary), ``top_p`` (B,) float in (0, 1] (nucleus sampling, Holtzman et al. 2020: only the most
+        likely tokens whose probabilities, after temperature and top-k, first reach ``top_p`` in total;
+        1 or None = no cut). Sampling is Gumbel-max, argmax(logits / T + G) with G = −log(−log U), U drawn
+        from row ``i``'s own ``generators[i]``: a row's tokens depend only on its input and its generator,
+        never on which other requests share the batch (reproducible replies per seed). ``logp`` is
+        log π_θ(y_t) at temperature 1, whatever the row's sampling settings.
         """
         B = src.shape[0]
         dev = src.device
@@ -224,6 +228,7 @@ class Seq2SeqGRU(nn.Module):
         gumbel_all = -torch.log(-torch.log(u.clamp_(min=1e-20, max=1.0 - 1e-7)))
         k = top_k.clamp(min=0, max=self.vocab_size)
         use_top_k = bool((k > 0).any())
+        p_cut = None if top_p is None or not bool((top_p < 1).any()) else top_p.unsqueeze(1)  # (B, 1)
         tokens, token_mask, logps = [], [], []
         for t in range(T):
             alive = alive & (t < max_len)
@@ -235,6 +240,13 @@ class Seq2SeqGRU(nn.Module):
             if use_top_k:
                 kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
                 scaled = torch.where((k.unsqueeze(1) > 0) & (scaled < kth), float("-inf"), scaled)
+            if p_cut is not None:
+                # drop a token when the tokens more likely than it already hold top_p (the first never);
+                # rows with top_p = 1 are left alone, not cut by rounding in the cumulative sum
+                srt, order = scaled.sort(dim=-1, descending=True, stable=True)
+                probs = torch.softmax(srt, dim=-1)
+                drop = ((probs.cumsum(-1) - probs) >= p_cut) & (p_cut < 1)
+                scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float("-inf"))
             nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel_all[:, t]).argmax(-1))
             nxt = torch.where(alive, nxt, torch.full_like(nxt, self.pad_id))
             tokens.append(nxt)

@@ -1,11 +1,13 @@
 """Serving-time decoding (Seq2SeqGRU.generate) and tokenisation: per-row settings, reproducibility
-independent of the batch, top-k, never emitting <pad>/<bos>; checked against plain loops."""
+independent of the batch, top-k, top-p, never emitting <pad>/<bos>; checked against plain loops.
+Detokenisation: readable text, no special tokens, and it tokenises back to the same tokens."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from rayseq.data.text import detokenize, tokenize
+from rayseq.data.text import UNK_SHOWN, Joiner, detokenize, detokenize_pieces, tokenize
 from rayseq.models.generator import Seq2SeqGRU
 
 V = 14
@@ -100,4 +102,75 @@ def test_tokenize_words_and_chars():
     assert tokenize("How's the Weather?") == ["how", "'", "s", "the", "weather", "?"]
     assert tokenize("9 2 3", "chars") == ["9", "2", "3"] == tokenize("923", "chars")
     assert tokenize("   ", "words") == []
-    assert detokenize(["i", "am", "fine", "."]) == "i am fine ."
+    assert detokenize(["i", "am", "fine", "."]) == "i am fine."
+
+
+def test_top_p_samples_only_in_the_nucleus():
+    m = model()
+    src, sl = batch(B=1)
+    h = m.encode(src, sl)
+    logits, _, _ = m._step(torch.tensor([m.bos_id]), h)
+    logits[:, [m.pad_id, m.bos_id]] = float("-inf")
+    # the nucleus by hand: most likely first, keep tokens while the mass before them is < p
+    probs = torch.softmax(logits[0] / 1.5, -1)
+    order = probs.argsort(descending=True).tolist()
+    nucleus, mass = set(), 0.0
+    for t in order:
+        if mass >= 0.5:
+            break
+        nucleus.add(t)
+        mass += probs[t].item()
+    assert 1 < len(nucleus) < V - 2  # a real cut on this model
+    seen = set()
+    for s in range(300):
+        out = m.generate(src, sl, torch.tensor([1]), torch.tensor([1.5]), torch.tensor([0]), gens([s]),
+                         top_p=torch.tensor([0.5]))
+        seen.add(out.tokens[0, 0].item())
+    assert seen == nucleus
+
+
+def test_top_p_one_cuts_nothing_and_rows_stay_independent():
+    m = model()
+    src, sl = batch(B=4)
+    caps, temps, ks = torch.tensor([5, 3, 6, 4]), torch.tensor([1.0, 0.8, 1.2, 0.0]), torch.tensor([0, 0, 4, 0])
+    top_p = torch.tensor([1.0, 0.3, 0.9, 0.5])
+    plain = m.generate(src, sl, caps, temps, ks, gens([1, 2, 3, 4]))
+    ones = m.generate(src, sl, caps, temps, ks, gens([1, 2, 3, 4]), top_p=torch.ones(4))
+    assert torch.equal(plain.tokens, ones.tokens)
+    full = m.generate(src, sl, caps, temps, ks, gens([1, 2, 3, 4]), top_p=top_p)
+    for i in range(4):
+        alone = m.generate(src[i : i + 1], sl[i : i + 1], caps[i : i + 1], temps[i : i + 1], ks[i : i + 1],
+                           gens([1 + i]), top_p=top_p[i : i + 1])
+        assert torch.equal(alone.tokens[0], full.tokens[i, : alone.tokens.shape[1]])
+    assert torch.equal(full.tokens[0], plain.tokens[0])  # row 0 has top_p = 1: as without top-p
+    assert torch.equal(full.tokens[3], plain.tokens[3])  # row 3 is greedy: top-p changes nothing
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("I'm fine, thanks.", "i'm fine, thanks."),
+    ("Don't worry! What's up?", "don't worry! what's up?"),
+    ('He said "hi there".', 'he said "hi there".'),
+    ("the cats' toys", "the cats' toys"),
+    ("it costs $3.5 (ok)", "it costs $3.5 (ok)"),
+    ("'hello' she said", "'hello' she said"),
+    ("we'll see... you're 10:30 late, 1,000 times", "we'll see... you're 10:30 late, 1,000 times"),
+])
+def test_detokenize_reads_like_text_and_tokenizes_back(text, expected):
+    tokens = tokenize(text)
+    assert detokenize(tokens) == expected
+    assert tokenize(detokenize(tokens)) == tokens
+    assert "".join(detokenize_pieces(tokens)) == expected
+
+
+def test_detokenize_hides_special_tokens_and_truecases():
+    tokens = ["<bos>", "i", "'", "m", "from", "<unk>", ".", "and", "you", "?", "<eos>", "<pad>"]
+    assert detokenize(tokens) == f"i'm from {UNK_SHOWN}. and you?"
+    assert detokenize(tokens, truecase=True) == f"I'm from {UNK_SHOWN}. And you?"
+    assert detokenize(["9", "<unk>", "2", "<eos>"], "chars") == f"9 {UNK_SHOWN} 2"
+    # incremental: a token's piece depends on the tokens before it only, so peeking is exact
+    j = Joiner("words", truecase=True)
+    for t in ["i", "'"]:
+        j.push(t)
+    assert (j.peek("m"), j.peek("fine"), j.peek("?"), j.peek("<eos>")) == ("m", " fine", "?", "")
+    with pytest.raises(ValueError, match="unknown tokenizer kind"):
+        detokenize(["a"], "bytes")

@@ -86,7 +86,10 @@ def words_of(reply: str) -> list[str]:
 def test_health_docs_page_and_models(client, model):
     r = client.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "model": model.model_id, "batching": True}
+    assert r.json() == {"status": "ok", "model": model.model_id, "batching": True, "task": "counting",
+                        "about": model.info["about"]}
+    # named by what produced it: 150 MLE iterations (train.iters=0), not the configured RL algorithm
+    assert model.model_id == "rayseq-counting-mle-it150"
 
     r = client.get("/openapi.json")
     assert r.status_code == 200
@@ -98,7 +101,7 @@ def test_health_docs_page_and_models(client, model):
 
     r = client.get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-    assert "<title>rayseq chat</title>" in r.text and 'id="message"' in r.text
+    assert "<title>rayseq chat</title>" in r.text and 'id="message"' in r.text and 'id="about"' in r.text
 
     r = client.get("/v1/models")
     assert r.status_code == 200
@@ -226,14 +229,14 @@ def test_openai_client_chat_completions(openai_client, model):
     assert out.object == "chat.completion" and out.model == model.model_id
     assert [c.index for c in out.choices] == [0, 1]
     for c in out.choices:
-        assert c.message.role == "assistant" and c.finish_reason in ("stop", "length")
+        # a counting reply is complete at 3 digits (no end token): the model ended it, "stop"
+        assert c.message.role == "assistant" and c.finish_reason == "stop" and c.logprobs is None
         words = words_of(c.message.content)
         assert set(words) <= DIGITS and len(words) <= 3
-        assert (c.finish_reason == "length") == (len(words) == 3)
-    # completion tokens = words + one end token per reply that stopped
+    # completion tokens = words + one end token per reply the model ended early
     n_words = sum(len(words_of(c.message.content)) for c in out.choices)
-    n_stop = sum(c.finish_reason == "stop" for c in out.choices)
-    assert out.usage.completion_tokens == n_words + n_stop
+    n_early = sum(len(words_of(c.message.content)) < 3 for c in out.choices)
+    assert out.usage.completion_tokens == n_words + n_early
     assert out.usage.prompt_tokens == 3
     assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
 
@@ -244,6 +247,10 @@ def test_openai_client_chat_completions(openai_client, model):
     # the same request through /v1/chat gives the same replies (one decoder behind both routes)
     same = model.generate([GenRequest("9 2 3", temperature=0.7, max_tokens=3, n=2, seed=1)])[0]
     assert [c.message.content for c in out.choices] == same.replies
+
+    # only a cap below the reply's length cuts it: "length"
+    cut = openai_client.chat.completions.create(model=model.model_id, messages=msgs, max_tokens=2, temperature=0)
+    assert cut.choices[0].finish_reason == "length" and len(words_of(cut.choices[0].message.content)) == 2
 
 
 def test_openai_streaming_concatenates_to_the_full_reply(openai_client, model):
@@ -262,13 +269,92 @@ def test_openai_streaming_concatenates_to_the_full_reply(openai_client, model):
     assert n_chunks >= 2 * 2  # a role chunk and a finish chunk per choice, at least
 
 
-def test_openai_unknown_parameters_are_accepted(openai_client, model):
+def test_openai_stop_strings(openai_client, model):
+    greedy = model.generate([GenRequest("9 2 3", max_tokens=3)])[0].replies[0]  # three digits, "a b c"
+    msgs = [{"role": "user", "content": "9 2 3"}]
+    for stop, text, tokens in ((" " + greedy.split()[1], greedy.split()[0], 2),  # ends before the 2nd digit
+                               ([greedy[-1], "x"], greedy[:-1], 3),  # a list; the last digit's own text
+                               ("no such text", greedy, 3)):  # never appears: the whole reply
+        out = openai_client.chat.completions.create(model="m", messages=msgs, temperature=0, stop=stop)
+        assert out.choices[0].message.content == text and out.choices[0].finish_reason == "stop"
+        assert out.usage.completion_tokens == tokens  # what was decoded up to the stop string
+
+
+def test_openai_top_p(openai_client, model):
+    msgs = [{"role": "user", "content": "3 1 4 1 5"}]
+    greedy = model.generate([GenRequest("3 1 4 1 5", max_tokens=3)])[0].replies[0]
+    # a nucleus of 1e-6 holds only the most likely token: sampling at any seed gives the greedy reply ...
+    for seed in range(4):
+        out = openai_client.chat.completions.create(model="m", messages=msgs, temperature=1.0, top_p=1e-6, seed=seed)
+        assert out.choices[0].message.content == greedy
+    # ... and the server samples what the model samples in-process with the same top-p
+    out = openai_client.chat.completions.create(model="m", messages=msgs, temperature=1.0, top_p=0.7, seed=9, n=3)
+    local = model.generate([GenRequest("3 1 4 1 5", temperature=1.0, top_p=0.7, seed=9, n=3, max_tokens=3)])[0]
+    assert [c.message.content for c in out.choices] == local.replies
+
+
+def test_openai_logprobs(openai_client, model):
+    msgs = [{"role": "user", "content": "9 2 3"}]
+    kw = {"model": "m", "messages": msgs, "temperature": 1.0, "seed": 4, "n": 2, "logprobs": True, "top_logprobs": 3}
+    out = openai_client.chat.completions.create(**kw)
+    local = model.generate([GenRequest("9 2 3", temperature=1.0, seed=4, n=2, max_tokens=3, logprobs=3)])[0]
+    for c, entries in zip(out.choices, local.logprobs):
+        content = c.logprobs.content
+        assert "".join(t.token for t in content) == c.message.content  # the pieces are the reply
+        assert [t.logprob for t in content] == pytest.approx([e["logprob"] for e in entries])
+        for t in content:
+            assert t.logprob <= 0 and t.bytes == list(t.token.encode()) and len(t.top_logprobs) == 3
+            assert [a.logprob for a in t.top_logprobs] == sorted((a.logprob for a in t.top_logprobs), reverse=True)
+    # greedy: each token is the most likely one; logprobs without top_logprobs lists no alternatives
+    out = openai_client.chat.completions.create(model="m", messages=msgs, temperature=0, logprobs=True)
+    assert all(t.top_logprobs == [] for t in out.choices[0].logprobs.content)
+    top1 = openai_client.chat.completions.create(model="m", messages=msgs, temperature=0, logprobs=True,
+                                                 top_logprobs=1)
+    assert [t.top_logprobs[0].token for t in top1.choices[0].logprobs.content] == \
+        [t.token for t in out.choices[0].logprobs.content]
+
+    # streamed: one chunk per token, carrying that token's entry; usage at the end when asked for
+    stream = openai_client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw)
+    texts, streamed, usage = ["", ""], [[], []], None
+    for chunk in stream:
+        for ch in chunk.choices:
+            texts[ch.index] += ch.delta.content or ""
+            if ch.logprobs is not None:
+                streamed[ch.index] += ch.logprobs.content
+        usage = chunk.usage or usage
+    full = openai_client.chat.completions.create(**kw)
+    assert texts == [c.message.content for c in full.choices]
+    assert streamed == [c.logprobs.content for c in full.choices]
+    assert usage is not None and usage.completion_tokens == full.usage.completion_tokens
+
+
+def test_openai_no_op_parameters_are_accepted(openai_client, model):
+    """OpenAI parameters at the values that change nothing (clients send them by default) are accepted."""
     out = openai_client.chat.completions.create(
-        model="any-name", messages=[{"role": "user", "content": "9 2 3"}], temperature=0, top_p=0.9,
-        user="someone", presence_penalty=0.0, frequency_penalty=0.0, stop=["\n"], max_completion_tokens=20,
-        extra_body={"repetition_penalty": 1.1, "top_k": 0},
+        model="any-name", messages=[{"role": "user", "content": "9 2 3"}], temperature=0, top_p=1.0,
+        user="someone", presence_penalty=0.0, frequency_penalty=0.0, response_format={"type": "text"},
+        max_completion_tokens=20, extra_body={"top_k": 0},
     )
     assert out.choices[0].message.content == model.generate([GenRequest("9 2 3", max_tokens=20)])[0].replies[0]
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"tool_choice": "auto"}, "tool_choice"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"frequency_penalty": -1.0}, "frequency_penalty"),
+    ({"logit_bias": {"5": 10}}, "logit_bias"),
+    ({"extra_body": {"repetition_penalty": 1.1}}, "repetition_penalty"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+])
+def test_openai_parameters_it_cannot_honour_are_refused_by_name(openai_client, kwargs, field):
+    openai = pytest.importorskip("openai")
+    with pytest.raises(openai.UnprocessableEntityError) as info:
+        openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "1"}], **kwargs)
+    err = info.value.body
+    assert err["param"] == field and err["message"].startswith(f"{field}: "), err
 
 
 # ---------------------------------------------------------------------------------------------- bad input
@@ -361,6 +447,21 @@ BAD = [
     ("openai-max-tokens-0", "/v1/chat/completions",
      {"json": {"messages": [{"role": "user", "content": "1"}], "max_tokens": 0}}, 422, "max_tokens"),
     ("openai-text-plain", "/v1/chat/completions", _raw(b'{"messages": []}', "text/plain"), 415, "application/json"),
+    ("openai-unknown-field", "/v1/chat/completions",
+     {"json": {"messages": [{"role": "user", "content": "1"}], "best_of": 2}}, 422, "best_of: unknown field"),
+    ("openai-top-p-0", "/v1/chat/completions",
+     {"json": {"messages": [{"role": "user", "content": "1"}], "top_p": 0}}, 422, "top_p"),
+    ("openai-top-p-above-1", "/v1/chat/completions",
+     {"json": {"messages": [{"role": "user", "content": "1"}], "top_p": 1.5}}, 422, "top_p"),
+    ("openai-top-logprobs-21", "/v1/chat/completions",
+     {"json": {"messages": [{"role": "user", "content": "1"}], "logprobs": True, "top_logprobs": 21}},
+     422, "top_logprobs"),
+    ("openai-stop-empty", "/v1/chat/completions",
+     {"json": {"messages": [{"role": "user", "content": "1"}], "stop": [""]}}, 422, "stop"),
+    ("openai-stop-int", "/v1/chat/completions",
+     {"json": {"messages": [{"role": "user", "content": "1"}], "stop": 5}}, 422, "stop"),
+    ("openai-tools", "/v1/chat/completions",
+     {"json": {"messages": [{"role": "user", "content": "1"}], "tools": []}}, 422, "tools: not supported"),
 ]
 
 

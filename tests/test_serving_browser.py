@@ -81,6 +81,10 @@ def test_chat_page_in_chromium(browser, server, tmp_path):
     page.goto(url + "/")
     assert page.title() == "rayseq chat"
     assert _wait_for_header(page) == f"{model_id} · batched"
+    # the task is explained so that a visitor can judge the replies
+    about = page.text_content("#about")
+    assert about == httpx.get(f"{url}/healthz").json()["about"] and "correct" in about and page.is_visible("#about")
+    assert page.get_attribute("#message", "placeholder") == "Digits, e.g. 9 2 3"
 
     # a message and its reply: the user's bubble, then the bot's, made of digit tokens
     _send(page, "9 2 3")

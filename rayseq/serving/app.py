@@ -49,7 +49,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str | No
         loc = [str(p) for p in e.get("loc", ()) if p != "body"]
         key = ".".join(loc) or "body"
         first = first or key
-        msg = "missing" if e.get("type") == "missing" else e.get("msg", "invalid")
+        msg = "missing" if e.get("type") == "missing" else e.get("msg", "invalid").removeprefix("Value error, ")
         if e.get("type") == "extra_forbidden":
             msg = "unknown field"
         parts.append(f"{key}: {msg}")
@@ -167,11 +167,11 @@ class ChatDeployment:
         if not secrets.compare_digest(given.encode(), self.api_key.encode()):
             raise StarletteHTTPException(401, "missing or wrong API key (Authorization: Bearer KEY or X-API-Key)")
 
-    def _gen_request(self, text, temperature, top_k, max_tokens, n, seed):
+    def _gen_request(self, text, temperature, top_k, max_tokens, n, seed, **kw):
         from rayseq.serving.model import GenRequest
 
         return GenRequest(text=text, temperature=temperature, top_k=top_k,
-                          max_tokens=max_tokens or self.model.max_tgt_len, n=n, seed=seed)
+                          max_tokens=max_tokens or self.model.max_tgt_len, n=n, seed=seed, **kw)
 
     # -- routes ------------------------------------------------------------------------------------
     @api.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -180,7 +180,8 @@ class ChatDeployment:
 
     @api.get("/healthz")
     async def healthz(self):
-        return {"status": "ok", "model": self.model.model_id, "batching": self.batching}
+        return {"status": "ok", "model": self.model.model_id, "batching": self.batching,
+                "task": self.model.info["task"], "about": self.model.info["about"]}
 
     @api.get("/v1/models")
     async def models(self, request: Request):
@@ -207,37 +208,46 @@ class ChatDeployment:
         self._check_key(request)
         temperature = 1.0 if body.temperature is None else body.temperature  # OpenAI's default
         g = self._gen_request(body.messages[-1].content, temperature, body.top_k or 0,
-                              body.max_completion_tokens or body.max_tokens, body.n or 1, body.seed)
+                              body.max_completion_tokens or body.max_tokens, body.n or 1, body.seed,
+                              top_p=1.0 if body.top_p is None else body.top_p, stop=body.stop_strings(),
+                              logprobs=(body.top_logprobs or 0) if body.logprobs else None)
         r = await self._generate(g)
         cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         usage = {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                  "total_tokens": r.prompt_tokens + r.completion_tokens}
         if body.stream:
-            return StreamingResponse(self._sse(cid, created, r, usage), media_type="text/event-stream")
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(self._sse(cid, created, r, usage if include_usage else None),
+                                     media_type="text/event-stream")
         return {
             "id": cid, "object": "chat.completion", "created": created, "model": self.model.model_id,
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
-                 "logprobs": None}
-                for i, (text, reason) in enumerate(zip(r.replies, r.finish_reasons))
+                 "logprobs": None if lp is None else {"content": lp, "refusal": None}}
+                for i, (text, reason, lp) in enumerate(zip(r.replies, r.finish_reasons, r.logprobs))
             ],
             "usage": usage,
         }
 
     def _sse(self, cid, created, r, usage):
-        """OpenAI's streaming shape: a role chunk, one chunk per word, a finish chunk, then [DONE]."""
-        def chunk(i, delta, reason=None):
+        """OpenAI's streaming shape: a role chunk, one chunk per token (its text piece, and its log-prob
+        when asked for), a finish chunk, with ``usage`` a last chunk without choices, then [DONE]."""
+        def chunk(i, delta, reason=None, logprobs=None):
             data = {"id": cid, "object": "chat.completion.chunk", "created": created,
                     "model": self.model.model_id,
-                    "choices": [{"index": i, "delta": delta, "finish_reason": reason, "logprobs": None}]}
+                    "choices": [{"index": i, "delta": delta, "finish_reason": reason, "logprobs": logprobs}]}
             return f"data: {json.dumps(data)}\n\n"
 
         async def events():
-            for i, (text, reason) in enumerate(zip(r.replies, r.finish_reasons)):
+            for i, (pieces, reason, lp) in enumerate(zip(r.pieces, r.finish_reasons, r.logprobs)):
                 yield chunk(i, {"role": "assistant", "content": ""})
-                for j, word in enumerate(text.split(" ") if text else []):
-                    yield chunk(i, {"content": word if j == 0 else " " + word})
+                for j, piece in enumerate(pieces):
+                    yield chunk(i, {"content": piece}, logprobs=None if lp is None else {"content": [lp[j]]})
                 yield chunk(i, {}, reason)
+            if usage is not None:
+                data = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                        "model": self.model.model_id, "choices": [], "usage": usage}
+                yield f"data: {json.dumps(data)}\n\n"
             yield "data: [DONE]\n\n"
 
         return events()

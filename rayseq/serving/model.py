@@ -1,12 +1,15 @@
 """A trained generator loaded read-only from a checkpoint, with text in and text out.
 
 Everything needed comes from the checkpoint itself: the model sizes (its config), the vocabulary and
-the tokenizer (its task spec). :meth:`ChatModel.generate` decodes a batch of requests at once, each
-with its own temperature, top-k, length cap and seed.
+the tokenizer (its task spec), and what produced the weights (its driver state). :meth:`ChatModel.generate`
+decodes a batch of requests at once, each with its own temperature, top-k, top-p, length cap, stop strings
+and seed; replies are detokenised text (:mod:`rayseq.data.text`: no special tokens, ``<unk>`` shown as
+``UNK_SHOWN``), optionally with OpenAI-style log-probs.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import time
@@ -16,9 +19,39 @@ import torch
 
 from rayseq.checkpoint import load_checkpoint, resolve_checkpoint
 from rayseq.config import ModelConfig
-from rayseq.data.text import detokenize, tokenize
+from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
 from rayseq.models.generator import build_generator
 from rayseq.tasks.base import Vocab
+
+# Tasks whose replies have a fixed length and no end token (Tuan et al.'s counting: exactly 3 digits):
+# a reply is complete, finish_reason "stop", when it has that length, and decoding stops there.
+FIXED_LENGTH_TASKS = frozenset({"counting"})
+
+
+def task_help(task: str, max_src_len: int) -> str:
+    """What the model was trained to do and what a good reply is, for the chat page."""
+    if task == "counting":
+        return (f"Counting task (Tuan et al. 2018): send 1 to {max_src_len} digits x1 … xN, e.g. 9 2 3. A correct "
+                "reply is three digits: for any position t, the number of digits before x_t, the digit x_t, "
+                "and the number of digits after it. For 9 2 3 the correct replies are 0 9 2, 1 2 1 and 2 3 0.")
+    if task == "chitchat":
+        return ("Chit-chat: a small sequence-to-sequence model trained on short dialogue turns; say something "
+                f"and it answers in one turn, without memory of earlier turns. {UNK_SHOWN} stands for a word "
+                "outside its vocabulary.")
+    return f"A sequence generator trained on the {task} task."
+
+
+def produced_by(ck: dict) -> tuple[str, int]:
+    """What produced a checkpoint's generator and after how many of its iterations: ("mle", n) while MLE
+    pretraining (or D pretraining, or before the algorithm's first update, where G is as MLE left it),
+    else (the algorithm, its iterations)."""
+    d, cfg = ck["driver"], ck["config"]
+    stage, stage_iter = d["stage"], int(d.get("stage_iter", 0))
+    if stage == "mle":
+        return "mle", stage_iter
+    if stage == "train" and stage_iter > 0:
+        return cfg["algo"]["name"], stage_iter
+    return "mle", int(cfg["train"]["pretrain_iters"])
 
 
 @dataclass
@@ -26,18 +59,23 @@ class GenRequest:
     text: str  # the message the model answers
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = whole vocabulary
+    top_p: float = 1.0  # nucleus sampling: the most likely tokens holding this probability mass; 1 = all
     max_tokens: int = 20  # reply length cap (the HTTP layer enforces its own maximum)
     n: int = 1  # replies to sample
     seed: int | None = None  # reply i uses seed + i
+    stop: tuple[str, ...] = ()  # a reply ends before the first of these strings (finish_reason "stop")
+    logprobs: int | None = None  # None: no log-probs; k: each token's, with its k most likely alternatives
 
 
 @dataclass
 class GenResult:
     replies: list[str]
-    finish_reasons: list[str]  # "stop" (end token) or "length"
+    finish_reasons: list[str]  # "stop" (the model ended the reply, or a stop string) or "length" (the cap)
     prompt_tokens: int
-    completion_tokens: int
+    completion_tokens: int  # tokens decoded up to each reply's end (end token and stop string included)
     unknown_words: list[str] = field(default_factory=list)
+    pieces: list[list[str]] = field(default_factory=list)  # per reply: its text, token by token
+    logprobs: list[list[dict] | None] = field(default_factory=list)  # per reply: OpenAI's logprobs.content
 
 
 class ChatModel:
@@ -52,17 +90,22 @@ class ChatModel:
         self.vocab = Vocab.from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)
+        self.truecase = self.tokenizer_kind == "words" and self.lowercase  # "i'm fine" -> "I'm fine"
         self.max_src_len = int(task.get("max_src_len", 50))
         self.max_tgt_len = int(task.get("max_tgt_len", 20))
+        self.fixed_length = task["name"] in FIXED_LENGTH_TASKS
         cfg = ck["config"]
         self.device = torch.device(device)
         self.generator = build_generator(len(self.vocab), ModelConfig(**cfg["model"]), self.vocab.specials)
         self.generator.load_state_dict(ck["learner"]["generator"])
         self.generator.to(self.device).eval()
-        it = ck["driver"]["iteration"]
-        self.model_id = f"rayseq-{task['name']}-{cfg['algo']['name']}-it{it}"
+        by, its = produced_by(ck)
+        self.model_id = f"rayseq-{task['name']}-{by}-it{its}"
+        d = ck["driver"]
         self.info = {
-            "id": self.model_id, "task": task["name"], "algo": cfg["algo"]["name"], "iteration": it,
+            "id": self.model_id, "task": task["name"], "algo": cfg["algo"]["name"], "produced_by": by,
+            "stage": d["stage"], "stage_iteration": int(d.get("stage_iter", 0)), "iteration": d["iteration"],
+            "about": task_help(task["name"], self.max_src_len),
             "checkpoint": self.checkpoint, "vocab_size": len(self.vocab), "device": str(self.device),
             "load_s": round(time.perf_counter() - t0, 3),
         }
@@ -88,25 +131,82 @@ class ChatModel:
         for i, (ids, _, _) in enumerate(rows):
             src[i, : len(ids)] = torch.tensor(ids)
         dev = self.device
+        cap = [min(r.max_tokens, self.max_tgt_len) if self.fixed_length else r.max_tokens for _, r, _ in rows]
+        src, src_len = src.to(dev), torch.tensor([len(ids) for ids, _, _ in rows], device=dev)
         out = self.generator.generate(
-            src.to(dev),
-            torch.tensor([len(ids) for ids, _, _ in rows], device=dev),
-            torch.tensor([r.max_tokens for _, r, _ in rows], device=dev),
+            src, src_len, torch.tensor(cap, device=dev),
             torch.tensor([float(r.temperature) for _, r, _ in rows], device=dev),
             torch.tensor([int(r.top_k) for _, r, _ in rows], device=dev),
             [torch.Generator(device=dev).manual_seed(seed % 2**63) for _, _, seed in rows],
+            top_p=torch.tensor([float(r.top_p) for _, r, _ in rows], device=dev),
         )
-        tokens, mask = out.tokens.cpu().tolist(), out.token_mask.cpu()
-        lengths = mask.sum(1).long().tolist()
+        tokens, lengths = out.tokens.cpu().tolist(), out.token_mask.sum(1).long().cpu().tolist()
+        logp = self._scores(src, src_len, out.tokens, [i for i, (_, r, _) in enumerate(rows) if r.logprobs is not None])
         results, row = [], 0
         for r, (ids, unknown) in zip(requests, encoded):
-            replies, reasons, n_tokens = [], [], 0
+            res = GenResult([], [], len(ids), 0, unknown)
             for _ in range(r.n):
-                seq = tokens[row][: lengths[row]] if tokens else []
-                ended = bool(seq) and seq[-1] == self.vocab.specials.eos
-                replies.append(detokenize(self.vocab.decode(seq), self.tokenizer_kind))
-                reasons.append("stop" if ended else "length")
-                n_tokens += len(seq)
+                text, reason, n_tokens, pieces, entries = self._reply(tokens[row][: lengths[row]], r, logp.get(row))
+                res.replies.append(text)
+                res.finish_reasons.append(reason)
+                res.completion_tokens += n_tokens
+                res.pieces.append(pieces)
+                res.logprobs.append(entries)
                 row += 1
-            results.append(GenResult(replies, reasons, len(ids), n_tokens, unknown))
+            results.append(res)
         return results
+
+    def _scores(self, src, src_len, tokens, rows: list[int]) -> dict[int, torch.Tensor]:
+        """log π_θ(· | x, y_<t) over the vocabulary at every reply position, (T, V) per row asked for (one
+        teacher-forced pass, only when some request wants log-probs)."""
+        if not rows or tokens.shape[1] == 0:
+            return {}
+        idx = torch.tensor(rows, device=src.device)
+        with torch.no_grad():
+            logits = self.generator.logprobs(src[idx], src_len[idx], tokens[idx]).logits
+        return dict(zip(rows, torch.log_softmax(logits.float(), dim=-1).cpu()))
+
+    def _reply(self, seq: list[int], r: GenRequest, logp: torch.Tensor | None):
+        """One decoded row -> (text, finish_reason, completion tokens, pieces, logprobs entries or None)."""
+        eos = self.vocab.specials.eos
+        ended = bool(seq) and seq[-1] == eos
+        complete = ended or (self.fixed_length and len(seq) >= self.max_tgt_len)
+        reason, n_tokens = ("stop" if complete else "length"), len(seq)
+        joiner = Joiner(self.tokenizer_kind, self.truecase)
+        pieces, entries, text = [], ([] if logp is not None else None), ""
+        for j, tid in enumerate(seq[:-1] if ended else seq):
+            if entries is not None:
+                entries.append(self._logprob_entry(joiner, logp[j], tid, r.logprobs))
+            piece = joiner.push(self.vocab.itos[tid])
+            pieces.append(piece)
+            text += piece
+            hits = [i for i in (text.find(s) for s in r.stop) if i >= 0]
+            if hits:  # decoding would have stopped at this token; the reply ends before the stop string
+                cut, n_tokens, reason = min(hits), j + 1, "stop"
+                text, kept, start = text[:cut], [], 0
+                for p in pieces:  # the pieces that start before the cut, the last one shortened
+                    if start >= cut:
+                        break
+                    kept.append(p[: cut - start])
+                    start += len(p)
+                pieces = kept
+                if entries is not None:
+                    entries = entries[: len(kept)]
+                break
+        return text, reason, n_tokens, pieces, entries
+
+    def _logprob_entry(self, joiner: Joiner, logp: torch.Tensor, tid: int, k: int) -> dict:
+        """OpenAI's ``logprobs.content`` item for the token ``tid`` about to be pushed: its text piece, log-prob
+        and the ``k`` most likely tokens here (``<eos>``: ending the reply; impossible tokens left out)."""
+        def item(t: int, lp: float) -> dict:
+            if t == self.vocab.specials.eos:
+                return {"token": "<eos>", "logprob": lp, "bytes": None}
+            piece = joiner.peek(self.vocab.itos[t])
+            return {"token": piece, "logprob": lp, "bytes": list(piece.encode())}
+
+        entry = item(tid, float(logp[tid]))
+        top = []
+        if k:
+            values, ids = logp.topk(min(k, logp.shape[0]))
+            top = [item(int(t), float(v)) for v, t in zip(values.tolist(), ids.tolist()) if math.isfinite(v)]
+        return {**entry, "top_logprobs": top}

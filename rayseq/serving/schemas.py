@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 MAX_MESSAGE_CHARS = 2000  # one message
 MAX_HISTORY_TURNS = 50  # earlier turns sent with a message
@@ -12,6 +12,9 @@ MAX_TOKENS = 128  # hard cap on a reply's length
 MAX_REPLIES = 8  # num_replies / n
 MAX_TOP_K = 1000
 MAX_BODY_BYTES = 64 * 1024  # request bodies larger than this get 413
+MAX_STOP = 4  # stop strings per request (OpenAI's limit)
+MAX_STOP_CHARS = 200
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 
 
 def _not_blank(v: str) -> str:
@@ -73,20 +76,91 @@ class OpenAIMessage(BaseModel):
     content: str | None = Field(None, max_length=MAX_MESSAGE_CHARS)
 
 
-class ChatCompletionRequest(BaseModel):
-    """POST /v1/chat/completions, OpenAI's shape. Unknown OpenAI parameters are accepted and ignored
-    (clients send many); the ones used are strictly typed and range-checked."""
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    include_usage: bool = False  # one more chunk before [DONE]: no choices, the request's usage
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+
+def _refuse(name: str, allowed: str | None = None):
+    """A validator refusing a known OpenAI parameter this server does not implement (a 422 naming it)
+    rather than accepting and ignoring it; ``allowed`` names the no-op value that is accepted."""
+    def check(cls, v):
+        if v is None:
+            return v
+        raise ValueError(f"not supported by this server{f' (only {allowed})' if allowed else ''}")
+    return field_validator(name, mode="before")(check)
+
+
+class ChatCompletionRequest(BaseModel):
+    """POST /v1/chat/completions, OpenAI's shape. Every parameter accepted is honoured: sampling
+    (temperature, top_p, top_k, n, seed, max_tokens / max_completion_tokens), stop strings, log-probs,
+    streaming. OpenAI parameters a small generator cannot honour (tools, response formats, penalties, logit
+    bias, ...) and unknown fields are a 422 naming the field. Strictly typed and range-checked."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
     model: str | None = None
     messages: list[OpenAIMessage] = Field(min_length=1, max_length=MAX_HISTORY_TURNS + 1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling; 1 = the whole distribution.")
+    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K, description="Not OpenAI's: sample among the k most likely.")
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     n: int | None = Field(None, ge=1, le=MAX_REPLIES)
     seed: int | None = Field(None, ge=0, le=2**62)
+    stop: str | list[str] | None = Field(None, description=f"Up to {MAX_STOP} strings; a reply ends before the "
+                                         "first of them, finish_reason \"stop\".")
+    logprobs: bool | None = Field(None, description="Each reply token's log-probability (temperature 1).")
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS, description="With logprobs: the k most "
+                                     "likely tokens at each position.")
     stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(None, max_length=256, description="An end-user id; accepted, not used or stored.")
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict | None = None
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    parallel_tool_calls: Any = None
+    response_format: Any = None
+
+    _no_tools = _refuse("tools")
+    _no_tool_choice = _refuse("tool_choice")
+    _no_functions = _refuse("functions")
+    _no_function_call = _refuse("function_call")
+    _no_parallel = _refuse("parallel_tool_calls")
+
+    @field_validator("presence_penalty", "frequency_penalty")
+    @classmethod
+    def _zero_penalty(cls, v):
+        if v not in (None, 0):
+            raise ValueError("not supported by this server (only 0)")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, v):
+        if v:
+            raise ValueError("not supported by this server (only {})")
+        return v
+
+    @field_validator("response_format", mode="before")
+    @classmethod
+    def _text_only(cls, v):
+        if v is not None and v != {"type": "text"}:
+            raise ValueError('not supported by this server (only {"type": "text"})')
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, v):
+        items = [v] if isinstance(v, str) else v or []
+        if len(items) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop strings")
+        if any(not s or len(s) > MAX_STOP_CHARS for s in items):
+            raise ValueError(f"stop strings must have 1 to {MAX_STOP_CHARS} characters")
+        return v
 
     @field_validator("messages")
     @classmethod
@@ -94,3 +168,13 @@ class ChatCompletionRequest(BaseModel):
         if v[-1].role != "user" or not (v[-1].content or "").strip():
             raise ValueError("the last message must be a non-empty user message")
         return v
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _needs_logprobs(cls, v, info: ValidationInfo):
+        if v is not None and not info.data.get("logprobs"):
+            raise ValueError("requires logprobs: true")
+        return v
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())

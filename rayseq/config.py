@@ -16,22 +16,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-ALGOS = (
-    "mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic",
-    "scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
-    "seqgan_critic",
-)
-AlgoName = Literal[
-    "mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic",
-    "scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
-    "seqgan_critic",
-]
+from rayseq import registry
+
+ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry
+AlgoName = Literal[ALGOS]
 GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic", "seqgan_critic")
 MC_GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")  # Q from Monte-Carlo search (SeqGAN Eq. 4)
 CRITIC_ALGOS = ("actor_critic", "seqgan_critic")  # keep a critic V_ψ(s_t) (critic_* keys apply)
 REFERENCE_ALGOS = ("spg", "erpo_interpolation")  # need token-level reward increments ΔR against references
 REFERENCE_TASKS = ("chitchat",)  # tasks whose reward is BLEU against reference replies (ΔR is defined)
-TASKS = ("counting", "oracle", "chitchat")
+TASKS = tuple(registry.TASKS)
 SCORED_TASKS = ("chitchat",)  # task rewards computed on ScorerActors (expensive: BLEU-2 against references)
 
 
@@ -52,6 +46,13 @@ class TaskConfig(_Section):
         description="Held-out test inputs (counting), oracle samples (NLL-test), input groups (chitchat).",
     )
     test_seed: int = Field(2018, description="Seed of the held-out test set, independent of `seed`.")
+    val_size: int = Field(
+        2000, ge=1, description="Validation inputs (counting), oracle samples (NLL of held-out data) or input groups "
+        "(chitchat: of the prepared valid split) evaluated as val/* every train.eval_every iterations; everything "
+        "that selects (Tune, best/, ERPO interpolation's annealing) reads val/*, never test/*.",
+    )
+    val_seed: int = Field(
+        2019, description="Seed of the validation set (counting, oracle), independent of `seed` and test_seed.")
     min_len: int = Field(1, ge=1, le=10, description="Counting: shortest input length N.")
     max_len: int = Field(10, ge=1, le=10, description="Counting: longest input length N.")
     oracle_path: str | None = Field(
@@ -118,6 +119,10 @@ class DiscConfig(_Section):
 
 
 class AlgoConfig(_Section):
+    """The algorithm stage. Keys an algorithm does not read are refused when given (:func:`build_config`); an
+    experiment file shared by several algorithms puts such keys under the algorithm's name, e.g.
+    ``algo: {name: ppo, scheduled_sampling: {ss_k: 30}}`` (used only when algo.name=scheduled_sampling)."""
+
     name: AlgoName = Field("ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining).")
     lr: float = Field(3e-4, gt=0, description="Generator learning rate (Adam) in the algorithm stage.")
     baseline_lr: float = Field(1e-2, gt=0, description="Value-baseline learning rate (Adam).")
@@ -142,9 +147,9 @@ class AlgoConfig(_Section):
         description="SeqGAN: r in β ← r·β + (1−r)·θ for the rollout policy G_β (code: 0.8; 0 = G_β is G_θ).",
     )
     g_steps: int = Field(1, ge=1, description="SeqGAN: generator updates per adversarial iteration (paper: 1).")
-    use_baseline: bool | None = Field(
-        None, description="Subtract the learned baseline b(s_t); None = the algorithm's paper default "
-        "(yes for REINFORCE/MIXER/PPO, no for SeqGAN, whose code uses Q directly).",
+    use_baseline: bool = Field(
+        True, description="Subtract the learned baseline b(s_t) (REINFORCE, MIXER, PPO: yes; the SeqGAN family's "
+        "default is no, as its code uses Q directly).",
     )
     # -- ERPO family and the survey's algorithms (issue 8) --
     ss_k: float = Field(
@@ -177,10 +182,9 @@ class AlgoConfig(_Section):
         4, ge=0, description="Interpolation: λ2 increases this many times after each λ1 increase (4).",
     )
     interp_val_every: int = Field(
-        25, ge=1, description="Interpolation: validation reward every this many iterations; a drop anneals λ "
-        "and restores the weights of the last validation (ERPO Supp. C.2).",
+        25, ge=1, description="Interpolation: validation reward (task.val_size validation inputs) every this many "
+        "iterations; a drop anneals λ and restores the weights of the last validation (ERPO Supp. C.2).",
     )
-    val_size: int = Field(500, ge=1, description="Interpolation: validation inputs scored by `validate`.")
     gae_lambda: float = Field(
         0.95, ge=0.0, le=1.0,
         description="Actor-critic / SeqGAN-critic: λ of TD(λ) targets and GAE (survey Sec. III-B).",
@@ -254,6 +258,16 @@ class RunConfig(_Section):
     disc: DiscConfig = Field(default_factory=DiscConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_algorithm(cls, data: Any) -> Any:
+        """The chosen algorithm's section: its ``algo.<name>:`` keys, then its own defaults (``defaults`` of its
+        class, e.g. SeqGAN-PPO-dynamic's clip bounds) under what is given. Resolved once: the result holds
+        plain values, so the config a run writes and every actor rebuilds from it is the one the learner uses."""
+        if isinstance(data, dict) and isinstance(data.get("algo", {}), dict):
+            data = {**data, "algo": resolve_algo_section(data.get("algo", {}))}
+        return data
+
     @model_validator(mode="after")
     def _check_task_algo(self) -> RunConfig:
         if self.task.name == "oracle" and self.algo.name not in ("mle", *GAN_ALGOS):
@@ -266,6 +280,9 @@ class RunConfig(_Section):
         if self.is_gan and self.rollout.num_workers > 0 and self.scorer.num_scorers == 0:
             raise ValueError("scorer.num_scorers=0: SeqGAN scores Monte-Carlo continuations on scorer actors; "
                              "set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run in-process)")
+        if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
+            raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
+                             "reserves; set learner.num_gpus=1 (or learner.device=auto)")
         return self
 
     @property
@@ -361,9 +378,59 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+def resolve_algo_section(algo: dict) -> dict:
+    """``algo:`` as given -> the chosen algorithm's keys: ``algo.<name>:`` sub-sections merged for the chosen
+    name (the others dropped), over the algorithm's ``defaults``. Unknown names are left to validation."""
+    name = algo.get("name", AlgoConfig.model_fields["name"].default)
+    given = {k: v for k, v in algo.items() if k not in registry.ALGORITHMS}
+    own = algo.get(name)
+    if isinstance(own, dict):
+        given.update(own)
+    if name not in registry.ALGORITHMS:
+        return given
+    return {**registry.algorithm_class(name).defaults, **given}
+
+
+def check_applicable(data: dict) -> None:
+    """An explicitly given key that the chosen algorithm or task does not read is an error naming the key and
+    the algorithm (task); defaults are fine. ``data``: the config as given (before defaults are filled in)."""
+    algo = data.get("algo") if isinstance(data.get("algo"), dict) else {}
+    name = algo.get("name", AlgoConfig.model_fields["name"].default)
+    if isinstance(name, str) and name in registry.ALGORITHMS:
+        for sub_name, section in [(name, algo), *((k, v) for k, v in algo.items() if k in registry.ALGORITHMS)]:
+            if not isinstance(section, dict):
+                raise ConfigError(f"algo.{sub_name}: expected a mapping of the keys {sub_name} reads, got {section!r}")
+            cls = registry.algorithm_class(sub_name)
+            reads = (*registry.COMMON_ALGO_KEYS, *cls.params)
+            where = "algo" if section is algo else f"algo.{sub_name}"
+            for key in section:
+                if section is not algo and key not in AlgoConfig.model_fields:  # the top level: pydantic's check
+                    raise ConfigError(f"{where}.{key}: unknown key")
+                if key in AlgoConfig.model_fields and key not in reads:
+                    hint = (" (a key for several algorithms of one experiment file goes under algo.<algorithm>:)"
+                            if section is algo else "")
+                    raise ConfigError(f"{where}.{key}: algo.name={sub_name} does not read this key; {sub_name} reads "
+                                      f"{', '.join(reads)}{hint}")
+        disc = data.get("disc")
+        if disc and not registry.algorithm_class(name).adversarial:
+            raise ConfigError(f"disc.{next(iter(disc))}: algo.name={name} trains no discriminator (the disc.* keys "
+                              f"are read by the adversarial algorithms: {', '.join(GAN_ALGOS)})")
+    task = data.get("task") if isinstance(data.get("task"), dict) else {}
+    tname = task.get("name", TaskConfig.model_fields["name"].default)
+    if isinstance(tname, str) and tname in registry.TASKS:
+        reads = ("name", *registry.task_class(tname).params)
+        for key in task:
+            if key in TaskConfig.model_fields and key not in reads:
+                raise ConfigError(f"task.{key}: task.name={tname} does not read this key; {tname} reads "
+                                  f"{', '.join(reads)}")
+
+
 def build_config(data: dict | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """Defaults <- ``data`` (e.g. an experiment file's content) <- ``key=value`` overrides."""
+    """Defaults <- ``data`` (e.g. an experiment file's content) <- ``key=value`` overrides.
+
+    Everything given is checked (:func:`check_applicable`); the result is resolved (:class:`RunConfig`)."""
     merged = deep_merge(data or {}, parse_overrides(overrides or []))
+    check_applicable(merged)
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as err:
@@ -371,5 +438,16 @@ def build_config(data: dict | None = None, overrides: list[str] | None = None) -
 
 
 def config_to_dict(cfg: RunConfig) -> dict:
-    """JSON/YAML-safe dict (inf stays a float, which YAML writes as .inf)."""
-    return cfg.model_dump(mode="python")
+    """The resolved config as a JSON/YAML-safe dict (inf stays a float, which YAML writes as .inf), with the
+    keys the run uses: of ``algo:`` and ``task:`` those the chosen algorithm and task read, ``disc:`` only for
+    an adversarial algorithm. So a run's config.yaml shows what the learner uses, and it is itself a valid
+    ``--config`` (:func:`build_config` refuses keys that do not apply)."""
+    d = cfg.model_dump(mode="python")
+    algo = registry.algorithm_class(cfg.algo.name)
+    reads = {*registry.COMMON_ALGO_KEYS, *algo.params}
+    d["algo"] = {k: v for k, v in d["algo"].items() if k in reads}
+    task_reads = {"name", *registry.task_class(cfg.task.name).params}
+    d["task"] = {k: v for k, v in d["task"].items() if k in task_reads}
+    if not algo.adversarial:
+        del d["disc"]
+    return d

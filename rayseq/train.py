@@ -44,23 +44,28 @@ def load_config(config_path: str | None, overrides: list[str]):
     return build_config(data, overrides)
 
 
+TABLE_ROWS = (
+    ("precision", "precision (greedy)"),
+    ("precision_sampled", "precision (sampled)"),
+    ("y1_tv", "y1 TV distance (mean over N)"),
+    ("y1_tv_n5", "y1 TV distance (N = 5)"),
+    ("nll_oracle", "NLL-oracle (lower is better)"),
+    ("nll_data", "NLL-test"),
+    ("bleu2", "BLEU-2"),
+    ("distinct1", "distinct-1"),
+    ("distinct2", "distinct-2"),
+    ("self_bleu2", "Self-BLEU-2"),
+    ("reply_len", "mean reply length"),
+)
+
+
 def format_table(summary: dict) -> str:
+    """The test set's figures (``test/*``) of the pretrained model and of the final one."""
     pre, fin = summary["pretrain_metrics"], summary["metrics"]
     algo = summary["algo"]
-    rows = [("metric", "MLE (pretrained)", algo)]
-    for key, label in (
-        ("eval/precision", "precision (greedy)"),
-        ("eval/precision_sampled", "precision (sampled)"),
-        ("eval/y1_tv", "y1 TV distance (mean over N)"),
-        ("eval/y1_tv_n5", "y1 TV distance (N = 5)"),
-        ("eval/nll_oracle", "NLL-oracle (lower is better)"),
-        ("eval/nll_test", "NLL-test"),
-        ("eval/bleu2", "BLEU-2"),
-        ("eval/distinct1", "distinct-1"),
-        ("eval/distinct2", "distinct-2"),
-        ("eval/self_bleu2", "Self-BLEU-2"),
-        ("eval/reply_len", "mean reply length"),
-    ):
+    rows = [("test set", "MLE (pretrained)", algo)]
+    for name, label in TABLE_ROWS:
+        key = f"test/{name}"
         if key in fin:
             a = f"{pre[key]:.4f}" if key in pre else "-"
             rows.append((label, a, f"{fin[key]:.4f}"))

@@ -51,7 +51,7 @@ class RolloutRequest:
 
     max_len: int  # T, generation length cap
     temperature: float = 1.0
-    prefix_len: int = 0  # MIXER: first `prefix_len` tokens are forced from PromptBatch.tgt
+    mixer_delta: int | None = None  # MIXER: force each row's first max(tgt_len − δ, 0) tokens from PromptBatch.tgt
     seed: int | None = None  # per-call sampling seed (reproducible rollouts)
     greedy_baseline: bool = False  # SCST: also decode greedily and score that reply (Rollout.baseline_score)
     erpo: dict | None = None  # SPG / interpolation: sample from ERPO's q instead of π_θ (rayseq.algos.erpo)

@@ -41,6 +41,7 @@ def ray_session():
 
 
 GREETINGS = ["hi there", "hello !", "hey , how are you ?"]
+TOPICS = ["music", "movies", "books", "games", "food", "sports", "travel", "pets"]
 REPLIES = ["i am fine , thanks", "good , and you ?", "not bad at all", "great to see you", "fine fine"]
 
 
@@ -51,6 +52,10 @@ def write_corpus(path: Path, n_conv: int = 60) -> Path:
     for c in range(n_conv):
         for _ in range(3):
             rows.append({"input": GREETINGS[rng.integers(3)], "reply": REPLIES[rng.integers(5)], "conv_id": f"c{c}"})
+        # and one question no other conversation asks (c < 64): held out, the greetings are dropped (they
+        # are training inputs) and this is what valid and test keep
+        rows.append({"input": f"do you like {TOPICS[c % 8]} or {TOPICS[c // 8 % 8]} ?", "reply": REPLIES[c % 5],
+                     "conv_id": f"c{c}"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 

@@ -12,24 +12,29 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
+from rayseq.checkpoint import load_checkpoint
 from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
+from rayseq.distributed.learner import evaluate_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW = ["scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
        "seqgan_critic"]
 TINY = {
-    "task": {"name": "chitchat", "test_size": 100},
+    "task": {"name": "chitchat", "test_size": 100, "val_size": 20},
     "model": {"emb_dim": 16, "hidden_dim": 32},
-    "algo": {"ss_k": 2, "raml_pool": 8, "raml_samples": 2, "interp_val_every": 2, "val_size": 20,
-             "interp_lambdas": [0.3, 0.3, 0.4], "mc_rollouts": 2},
-    "disc": {"emb_dim": 8, "filter_sizes": [1, 2], "num_filters": [4, 4], "pretrain_steps": 1, "d_steps": 1,
-             "num_negatives": 32, "batch_size": 32},
+    "algo": {  # keys of one algorithm under its name: used only when it is the chosen one
+        "scheduled_sampling": {"ss_k": 2}, "raml": {"raml_pool": 8, "raml_samples": 2},
+        "erpo_interpolation": {"interp_val_every": 2, "interp_lambdas": [0.3, 0.3, 0.4]},
+    },
     "train": {"pretrain_iters": 20, "pretrain_batch_size": 32, "pretrain_lr": 1e-2, "iters": 4, "batch_size": 16,
               "eval_every": 2},
     "progress": False,
 }
+SMALL_D = {"emb_dim": 8, "filter_sizes": [1, 2], "num_filters": [4, 4], "pretrain_steps": 1, "d_steps": 1,
+           "num_negatives": 32, "batch_size": 32}
 SIGNATURE = {  # a metric only that algorithm logs
     "scst": "scst/greedy_reward_mean", "scheduled_sampling": "ss/epsilon", "raml": "raml/reward_mean",
     "data_noising": "noise/replaced_frac", "spg": "loss/nll", "erpo_interpolation": "interp/lambda1",
@@ -43,6 +48,8 @@ def tiny(corpus: Path, name: str, **extra) -> dict:
     d = copy.deepcopy(TINY)
     d["task"]["data_dir"] = str(corpus)
     d["algo"]["name"] = name
+    if name == "seqgan_critic":
+        d["disc"] = dict(SMALL_D)
     for k, v in extra.items():
         d[k] = {**d.get(k, {}), **v}
     return d
@@ -54,10 +61,20 @@ def train_rows(run_dir: Path) -> list[dict]:
 
 @pytest.mark.parametrize("name", NEW)
 def test_trains_through_the_driver(corpus, tmp_path, name):
-    cfg = build_config(tiny(corpus, name, rollout={"num_workers": 0}), [f"run_dir={tmp_path / name}"])
+    cfg = build_config(tiny(corpus, name, rollout={"num_workers": 0}, train={"checkpoint_every": 20,
+                                                                             "keep_checkpoints": 5}),
+                       [f"run_dir={tmp_path / name}"])
     summary = Trainer(cfg).run()
-    assert summary["algo"] == name and 0.0 <= summary["metrics"]["eval/bleu2"] <= 100.0 + 1e-9
+    assert summary["algo"] == name
+    # the algorithm moved the generator away from the pretrained one (the checkpoint ending MLE, iteration 20)
+    pretrained, final = (load_checkpoint(f"{tmp_path / name}/checkpoints/ckpt_{i:08d}.pt")["learner"]["generator"]
+                         for i in (20, summary["iterations"]))
+    assert any(not torch.equal(pretrained[k], final[k]) for k in final)
+    # and the reported test figures are that final generator's, on the test split (val/* on the valid split)
+    test, _ = evaluate_checkpoint(summary["checkpoint"], "test")
+    assert {k: v for k, v in summary["metrics"].items() if k.startswith("test/")} == test
     rows = train_rows(tmp_path / name)
+    assert rows[-1]["val/bleu2"] == summary["metrics"]["val/bleu2"]
     assert len(rows) == 4
     assert all(r.get(SIGNATURE[name]) is not None for r in rows)
     if name == "erpo_interpolation":  # validations at the start and every 2 iterations
@@ -93,16 +110,21 @@ def test_every_new_algorithm_as_a_tune_trial(ray_session, corpus, tmp_path, monk
 
     monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")
     train = tiny(corpus, "scst", rollout={"num_workers": 0})
+    trials = [n for n in NEW if n != "seqgan_critic"]  # its disc.* keys would be refused by the others' trials
     exp = validate({"train": train, "search": {
-        "param_space": {"algo.name": {"grid": NEW}}, "metric": "eval/bleu2", "mode": "max", "num_samples": 1,
+        "param_space": {"algo.name": {"grid": trials}}, "metric": "val/bleu2", "mode": "max", "num_samples": 1,
         "max_concurrent_trials": 2, "scheduler": "fifo", "storage_path": str(tmp_path), "name": "algos", "seed": 0}})
     grid = run_experiment(exp)
     assert not grid.errors
     done = {r.config["algo.name"]: r.metrics for r in grid}
-    assert set(done) == set(NEW)
-    for name, m in done.items():
-        assert m["iteration"] == 20 + (1 if name == "seqgan_critic" else 0) + 4
-        assert 0.0 <= m["eval/bleu2"] <= 100.0 + 1e-9
+    assert set(done) == set(trials)
+    for r in grid:
+        m = r.metrics
+        assert m["iteration"] == 20 + 4
+        # Tune sees the validation metric of the trial's last evaluation, never a test/* figure
+        summary = json.loads((tmp_path / "algos" / "runs" / m["trial_id"] / "summary.json").read_text())
+        assert m["val/bleu2"] == summary["metrics"]["val/bleu2"]
+        assert not [k for k in m if k.startswith("test/")] and "test/bleu2" in summary["metrics"]
 
 
 def test_critic_warmup_trains_the_critic_first_without_d_steps(corpus, tmp_path):

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from rayseq.algos import ALGORITHMS, make_algo
+from rayseq.algos import make_algo
 from rayseq.config import REFERENCE_ALGOS, config_to_dict
 from rayseq.distributed.learner import Learner
 from rayseq.distributed.worker import RolloutWorker
+from rayseq.registry import ALGORITHMS, algorithm_class
 from rayseq.rewards import terminal_rewards
 from tests.conftest import tiny_config
 
@@ -44,7 +45,9 @@ def half_rewarded(rollout):
 
 @pytest.mark.parametrize("name", sorted(set(ALGORITHMS) - set(REFERENCE_ALGOS)))  # those: tests/test_erpo.py
 def test_every_algorithm_updates_the_generator(name):
-    cfg, learner, worker = make_pair(f"algo.name={name}", "algo.minibatch_size=16", "algo.ss_k=1")
+    reads = algorithm_class(name).params
+    extra = [o for o, key in (("algo.minibatch_size=16", "minibatch_size"), ("algo.ss_k=1", "ss_k")) if key in reads]
+    cfg, learner, worker = make_pair(f"algo.name={name}", *extra)
     before = copy.deepcopy(learner.state.generator.state_dict())
     algo = make_algo(cfg.algo)
     if algo.kind == "supervised":
@@ -56,7 +59,7 @@ def test_every_algorithm_updates_the_generator(name):
     metrics = learner.update(batch, 0)
     after = learner.state.generator.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    assert all(np.isfinite(v) for v in metrics.values())
+    assert all(np.isfinite(v) for k, v in metrics.items() if not k.startswith("ppo_dynamic/"))  # bounds may be ∞
     assert learner.version == 1
 
 
@@ -65,8 +68,8 @@ def test_ppo_and_ppo_dynamic_equal_reinforce_at_ratio_one():
     same step (Tuan et al.: the clip only acts once π moves away from π_old)."""
     params = {}
     for name in ("reinforce", "ppo", "ppo_dynamic"):
-        cfg, learner, worker = make_pair(f"algo.name={name}", "algo.epochs=1", "algo.minibatch_size=null",
-                                         pretrain_steps=30)
+        ppo_keys = [] if name == "reinforce" else ["algo.epochs=1", "algo.minibatch_size=null"]
+        cfg, learner, worker = make_pair(f"algo.name={name}", *ppo_keys, pretrain_steps=30)
         rollout = half_rewarded(rollout_for(cfg, learner, worker))
         m = learner.update(rollout, 0)
         if name != "reinforce":
@@ -100,13 +103,71 @@ def test_reinforce_raises_the_reward_on_counting():
 def test_mixer_schedule_and_forced_prefix():
     cfg, learner, worker = make_pair("algo.name=mixer", "algo.mixer_delta_start=1", "algo.mixer_delta_every=10")
     algo = make_algo(cfg.algo)
-    T = learner.task.max_tgt_len  # 3
-    assert [algo.delta(i, T) for i in (0, 9, 10, 19, 20, 1000)] == [1, 1, 2, 2, 3, 3]
-    assert algo.rollout_request(0, T, 1.0, 0).prefix_len == 2
+    T = learner.task.max_tgt_len  # 3: counting's references are 3 tokens, no EOS
+    assert [algo.delta(i) for i in (0, 9, 10, 19, 20, 1000)] == [1, 1, 2, 2, 3, 101]
+    assert algo.rollout_request(0, T, 1.0, 0).mixer_delta == 1
     r = rollout_for(cfg, learner, worker, iteration=0)
-    # the first T − δ = 2 tokens are the reference's, not sampled
+    # the first len(y*) − δ = 2 tokens are the reference's, not sampled
     np.testing.assert_array_equal(r.tokens[:, :2], r.tgt[:, :2])
     np.testing.assert_array_equal(r.action_mask[:, :2], 0)
     assert (r.action_mask[:, 2] == r.token_mask[:, 2]).all()
     m = learner.update(r, 0)
-    assert m["mixer/delta"] == 1.0
+    assert m["mixer/delta"] == 1.0 and m["mixer/sampled_frac"] == pytest.approx(float(r.action_mask.sum())
+                                                                                 / float(r.token_mask.sum()))
+    # δ past the reference length: the prefix is clamped at 0 and the whole reply is sampled (REINFORCE)
+    r = rollout_for(cfg, learner, worker, iteration=1000)
+    np.testing.assert_array_equal(r.action_mask, r.token_mask)
+
+
+# -- randomness derived from the run seed (issue 13 item 5) ---------------------------------------------
+
+
+def _update_with_algo_seed(name: str, algo_seed: int, *overrides: str) -> dict:
+    """One update from the same initial weights and batch; only the algorithm's run seed differs."""
+    cfg, learner, worker = make_pair(f"algo.name={name}", *overrides, pretrain_steps=5)
+    batch = (learner.task.sample_prompts(np.random.default_rng(0), 64, with_targets=True)
+             if learner.algo.kind == "supervised" else half_rewarded(rollout_for(cfg, learner, worker)))
+    learner.algo = make_algo(cfg.algo, seed=algo_seed)
+    learner.update(batch, 7)
+    return {k: v.clone() for k, v in learner.state.generator.state_dict().items()}
+
+
+@pytest.mark.parametrize(("name", "overrides"), [
+    ("ppo", ("algo.minibatch_size=16",)),  # the minibatch permutation
+    ("scheduled_sampling", ("algo.ss_k=2",)),  # the coins that pick the decoder's inputs
+])
+def test_random_streams_follow_the_run_seed(name, overrides):
+    """Two run seeds draw different streams at the same iteration; the same seed draws the same one. (They
+    used to be seeded by the iteration alone, so every seed made the same draws.)"""
+    a, b, c = (_update_with_algo_seed(name, s, *overrides) for s in (0, 1, 0))
+    assert all(torch.equal(a[k], c[k]) for k in a)
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    from rayseq.algos.ppo import minibatch_seed
+
+    algos = [make_algo(tiny_config("algo.name=ppo").algo, seed=s) for s in (0, 1)]
+    assert minibatch_seed(algos[0], 3) != minibatch_seed(algos[1], 3) != minibatch_seed(algos[1], 4)
+
+
+# -- MIXER's forced prefix per reference (issue 13 item 4) ----------------------------------------------
+
+
+@pytest.mark.parametrize("delta", [1, 2, 4])
+def test_mixer_forces_len_minus_delta_tokens_of_each_reference(corpus, delta):
+    """Chit-chat references have different lengths (+ EOS): row b forces max(len(y*_b) − δ, 0) reference tokens,
+    then samples; before, every row forced max_len − δ = 20 − δ tokens (its padding included)."""
+    from rayseq.types import RolloutRequest
+
+    cfg = tiny_config("task.name=chitchat", f"task.data_dir={corpus}", "algo.name=mixer", "task.test_size=100")
+    d = config_to_dict(cfg)
+    learner, worker = Learner(d), RolloutWorker(d)
+    worker.set_weights(learner.get_weights(), 0)
+    prompts = learner.task.sample_prompts(np.random.default_rng(0), 64, with_targets=True)
+    assert len(set(prompts.tgt_len.tolist())) >= 3  # references of different lengths
+    r = worker.sample(prompts, RolloutRequest(max_len=learner.task.max_tgt_len, mixer_delta=delta, seed=1))
+    forced = np.maximum(prompts.tgt_len - delta, 0)
+    for b in range(len(r)):
+        p = int(forced[b])
+        np.testing.assert_array_equal(r.tokens[b, :p], prompts.tgt[b, :p])  # the reference's first len − δ
+        assert (r.action_mask[b, :p] == 0).all()
+        assert (r.action_mask[b, p:] == r.token_mask[b, p:]).all() and r.action_mask[b, p] == 1  # then sampled
+    assert (forced == 0).any() == (delta >= prompts.tgt_len.min())  # a reference shorter than δ: sampled whole

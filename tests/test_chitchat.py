@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from rayseq.config import build_config
@@ -70,27 +71,31 @@ def test_task_prepare_builds_the_dataset_once(tmp_path):
                "train.pretrain_iters=2", "train.iters=0", f"run_dir={tmp_path / 'run'}")
     summary = Trainer(cfg).run()
     assert (tmp_path / "auto" / "manifest.json").is_file()
-    assert set(summary["metrics"]) >= {"eval/bleu2", "eval/distinct1", "eval/distinct2", "eval/self_bleu2",
-                                       "eval/reply_len", "eval/sentence_bleu2"}
+    names = ("bleu2", "distinct1", "distinct2", "self_bleu2", "reply_len", "sentence_bleu2")
+    assert set(summary["metrics"]) == {f"{split}/{k}" for split in ("val", "test") for k in names}
     assert [p["input"] for p in summary["details"]["paper_prompts"]][:2] == ["what can i do for you .",
                                                                               "go , go , go !"]
 
 
 @pytest.mark.ray
 def test_chatbot_trains_with_scorer_actors_and_serves(corpus, tmp_path):
-    """BLEU rewards on a ScorerActor (2 rollout workers, 1 scorer); RL raises the training reward on this
-    tiny one-to-many corpus; the checkpoint loads in the chat model and answers."""
-    import pyarrow.parquet as pq
+    """BLEU rewards on a ScorerActor (2 rollout workers, 1 scorer); REINFORCE raises the training reward on this
+    tiny one-to-many corpus; the checkpoint loads in the chat model and answers.
 
+    The setting where the rise reliably holds: a briefly pretrained model (10 MLE iterations: its sampled
+    replies score about 0.3-0.4) and 12 REINFORCE iterations of 64 replies at lr 1e-2. Measured in-process
+    over seeds 0-5: mean reward of the first 3 iterations 0.33-0.42, of the last 3 0.54-0.70 (gain 0.19-0.34)."""
     from rayseq.serving.model import ChatModel, GenRequest
 
-    cfg = tiny(corpus, "rollout.num_workers=2", "scorer.num_scorers=1", "train.iters=6", "algo.lr=3e-3",
-               f"run_dir={tmp_path / 'run'}")
+    cfg = tiny(corpus, "rollout.num_workers=2", "scorer.num_scorers=1", "train.pretrain_iters=10", "train.iters=12",
+               "train.batch_size=64", "algo.lr=1e-2", "train.eval_every=0", f"run_dir={tmp_path / 'run'}")
     assert cfg.num_scorers == 1
     summary = Trainer(cfg).run()
     rows = [r for r in pq.read_table(tmp_path / "run" / "metrics.parquet").to_pylist() if r["stage"] == "train"]
-    assert len(rows) == 6 and all(0 <= r["rollout/reward_mean"] <= 1 for r in rows)
-    assert summary["metrics"]["eval/bleu2"] >= 0
+    reward = [r["rollout/reward_mean"] for r in rows]
+    assert len(reward) == 12 and all(r["time/rollout_s"] > 0 for r in rows)
+    assert np.mean(reward[-3:]) > np.mean(reward[:3]) + 0.1, reward
+    assert {"val/bleu2", "test/bleu2"} <= set(summary["metrics"])
     model = ChatModel(summary["checkpoint"])
     assert model.info["task"] == "chitchat"
     out = model.generate([GenRequest(text="hi there", max_tokens=10, temperature=0.0, top_k=0, n=1, seed=0)])

@@ -8,7 +8,7 @@ import math
 import pytest
 from pydantic import BaseModel
 
-from rayseq.config import ALGOS, ConfigError, RunConfig, build_config, config_to_dict, load_yaml
+from rayseq.config import ALGOS, AlgoConfig, ConfigError, RunConfig, build_config, config_to_dict, load_yaml
 
 
 def test_defaults():
@@ -39,7 +39,7 @@ def test_overrides_parse_scalars():
     cfg = build_config(
         overrides=[
             "seed=3",
-            "algo.eps=0.1",
+            "algo.name=ppo_dynamic",
             "algo.lr=1e-3",  # PyYAML reads '1e-3' as a string; the float field still accepts it
             "algo.alpha1=inf",
             "algo.beta1=.inf",
@@ -53,7 +53,6 @@ def test_overrides_parse_scalars():
         ]
     )
     assert cfg.seed == 3 and isinstance(cfg.seed, int)
-    assert cfg.algo.eps == 0.1
     assert cfg.algo.lr == pytest.approx(1e-3)
     assert cfg.algo.alpha1 == math.inf and cfg.algo.beta1 == math.inf and cfg.algo.alpha2 == math.inf
     assert cfg.algo.normalize_advantages is True and cfg.progress is False
@@ -155,7 +154,73 @@ def test_load_yaml_invalid_and_empty(tmp_path):
 
 def test_yaml_round_trip(tmp_path):
     path = tmp_path / "exp.yaml"
-    path.write_text("# header\nalgo:\n  name: reinforce\n  alpha1: .inf\nseed: 2\n")
+    path.write_text("# header\nalgo:\n  name: ppo_dynamic\n  alpha1: .inf\nseed: 2\n")
     cfg = build_config(load_yaml(path), ["train.iters=7"])
-    assert cfg.algo.name == "reinforce" and cfg.seed == 2 and cfg.train.iters == 7
+    assert cfg.algo.name == "ppo_dynamic" and cfg.seed == 2 and cfg.train.iters == 7
     assert build_config(config_to_dict(cfg)) == cfg
+
+
+# -- keys that do not apply (issue 13 item 7) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (["algo.name=ppo", "algo.raml_tau=0.5"], "algo.raml_tau: algo.name=ppo does not read this key"),
+    (["algo.name=reinforce", "algo.eps=0.1"], "algo.eps: algo.name=reinforce does not read this key"),
+    (["algo.name=ppo", "algo.alpha2=0.5"], "algo.alpha2: algo.name=ppo does not read this key"),
+    (["algo.name=mle", "algo.gamma=0.9"], "algo.gamma: algo.name=mle does not read this key"),
+    (["algo.name=scst", "algo.use_baseline=true"], "algo.use_baseline: algo.name=scst does not read"),
+    (["algo.name=ppo", "disc.lr=0.1"], "disc.lr: algo.name=ppo trains no discriminator"),
+    (["task.name=counting", "task.oracle_path=x.npz"], "task.oracle_path: task.name=counting does not read"),
+    (["task.name=oracle", "algo.name=mle", "task.min_len=2"], "task.min_len: task.name=oracle does not read"),
+    (["algo.name=ppo", "algo.raml.raml_taux=1"], "algo.raml.raml_taux: unknown key"),
+    (["algo.name=ppo", "algo.raml.eps=0.3"], "algo.raml.eps: algo.name=raml does not read this key"),
+])
+def test_a_given_key_the_algorithm_or_task_does_not_read_is_an_error(overrides, named):
+    with pytest.raises(ConfigError) as err:
+        build_config(None, overrides)
+    assert named in str(err.value)
+
+
+def test_keys_that_apply_are_accepted_and_defaults_never_complain():
+    cfg = build_config(None, ["algo.name=ppo", "algo.eps=0.1", "algo.epochs=2", "algo.gamma=0.9"])
+    assert (cfg.algo.eps, cfg.algo.epochs, cfg.algo.gamma) == (0.1, 2, 0.9)
+    assert build_config(None, ["algo.name=raml", "algo.raml_tau=0.5"]).algo.raml_tau == 0.5
+    assert build_config(None, ["algo.name=seqgan", "disc.lr=0.1"]).disc.lr == 0.1
+    assert build_config(None, ["task.name=oracle", "algo.name=mle", "task.seq_len=5"]).task.seq_len == 5
+    for name in ALGOS:  # every algorithm with every default: nothing given, nothing refused
+        task = "chitchat" if name in ("spg", "erpo_interpolation") else "counting"
+        build_config(None, [f"algo.name={name}", f"task.name={task}"])
+
+
+def test_per_algorithm_sections_apply_only_to_the_chosen_algorithm():
+    """One experiment file for several algorithms: keys under algo.<name>: are used when that is algo.name."""
+    data = {"algo": {"name": "ppo", "lr": 1e-3, "ppo": {"eps": 0.1}, "scheduled_sampling": {"ss_k": 30}}}
+    ppo = build_config(data)
+    assert ppo.algo.eps == 0.1 and ppo.algo.ss_k == AlgoConfig().ss_k and ppo.algo.lr == 1e-3
+    ss = build_config(data, ["algo.name=scheduled_sampling"])
+    assert ss.algo.ss_k == 30 and ss.algo.lr == 1e-3
+    assert build_config(data, ["algo.name=reinforce"]).algo.eps == AlgoConfig().eps  # neither section
+    # the written config holds the chosen algorithm's keys only and is itself a valid --config
+    d = config_to_dict(ss)
+    assert "scheduled_sampling" not in d["algo"] and "eps" not in d["algo"] and d["algo"]["ss_k"] == 30
+    assert "disc" not in d and build_config(d) == ss
+    seqgan = build_config(None, ["algo.name=seqgan_ppo_dynamic"])
+    assert "disc" in config_to_dict(seqgan) and build_config(config_to_dict(seqgan)) == seqgan
+
+
+def test_cuda_learner_without_a_reserved_gpu_is_a_config_error():
+    """Issue 13 item 5: under Ray an actor sees only the GPUs it reserves; no silent CPU fallback."""
+    with pytest.raises(ConfigError, match="learner.device=cuda with learner.num_gpus=0"):
+        build_config(None, ["learner.device=cuda", "rollout.num_workers=2"])
+    assert build_config(None, ["learner.device=cuda", "learner.num_gpus=1"]).learner.num_gpus == 1
+    cfg = build_config(None, ["learner.device=cuda", "rollout.num_workers=0", "model.hidden_dim=8",
+                              "model.emb_dim=8", "task.test_size=100", "task.val_size=100"])
+    import torch
+
+    from rayseq.distributed.learner import Learner
+
+    if torch.cuda.is_available():
+        assert Learner(config_to_dict(cfg)).device.type == "cuda"
+    else:  # in-process without a GPU: a clear error, not a CPU run that says it is on the GPU
+        with pytest.raises(RuntimeError, match="no CUDA device is visible"):
+            Learner(config_to_dict(cfg))

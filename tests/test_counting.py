@@ -174,51 +174,69 @@ def test_held_out_set_default_size_and_lengths(task):
     assert (((counts - 200) ** 2) / 200).sum() < 40, counts
 
 
+def _long_keys(src, src_len) -> set:
+    return {tuple(r[:n_]) for r, n_ in zip(src.tolist(), src_len.tolist()) if n_ >= 4}
+
+
 def test_training_inputs_never_hit_held_out_set(task):
     rng = np.random.default_rng(1)
     n = 200_000
     src, src_len = task.sample_inputs(rng, n)
-    test_keys = {tuple(r[:n_]) for r, n_ in zip(task.test_src.tolist(), task.test_len.tolist()) if n_ >= 4}
-    hits = sum(1 for r, n_ in zip(src.tolist(), src_len.tolist()) if n_ >= 4 and tuple(r[:n_]) in test_keys)
-    assert hits == 0
-    assert not task.in_test_set(src, src_len).any()
-    # the check has teeth: plain draws from the same distribution do collide (~2% of N = 4 inputs)
+    test_keys, val_keys = _long_keys(task.test_src, task.test_len), _long_keys(task.val_src, task.val_len)
+    drawn = [tuple(r[:n_]) for r, n_ in zip(src.tolist(), src_len.tolist()) if n_ >= 4]
+    assert sum(k in test_keys for k in drawn) == 0 and sum(k in val_keys for k in drawn) == 0
+    assert not task.in_held_out(src, src_len).any()
+    # the check has teeth: plain draws from the same distribution do collide (~2% of N = 4 inputs per set)
     raw, raw_len = task._draw(np.random.default_rng(1), n)
-    raw_hits = sum(1 for r, n_ in zip(raw.tolist(), raw_len.tolist()) if n_ >= 4 and tuple(r[:n_]) in test_keys)
-    assert raw_hits > 100
-    assert task.in_test_set(raw, raw_len).sum() == raw_hits
-    # lengths stay near-uniform: 20000 per N, sd 134; the redraw moves ~2% of N = 4 draws elsewhere,
-    # so allow 5% relative
+    raw_keys = [tuple(r[:n_]) for r, n_ in zip(raw.tolist(), raw_len.tolist()) if n_ >= 4]
+    raw_test, raw_val = sum(k in test_keys for k in raw_keys), sum(k in val_keys for k in raw_keys)
+    assert raw_test > 100 and raw_val > 100
+    assert task.in_held_out(raw, raw_len).sum() == sum(k in test_keys or k in val_keys for k in raw_keys)
+    # lengths stay near-uniform: 20000 per N, sd 134; the redraw moves ~4% of N = 4 draws elsewhere,
+    # so allow 6% relative
     counts = np.bincount(src_len, minlength=11)[1:]
-    np.testing.assert_allclose(counts, n / 10, rtol=0.05)
+    np.testing.assert_allclose(counts, n / 10, rtol=0.06)
+
+
+def test_validation_set_is_disjoint_from_test_and_seeded_apart(task):
+    """Issue 13 item 2: a validation set for every selection, apart from the test set used only to report."""
+    assert len(task.val_len) == task.cfg.val_size
+    assert not _long_keys(task.val_src, task.val_len) & _long_keys(task.test_src, task.test_len)
+    # its own seed: another val_seed draws another set, the test set stays the same
+    other = make(f"task.val_seed={task.cfg.val_seed + 1}")
+    assert not np.array_equal(other.val_src, task.val_src)
+    np.testing.assert_array_equal(other.test_src, task.test_src)
 
 
 def test_short_inputs_may_repeat_test_inputs(task):
     # inputs of length < 4 are too few to split (10 + 100 + 1000), so they are not held out
     src, src_len = digits_to_src(task, [[3], [1, 2], [4, 5, 6]])
-    assert not task.in_test_set(src, src_len).any()
+    assert not task.in_held_out(src, src_len).any()
     src4 = task.test_src[task.test_len >= 4][:5]
-    assert task.in_test_set(src4, task.test_len[task.test_len >= 4][:5]).all()
+    assert task.in_held_out(src4, task.test_len[task.test_len >= 4][:5]).all()
 
 
 def test_evaluate_untrained_generator():
     task = make("task.test_size=200")
     torch.manual_seed(0)
     gen = Seq2SeqGRU(len(task.vocab), emb_dim=16, hidden_dim=16).train()
-    metrics, details = task.evaluate(gen, seed=0, batch_size=64)
+    metrics, details = task.evaluate(gen, split="test", batch_size=64)
     assert gen.training  # mode restored
-    for key in ("eval/precision", "eval/precision_sampled", "eval/y1_tv"):
+    for key in ("test/precision", "test/precision_sampled", "test/y1_tv"):
         assert 0.0 <= metrics[key] <= 1.0, key
     present = sorted(set(task.test_len.tolist()))
     for n in present:
-        assert 0.0 <= metrics[f"eval/y1_tv_n{n}"] <= 1.0
-        assert 0.0 <= metrics[f"eval/y1_var_n{n}"] <= 0.09 + 1e-9
+        assert 0.0 <= metrics[f"test/y1_tv_n{n}"] <= 1.0
+        assert 0.0 <= metrics[f"test/y1_var_n{n}"] <= 0.09 + 1e-9
         assert sum(details["y1_dist"][n]) == pytest.approx(1.0, abs=1e-4)
-    assert metrics["eval/y1_tv"] == pytest.approx(np.mean([metrics[f"eval/y1_tv_n{n}"] for n in present]))
-    # same seed (and batch size, which fixes how the sampling stream is consumed) -> same metrics
-    again, _ = task.evaluate(gen.eval(), seed=0, batch_size=64)
+    assert metrics["test/y1_tv"] == pytest.approx(np.mean([metrics[f"test/y1_tv_n{n}"] for n in present]))
+    # same split, hence seed (and batch size, which fixes how the sampling stream is consumed) -> same metrics
+    again, _ = task.evaluate(gen.eval(), split="test", batch_size=64)
     assert not gen.training
     assert again == pytest.approx(metrics)
+    val, _ = task.evaluate(gen, split="val", batch_size=64)  # the validation set: other inputs, val/* names
+    assert sorted(val) == sorted(k.replace("test/", "val/") for k in metrics) and val != pytest.approx(
+        {k.replace("test/", "val/"): v for k, v in metrics.items()})
 
 
 def test_variance_constants_of_supplement_d():
@@ -269,16 +287,16 @@ def test_evaluate_exact_on_oracle_generators():
     present = sorted(set(task.test_len.tolist()))
     assert present == list(range(1, 11))
     # uniform y_1 over 0..N−1 is the ground truth: TV 0, variance 1/(10N) − 0.01; answers are correct
-    m, details = task.evaluate(_FakeGenerator(task, "uniform"))
-    assert m["eval/precision"] == 1.0 and m["eval/precision_sampled"] == 1.0
-    assert m["eval/y1_tv"] == pytest.approx(0.0, abs=1e-6)
+    m, details = task.evaluate(_FakeGenerator(task, "uniform"), split="test")
+    assert m["test/precision"] == 1.0 and m["test/precision_sampled"] == 1.0
+    assert m["test/y1_tv"] == pytest.approx(0.0, abs=1e-6)
     for n in present:
-        assert m[f"eval/y1_tv_n{n}"] == pytest.approx(0.0, abs=1e-6)
-        assert m[f"eval/y1_var_n{n}"] == pytest.approx(1 / (10 * n) - 0.01, abs=1e-6)
+        assert m[f"test/y1_tv_n{n}"] == pytest.approx(0.0, abs=1e-6)
+        assert m[f"test/y1_var_n{n}"] == pytest.approx(1 / (10 * n) - 0.01, abs=1e-6)
         assert details["y1_truth"][n] == pytest.approx([1 / n if k < n else 0.0 for k in range(10)])
     # y_1 always 0 (one-hot): TV to uniform over N digits = 1 − 1/N, variance 0.09
-    m, _ = task.evaluate(_FakeGenerator(task, "zero"))
+    m, _ = task.evaluate(_FakeGenerator(task, "zero"), split="test")
     for n in present:
-        assert m[f"eval/y1_tv_n{n}"] == pytest.approx(1 - 1 / n, abs=1e-6)
-        assert m[f"eval/y1_var_n{n}"] == pytest.approx(0.09, abs=1e-6)
-    assert m["eval/y1_tv"] == pytest.approx(np.mean([1 - 1 / n for n in present]), abs=1e-6)
+        assert m[f"test/y1_tv_n{n}"] == pytest.approx(1 - 1 / n, abs=1e-6)
+        assert m[f"test/y1_var_n{n}"] == pytest.approx(0.09, abs=1e-6)
+    assert m["test/y1_tv"] == pytest.approx(np.mean([1 - 1 / n for n in present]), abs=1e-6)

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rayseq.losses import (
+    mixer_combine,
     mixer_loss,
     ppo_clip_loss,
     ppo_dynamic_bounds,
@@ -315,6 +316,25 @@ def test_mixer_loss_limits():
     l_r, _ = mixer_loss(logp, adv, zero, mask)
     l_pg, _ = reinforce_loss(logp, adv, mask)
     torch.testing.assert_close(l_r, l_pg)
+
+
+def test_mixer_combine_hand_computed_with_ppo_on_the_sampled_tokens():
+    """MIXER-PPO (Tuan et al. Table 1 middle block): PPO's clipped objective on the sampled tokens, cross-entropy
+    on the forced ones, summed per token over both."""
+    logp = leaf([[-1.0, -2.0, -3.0], [-0.5, -1.5, -7.0]])
+    old = t([[-1.0, -2.0, -3.0 - math.log(2.0)], [-0.5, -1.5, -7.0]])  # ρ = 2 at (0, 2), 1 at (1, 1)
+    adv = t([[9.0, 9.0, 2.0], [9.0, -1.0, 5.0]])
+    xent = t([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    rl = t([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    ppo, _ = ppo_clip_loss(logp, old, adv, rl, eps=0.2)
+    # sampled tokens: (0, 2) min(2·2, 1.2·2) = 2.4; (1, 1) min(1·(−1), 1·(−1)) = −1 -> ppo = −(2.4 − 1)/2 = −0.7
+    assert ppo.item() == pytest.approx(-0.7)
+    loss = mixer_combine(ppo, rl, logp, xent)
+    # (2 · (−0.7) − (−1 − 2 − 0.5)) / 5 = (−1.4 + 3.5) / 5 = 0.42
+    assert loss.item() == pytest.approx(0.42)
+    # with REINFORCE on the sampled tokens it is exactly MIXER's loss
+    pg, _ = reinforce_loss(logp, adv, rl)
+    torch.testing.assert_close(mixer_combine(pg, rl, logp, xent), mixer_loss(logp, adv, xent, rl)[0])
 
 
 # -- MLE and the value baseline -----------------------------------------------------------------

@@ -40,8 +40,10 @@ def test_actors_share_one_placement_group_and_receive_weights(ray_session):
         assert {s["placement_group"] for s in stats} | {learner["placement_group"]} == {rt.pg.id.hex()}
         assert learner["pid"] not in {s["pid"] for s in stats}
 
-        task = rt.learner("evaluate")  # the learner evaluates in its own process
-        assert 0.0 <= task[0]["eval/precision"] <= 1.0
+        val, _ = rt.learner("evaluate", "val")  # the learner evaluates in its own process
+        from rayseq.tasks import metric_names
+
+        assert sorted(val) == sorted(metric_names(cfg.task, "val"))
     finally:
         rt.shutdown()
 
@@ -57,7 +59,7 @@ def test_distributed_run_matches_in_process_run(ray_session, tmp_path):
         rows[n] = pq.read_table(tmp_path / f"w{n}" / "metrics.parquet").to_pandas()
     a, b = rows[0], rows[1]
     assert list(a["iteration"]) == list(b["iteration"])
-    for col in ("loss/nll", "rollout/reward_mean", "loss/policy", "policy/ratio_mean", "eval/precision"):
+    for col in ("loss/nll", "rollout/reward_mean", "loss/policy", "policy/ratio_mean", "val/precision"):
         np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=1e-5, atol=1e-6,
                                    equal_nan=True, err_msg=col)
     train = b[b.stage == "train"]

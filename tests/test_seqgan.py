@@ -11,11 +11,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 
 from rayseq.algos import make_algo
 from rayseq.algos.seqgan import SEQGAN_DYNAMIC_BOUNDS
 from rayseq.checkpoint import load_checkpoint
-from rayseq.config import ConfigError, build_config
+from rayseq.config import ConfigError, RunConfig, build_config, config_to_dict
 from rayseq.distributed.driver import Interrupted, Trainer
 from rayseq.distributed.learner import Learner
 from rayseq.distributed.worker import RolloutWorker
@@ -67,12 +68,36 @@ def test_seqgan_objective_is_q_weighted_log_likelihood():
 
 
 def test_ppo_dynamic_bounds_default_to_supplement_c_for_seqgan():
-    a = make_algo(build_config(None, ["algo.name=seqgan_ppo_dynamic"]).algo)
-    assert a.bounds() == SEQGAN_DYNAMIC_BOUNDS == {"alpha1": 10.0, "beta1": 0.5, "alpha2": 0.2, "beta2": 0.2}
-    b = make_algo(build_config(None, ["algo.name=seqgan_ppo_dynamic", "algo.alpha2=0.5"]).algo)
-    assert b.bounds()["alpha2"] == 0.5 and b.bounds()["beta2"] == 0.2
-    assert not a.baseline_on and make_algo(build_config(None, ["algo.name=seqgan", "algo.use_baseline=true"]).algo
-                                           ).baseline_on
+    cfg = build_config(None, ["algo.name=seqgan_ppo_dynamic"])
+    assert {k: getattr(cfg.algo, k) for k in SEQGAN_DYNAMIC_BOUNDS} == SEQGAN_DYNAMIC_BOUNDS == {
+        "alpha1": 10.0, "beta1": 0.5, "alpha2": 0.2, "beta2": 0.2}
+    # resolved once: the dict every actor rebuilds its config from holds the same values (before, the
+    # rebuilt config marked every field as set and the SeqGAN defaults were lost: α1 = β1 = ∞, α2 = β2 = 1)
+    again = RunConfig.model_validate(config_to_dict(cfg))
+    assert {k: getattr(again.algo, k) for k in SEQGAN_DYNAMIC_BOUNDS} == SEQGAN_DYNAMIC_BOUNDS
+    b = build_config(None, ["algo.name=seqgan_ppo_dynamic", "algo.alpha2=0.5"]).algo
+    assert (b.alpha2, b.beta2, b.alpha1) == (0.5, 0.2, 10.0)
+    assert build_config(None, ["algo.name=ppo_dynamic"]).algo.alpha2 == 1.0  # REINFORCE-style: Supplement C's 1
+    assert not make_algo(cfg.algo).baseline_on
+    assert make_algo(build_config(None, ["algo.name=seqgan", "algo.use_baseline=true"]).algo).baseline_on
+
+
+@pytest.mark.ray
+def test_seqgan_ppo_dynamic_bounds_reach_the_loss_on_ray_actors(ray_session, tmp_path):
+    """Issue 13 item 1, through the real path: the Learner actor rebuilds its config from the driver's dict and
+    logs the bounds its loss received; config.yaml shows the same values."""
+    changed = {**SEQGAN_DYNAMIC_BOUNDS, "alpha2": 0.5}
+    for extra, expected in (([], SEQGAN_DYNAMIC_BOUNDS), (["algo.alpha2=0.5"], changed)):
+        run_dir = tmp_path / f"run{len(extra)}"
+        cfg = oracle_config("algo.name=seqgan_ppo_dynamic", "rollout.num_workers=1", "scorer.num_scorers=1",
+                            "learner.num_cpus=0.5", "train.iters=2", "train.eval_every=0", *extra, run_dir=run_dir)
+        Trainer(cfg).run()
+        rows = [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r["stage"] == "train"]
+        assert len(rows) == 2
+        for r in rows:
+            assert {k: r[f"ppo_dynamic/{k}"] for k in expected} == expected
+        written = yaml.safe_load((run_dir / "config.yaml").read_text())["algo"]
+        assert {k: written[k] for k in expected} == expected
 
 
 def test_rollout_policy_is_a_moving_average_of_the_generator():
@@ -115,7 +140,7 @@ def test_d_steps_learn_to_tell_real_counting_outputs_from_random_ones():
     assert learner.disc_version == 6
 
 
-def test_oracle_matches_the_published_figures_and_rejects_bad_files(tmp_path):
+def test_oracle_matches_the_published_figures():
     # shared/data/README.md: oracle samples score about 5.75, uniform tokens about 11.44
     if not SEQGAN_ORACLE.is_file():
         pytest.skip(f"SeqGAN's oracle file is not on this machine ({SEQGAN_ORACLE}; set RAYSEQ_SEQGAN_ORACLE)")
@@ -123,6 +148,10 @@ def test_oracle_matches_the_published_figures_and_rejects_bad_files(tmp_path):
     assert oracle.vocab_size == 5000 and oracle.hidden == 32
     assert oracle.nll(oracle.sample(500, 20, seed=0)).mean() == pytest.approx(5.75, abs=0.15)
     assert oracle.nll(torch.randint(0, 5000, (500, 20))).mean() == pytest.approx(11.44, abs=0.1)
+
+
+def test_oracle_files_that_are_bad_are_rejected_and_the_task_needs_no_file(tmp_path):
+    """The checks that need no published oracle file (they used to be skipped with it)."""
     bad = tmp_path / "bad.npz"
     np.savez(bad, embedding=np.zeros((5, 3), np.float32))
     with pytest.raises(ValueError, match="oracle arrays missing"):
@@ -138,7 +167,7 @@ def test_config_rejects_rl_without_a_reward_on_the_oracle():
     with pytest.raises(ConfigError, match="oracle task has no task reward"):
         build_config(None, ["task.name=oracle", "algo.name=ppo"])
     with pytest.raises(ConfigError, match="disc.filter_sizes has 2 entries"):
-        build_config(None, ["disc.filter_sizes=[1,2]"])
+        build_config(None, ["algo.name=seqgan", "disc.filter_sizes=[1,2]"])
 
 
 def test_seqgan_resume_restores_discriminator_and_rollout_policy(tmp_path):
@@ -163,8 +192,8 @@ def test_seqgan_resume_restores_discriminator_and_rollout_policy(tmp_path):
         for k in a[part]:
             torch.testing.assert_close(a[part][k], b[part][k], rtol=0, atol=0, msg=f"{part}.{k}")
     assert resumed["metrics"] == full["metrics"]
-    assert set(full["metrics"]) == {"eval/nll_oracle", "eval/nll_test"}
-    assert full["pretrain_metrics"]["eval/nll_oracle"] > 0
+    assert set(full["metrics"]) == {"val/nll_oracle", "val/nll_data", "test/nll_oracle", "test/nll_data"}
+    assert full["pretrain_metrics"]["test/nll_oracle"] > 0
 
 
 def test_init_from_starts_the_adversarial_stage_from_a_pretrained_run(tmp_path):

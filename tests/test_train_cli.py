@@ -71,16 +71,24 @@ def test_in_process_run_writes_every_output(tmp_path):
     assert [r["iteration"] for r in rows] == list(range(1, 20 + 6 + 1))
     assert [r["stage"] for r in rows] == ["mle"] * 20 + ["train"] * 6
     for key in ("loss/nll", "loss/policy", "policy/clipfrac", "policy/approx_kl", "rollout/reward_mean",
-                "time/rollout_s", "time/learn_s", "time/sync_s", "eval/precision"):
+                "time/rollout_s", "time/learn_s", "time/sync_s", "val/precision"):
         assert key in table.column_names, key
+    # the test set is evaluated once, at the end, into summary.json: never a metric row anything could select on
+    assert not [c for c in table.column_names if c.startswith(("test/", "eval/"))]
 
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert {"task", "algo", "seed", "metrics", "pretrain_metrics", "wall_s", "run_dir"} <= set(summary)
     assert summary["algo"] == "ppo" and summary["task"] == "counting"
-    assert 0.0 <= summary["metrics"]["eval/precision"] <= 1.0
-    assert "eval/precision" in summary["pretrain_metrics"]
+    assert summary["metrics"]["val/precision"] == rows[-1]["val/precision"]  # the last validation
+    assert {"test/precision", "val/precision"} <= set(summary["pretrain_metrics"])
+    # test/* is the final generator's, recomputed here from the final checkpoint
+    from rayseq.distributed.learner import evaluate_checkpoint
+
+    test, _ = evaluate_checkpoint(str(run_dir), "test")
+    assert summary["metrics"]["test/precision"] == test["test/precision"]
+    assert {k for k in summary["metrics"] if k.startswith("test/")} == set(test)
 
     ckpts = list_checkpoints(run_dir)
     assert len(ckpts) == 1
@@ -98,7 +106,7 @@ def test_training_changes_the_parameters_and_learns(tmp_path):
     summary = Trainer(cfg).run()
     rows = pq.read_table(tmp_path / "r" / "metrics.parquet").to_pylist()
     assert rows[-1]["loss/nll"] < 0.8 * rows[0]["loss/nll"]
-    assert summary["metrics"]["eval/precision"] > 0.05  # an untrained model is almost never right
+    assert summary["metrics"]["test/precision"] > 0.05  # an untrained model is almost never right
 
 
 def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
@@ -126,7 +134,7 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
     b = load_checkpoint(resumed["checkpoint"])["learner"]["generator"]
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
-    assert resumed["metrics"]["eval/precision"] == full["metrics"]["eval/precision"]
+    assert resumed["metrics"] == full["metrics"]
 
 
 @pytest.mark.ray

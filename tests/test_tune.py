@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from rayseq.config import build_config
-from rayseq.tuning.spec import SpecError, eval_metrics, load_experiment, validate
+from rayseq.tuning.spec import SpecError, load_experiment, val_metrics, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def experiment(storage, train=None, **search) -> dict:
         "param_space": {"algo.lr": {"loguniform": ["1e-4", "1e-2"]},  # PyYAML reads 1e-4 as a string
                         "algo.alpha2": {"choice": [0.5, 1.0, 2.0]},
                         "algo.beta2": {"same_as": "algo.alpha2"}},
-        "metric": "eval/precision", "mode": "max", "num_samples": 2, "max_concurrent_trials": 2,
+        "metric": "val/precision", "mode": "max", "num_samples": 2, "max_concurrent_trials": 2,
         "storage_path": str(storage), "name": "exp", "seed": 0,
     }
     s.update(search)
@@ -58,7 +58,7 @@ def test_spec_overrides_ties_and_trial_configs(tmp_path):
                                               "alpha2": {"choice": ["5e-1", 1.0]}},
                                      "algo.beta2": {"same_as": "algo.alpha2"}, "seed": {"grid": [0, 1, 2]}}
     f.write_text(yaml.safe_dump(data))
-    exp = load_experiment(f, ["search.num_samples=3", "train.algo.eps=0.3",
+    exp = load_experiment(f, ["search.num_samples=3", "train.algo.alpha1=3",
                               "search.param_space.algo.lr={uniform: [1.0e-4, 2.0e-4]}",
                               "search.param_space.seed=null"])  # null removes a dimension
     assert exp.search.num_samples == 3 and exp.num_trials() == 3
@@ -66,7 +66,7 @@ def test_spec_overrides_ties_and_trial_configs(tmp_path):
     assert exp.dims["algo.lr"].kind == "uniform" and exp.dims["algo.alpha2"].args == (0.5, 1.0)
     assert exp.path == f"{tmp_path}/out/exp"
     cfg = exp.trial_config({"algo.lr": 1.5e-4, "algo.alpha2": 2.0}, "abc_00001")
-    assert (cfg.algo.lr, cfg.algo.alpha2, cfg.algo.beta2, cfg.algo.eps) == (1.5e-4, 2.0, 2.0, 0.3)  # β2 = α2
+    assert (cfg.algo.lr, cfg.algo.alpha2, cfg.algo.beta2, cfg.algo.alpha1) == (1.5e-4, 2.0, 2.0, 3.0)  # β2 = α2
     assert cfg.run_dir == f"{tmp_path}/out/exp/runs/abc_00001" and cfg.progress is False
     # the resolved experiment round-trips, and the counting grid of the compare file has 15 trials
     assert validate(yaml.safe_load(yaml.safe_dump(exp.to_dict()))).to_dict() == exp.to_dict()
@@ -93,7 +93,8 @@ def test_experiment_files_validate(name):
         (["search.param_space.algo.beta2={same_as: algo.gamma}"], "search.param_space.algo.beta2: same_as"),
         (["search.param_space.run_dir={choice: [a, b]}"], "search.param_space.run_dir: set per trial"),
         (["search.mode=maximize"], "search.mode"),
-        (["search.metric=eval/bleu2"], "search.metric: 'eval/bleu2' is not reported by the counting task"),
+        (["search.metric=val/bleu2"], "search.metric: 'val/bleu2' is not a validation metric of the counting task"),
+        (["search.metric=test/precision"], "test/* is computed once at the end and reported, never selected on"),
         (["search.nums=3"], "search.nums: unknown key"),
         (["search.scheduler=hyperband"], "search.scheduler"),
         (["search.stop={steps: 3}"], "search.stop.steps"),
@@ -130,21 +131,22 @@ def test_bad_spec_exits_2_before_ray_starts(tmp_path):
     assert r.returncode == 2 and "search: section" in r.stderr
 
 
-def test_eval_metrics_match_the_tasks():
-    """The metric check's per-task lists are what the tasks' evaluate() reports."""
+def test_val_metrics_match_the_tasks(corpus):
+    """The metric check's per-task lists are what the tasks' evaluate() reports, on both splits."""
     from rayseq.distributed.learner import make_generator
-    from rayseq.tasks import make_task
+    from rayseq.tasks import make_task, metric_names
 
     for cfg in (build_config(TINY_TRAIN, ["task.min_len=2", "task.max_len=4"]),
                 build_config({"task": {"name": "oracle", "vocab_size": 30, "oracle_hidden": 8, "seq_len": 6,
-                                       "num_train": 20, "eval_samples": 20, "test_size": 100},
-                              "model": {"cell": "lstm", "emb_dim": 8, "hidden_dim": 8}, "algo": {"name": "mle"}})):
+                                       "num_train": 20, "eval_samples": 20, "test_size": 100, "val_size": 50},
+                              "model": {"cell": "lstm", "emb_dim": 8, "hidden_dim": 8}, "algo": {"name": "mle"}}),
+                build_config({"task": {"name": "chitchat", "data_dir": str(corpus), "test_size": 100},
+                              "model": {"emb_dim": 8, "hidden_dim": 8}})):
         task = make_task(cfg.task)
-        metrics, _ = task.evaluate(make_generator(cfg, task))
-        assert sorted(metrics) == sorted(eval_metrics(cfg))
-    chitchat = (ROOT / "rayseq/tasks/chitchat.py").read_text()
-    for key in eval_metrics(build_config({"task": {"name": "chitchat"}})):
-        assert f'"{key}"' in chitchat
+        for split in ("val", "test"):
+            metrics, _ = task.evaluate(make_generator(cfg, task), split=split)
+            assert sorted(metrics) == sorted(metric_names(cfg.task, split)), (cfg.task.name, split)
+        assert val_metrics(cfg) == metric_names(cfg.task, "val")
 
 
 def test_a_resumed_run_uses_its_own_learning_rates(tmp_path):
@@ -209,6 +211,12 @@ def test_asha_search_cli_interrupt_resume_and_export(tmp_path):
     assert best["trial_id"] == rows[0]["trial_id"] and set(best["params"]) == {"algo.lr", "algo.alpha2", "algo.beta2"}
     assert best["params"]["algo.beta2"] == best["params"]["algo.alpha2"]
     assert best["config"]["algo"]["lr"] == pytest.approx(best["params"]["algo.lr"])
+    # chosen on the validation metric; its test figures computed once, on best/, and printed beside the choice
+    from rayseq.distributed.learner import evaluate_checkpoint
+
+    assert best["test"] == evaluate_checkpoint(str(exp_dir / "best"), "test")[0]
+    assert f"chosen on val/precision = {best['value']:.4g}" in r.stdout and "test/precision = " in r.stdout
+    assert all(not any(k.startswith("test/") for k in x) for rep in _results(exp_dir).values() for x in rep)
     assert (exp_dir / "metric_vs_iteration.png").stat().st_size > 1000
     assert (exp_dir / "experiment.yaml").is_file()
 
@@ -220,7 +228,7 @@ def test_asha_search_cli_interrupt_resume_and_export(tmp_path):
         assert its == list(range(1, len(its) + 1))  # a resumed trial repeats no iteration, skips none
         assert list((run / "tb").glob("events.out.tfevents.*")) and list(run.glob("checkpoints/ckpt_*.pt"))
         assert list((exp_dir / f"trial_{trial_id}").glob("events.out.tfevents.*"))  # Tune's TensorBoard too
-        assert all("eval/precision" in x for x in reported)  # the metric in every result (NaN before an eval)
+        assert all("val/precision" in x for x in reported)  # the metric in every result (NaN before an eval)
         for x in reported:  # a restored trial continues its checkpoint's clock
             if x["tune/restored_iteration"]:
                 assert x["iteration"] >= x["tune/restored_iteration"]

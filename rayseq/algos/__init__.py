@@ -1,6 +1,7 @@
 """Algorithms: how a batch becomes an update (one file each; math layer, no Ray).
 
-Each algorithm object has
+Each algorithm class (:class:`rayseq.algos.common.Algorithm`; its name registered in :mod:`rayseq.registry`) has
+- ``name``, ``params`` (the ``algo.*`` keys it reads), ``defaults`` (its own values of shared keys),
 - ``kind``: ``"supervised"`` (updates on reference targets) or ``"rollout"`` (updates on sampled
   rollouts),
 - ``needs_targets``: whether prompts carry reference targets (MLE, MIXER),
@@ -21,7 +22,7 @@ from rayseq.algos.actor_critic import ActorCritic
 from rayseq.algos.common import LearnerState
 from rayseq.algos.data_noising import DataNoising
 from rayseq.algos.erpo_interpolation import ERPOInterpolation
-from rayseq.algos.mixer import Mixer
+from rayseq.algos.mixer import Mixer, MixerPPO, MixerPPODynamic
 from rayseq.algos.mle import MLE
 from rayseq.algos.ppo import PPO
 from rayseq.algos.ppo_dynamic import PPODynamic
@@ -32,25 +33,16 @@ from rayseq.algos.scst import SCST
 from rayseq.algos.seqgan import SeqGAN, SeqGANPPO, SeqGANPPODynamic
 from rayseq.algos.seqgan_critic import SeqGANCritic
 from rayseq.algos.spg import SPG
-
-ALGORITHMS = {
-    "mle": MLE, "reinforce": Reinforce, "mixer": Mixer, "ppo": PPO, "ppo_dynamic": PPODynamic,
-    "seqgan": SeqGAN, "seqgan_ppo": SeqGANPPO, "seqgan_ppo_dynamic": SeqGANPPODynamic,
-    "scst": SCST, "scheduled_sampling": ScheduledSampling, "raml": RAML, "data_noising": DataNoising,
-    "spg": SPG, "erpo_interpolation": ERPOInterpolation, "actor_critic": ActorCritic, "seqgan_critic": SeqGANCritic,
-}
+from rayseq.registry import algorithm_class
 
 
-def make_algo(algo_cfg):
-    try:
-        cls = ALGORITHMS[algo_cfg.name]
-    except KeyError:
-        raise ValueError(f"algo.name: unknown algorithm {algo_cfg.name!r}; known: {sorted(ALGORITHMS)}") from None
-    return cls(algo_cfg)
+def make_algo(algo_cfg, seed: int = 0):
+    """The algorithm ``algo_cfg.name`` (a name of :data:`rayseq.registry.ALGORITHMS`) for the run seeded ``seed``."""
+    return algorithm_class(algo_cfg.name)(algo_cfg, seed)
 
 
 __all__ = [
-    "ALGORITHMS", "SCST", "SPG", "ActorCritic", "DataNoising", "ERPOInterpolation", "LearnerState", "MLE", "Mixer",
-    "PPO", "PPODynamic", "RAML", "Reinforce", "ScheduledSampling", "SeqGAN", "SeqGANCritic", "SeqGANPPO",
-    "SeqGANPPODynamic", "make_algo",
+    "SCST", "SPG", "ActorCritic", "DataNoising", "ERPOInterpolation", "LearnerState", "MLE", "Mixer", "MixerPPO",
+    "MixerPPODynamic", "PPO", "PPODynamic", "RAML", "Reinforce", "ScheduledSampling", "SeqGAN", "SeqGANCritic",
+    "SeqGANPPO", "SeqGANPPODynamic", "make_algo",
 ]

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, advantages, rollout_metrics, rollout_tensors, step
+from rayseq.algos.common import (
+    CRITIC_PARAMS,
+    LearnerState,
+    RolloutAlgo,
+    advantages,
+    rollout_metrics,
+    rollout_tensors,
+    step,
+)
 from rayseq.losses import gae, reinforce_loss, value_loss
 from rayseq.types import Rollout, to_torch
 
@@ -47,6 +55,8 @@ def policy_step(cfg, state: LearnerState, logp: torch.Tensor, adv: torch.Tensor,
 
 
 class ActorCritic(RolloutAlgo):
+    name = "actor_critic"
+    params = ("gamma", "normalize_advantages", *CRITIC_PARAMS)
     uses_critic = True
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:

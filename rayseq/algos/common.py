@@ -83,21 +83,51 @@ def rollout_metrics(rollout: Rollout) -> dict:
     }
 
 
-class RolloutAlgo:
+# algo.* keys that groups of algorithms read (an algorithm's ``params`` lists them; rayseq.registry and
+# rayseq.config.check_applicable read it to refuse keys that the chosen algorithm ignores)
+BASELINE_PARAMS = ("gamma", "baseline_lr", "use_baseline", "normalize_advantages")  # returns minus b(s_t)
+PPO_PARAMS = ("epochs", "minibatch_size")  # the K-epoch minibatch loop of ppo_update
+CLIP_PARAMS = ("eps",)  # PPO's fixed clip range (Tuan et al. Eq. 3)
+DYNAMIC_PARAMS = ("alpha1", "alpha2", "beta1", "beta2")  # PPO-dynamic's bounds (Eq. 4)
+MIXER_PARAMS = ("mixer_delta_start", "mixer_delta_step", "mixer_delta_every")
+SEQGAN_PARAMS = ("mc_rollouts", "rollout_update_rate", "g_steps")  # Monte-Carlo Q (SeqGAN Eq. 4), Alg. 1
+CRITIC_PARAMS = ("gae_lambda", "critic_lr", "critic_hidden", "critic_warmup")
+
+
+class Algorithm:
+    """What an algorithm class declares, read without instantiating it (rayseq.registry):
+
+    ``name``; ``kind`` ``"supervised"`` (updates on reference targets) or ``"rollout"`` (on sampled rollouts);
+    ``params``: the ``algo.*`` keys it reads besides name, lr and max_grad_norm; ``defaults``: its own values of
+    shared keys, resolved into the config; ``adversarial``: trains SeqGAN's discriminator (reads ``disc.*``);
+    ``needs_targets``: its prompts carry reference targets. ``seed`` is the run's seed: every random stream an
+    algorithm draws derives from it (:func:`rayseq.seeding.derive_seed`).
+    """
+
+    name = ""
+    kind = "rollout"
+    params: tuple[str, ...] = ()
+    defaults: dict = {}
+    adversarial = False
+    needs_targets = False
+
+    def __init__(self, cfg, seed: int = 0):
+        self.cfg = cfg
+        self.seed = int(seed)
+
+
+class RolloutAlgo(Algorithm):
     """Default request for on-policy rollout algorithms: sample every token from π_θ.
 
-    ``uses_baseline``: the paper's choice of subtracting b(s_t); ``algo.use_baseline`` overrides it.
+    ``algo.use_baseline``: subtract b(s_t) (the SeqGAN family's ``defaults`` turn it off).
     ``adversarial``: rewards come from a discriminator (SeqGAN family) as Q values in ``Rollout.returns``.
     """
 
-    kind = "rollout"
-    needs_targets = False
-    uses_baseline = True
-    adversarial = False
+    params = BASELINE_PARAMS
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.baseline_on = self.uses_baseline if cfg.use_baseline is None else bool(cfg.use_baseline)
+    @property
+    def baseline_on(self) -> bool:
+        return bool(self.cfg.use_baseline)
 
     def values_for_advantage(self, values: torch.Tensor) -> torch.Tensor:
         """b(s_t), or 0 when this algorithm runs without a baseline (A_t = R_t, e.g. SeqGAN's Q)."""

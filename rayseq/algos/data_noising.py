@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rayseq.algos.common import Algorithm
 from rayseq.algos.mle import MLE
 from rayseq.algos.raml import FIRST_WORD_ID, content_lengths
 from rayseq.types import PromptBatch
@@ -63,15 +64,17 @@ def unigram_noise(tgt: np.ndarray, L: np.ndarray, u_replace: np.ndarray, u_sampl
     return np.where(replace, new, tgt).astype(tgt.dtype), replace
 
 
-class DataNoising:
+class DataNoising(Algorithm):
     """MLE on unigram-noised references (ERPO Sec. 3.5, Eq. 9; Xie et al. 2017)."""
 
+    name = "data_noising"
     kind = "supervised"
+    params = ("noise_gamma",)
     needs_targets = True
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.mle = MLE(cfg)
+    def __init__(self, cfg, seed: int = 0):
+        super().__init__(cfg, seed)
+        self.mle = MLE(cfg, seed)
         self._unigram: tuple[object, np.ndarray] | None = None  # (task, u), estimated on first use
 
     def unigram(self, task) -> np.ndarray:

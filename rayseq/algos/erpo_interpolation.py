@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import copy
 
-from rayseq.algos.common import LearnerState
+from rayseq.algos.common import Algorithm, LearnerState
 from rayseq.algos.erpo import mle_on_samples
 from rayseq.types import Rollout, RolloutRequest
 
 
-class ERPOInterpolation:
-    kind = "rollout"
+class ERPOInterpolation(Algorithm):
+    name = "erpo_interpolation"
+    params = ("erpo_c", "interp_lambdas", "interp_delta", "interp_reward_steps", "interp_val_every")
     needs_targets = True
-    adversarial = False
     stateful_request = True  # λ lives on the learner: the driver asks the learner for each request
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, cfg, seed: int = 0):
+        super().__init__(cfg, seed)
         self.lambdas = [float(x) for x in cfg.interp_lambdas]
         s = sum(self.lambdas)
         if min(self.lambdas) < 0 or abs(s - 1.0) > 1e-6:

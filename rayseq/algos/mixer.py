@@ -1,28 +1,61 @@
-"""MIXER (Ranzato et al. 2015; Keneshloo et al. survey Sec. IV-A).
+"""MIXER (Ranzato et al. 2016, "Sequence Level Training with Recurrent Neural Networks"; Keneshloo et al.
+survey Sec. IV-A), and its PPO / PPO-dynamic versions (Tuan et al. 2018, Table 1 middle block).
 
-For every sequence: cross-entropy on the first T−δ tokens (taken from the reference), REINFORCE
-(with the learned baseline) on the last δ tokens, which the policy samples after the reference prefix.
-δ starts at ``mixer_delta_start`` and grows by ``mixer_delta_step`` every ``mixer_delta_every``
-iterations until the whole sequence is sampled (then MIXER is REINFORCE).
+For every sequence: cross-entropy on the first ``len(y*) − δ`` tokens of ITS reference y* (forced: the
+decoder reads them), then the policy samples the rest and REINFORCE (with the learned baseline) trains the
+sampled tokens. len(y*) counts the reference's end token, so with δ = 1 the policy decides where to stop;
+a reference shorter than δ is sampled whole (the prefix is clamped at 0). δ starts at ``mixer_delta_start``
+and grows by ``mixer_delta_step`` every ``mixer_delta_every`` iterations, until every reference is sampled
+whole (then MIXER is REINFORCE). The forced prefix is per row (the rollout workers compute it from each
+reference's length): a fixed ``max_len − δ`` prefix would force the padding of short references and, on
+chit-chat's 21-token cap, sample almost nothing.
+
+- ``mixer``: one REINFORCE step per batch (:func:`rayseq.losses.mixer_loss`),
+- ``mixer_ppo``: PPO's clipped surrogate (Tuan et al. Eq. 3) on the sampled tokens, cross-entropy on the
+  forced ones, in PPO's K-epoch minibatch loop (:func:`rayseq.losses.mixer_combine`); Supplement C: ε = 0.2,
+- ``mixer_ppo_dynamic``: the same with PPO-dynamic's bounds (Eq. 4); Supplement C: α1 = β1 = ∞, α2 = β2 = 1.
 """
 
 from __future__ import annotations
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, advantages, rollout_metrics, rollout_tensors, step
-from rayseq.losses import mixer_loss, value_loss
+from functools import partial
+
+from rayseq.algos.common import (
+    BASELINE_PARAMS,
+    CLIP_PARAMS,
+    DYNAMIC_PARAMS,
+    MIXER_PARAMS,
+    PPO_PARAMS,
+    LearnerState,
+    RolloutAlgo,
+    advantages,
+    rollout_metrics,
+    rollout_tensors,
+    step,
+)
+from rayseq.algos.ppo import minibatch_seed, ppo_update
+from rayseq.algos.ppo_dynamic import dynamic_surrogate
+from rayseq.losses import mixer_loss, ppo_clip_loss, value_loss
 from rayseq.types import Rollout, RolloutRequest
 
 
 class Mixer(RolloutAlgo):
+    name = "mixer"
+    params = (*BASELINE_PARAMS, *MIXER_PARAMS)
     needs_targets = True
 
-    def delta(self, iteration: int, max_len: int) -> int:
+    def delta(self, iteration: int) -> int:
+        """δ at ``iteration``: the number of final reference tokens the policy samples."""
         c = self.cfg
-        return min(max_len, c.mixer_delta_start + c.mixer_delta_step * (iteration // c.mixer_delta_every))
+        return c.mixer_delta_start + c.mixer_delta_step * (iteration // c.mixer_delta_every)
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
-        prefix = max_len - self.delta(iteration, max_len)
-        return RolloutRequest(max_len=max_len, temperature=temperature, prefix_len=prefix, seed=seed)
+        return RolloutRequest(max_len=max_len, temperature=temperature, mixer_delta=self.delta(iteration), seed=seed)
+
+    def schedule_metrics(self, rollout: Rollout, iteration: int) -> dict:
+        real = float(rollout.token_mask.sum())
+        return {"mixer/delta": float(self.delta(iteration)),
+                "mixer/sampled_frac": float(rollout.action_mask.sum()) / max(real, 1.0)}
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
@@ -41,6 +74,28 @@ class Mixer(RolloutAlgo):
             "loss/value": v_loss.item(),
             "policy/advantage_mean": float(stats.advantage_mean),
             "policy/grad_norm": grad_norm,
-            "mixer/delta": float(self.delta(iteration, rollout.tokens.shape[1])),
             "value/explained_variance": float(v_stats.explained_variance),
+            **self.schedule_metrics(rollout, iteration),
         }
+
+
+class MixerPPO(Mixer):
+    name = "mixer_ppo"
+    params = (*BASELINE_PARAMS, *MIXER_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
+        m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+                       use_baseline=self.baseline_on, mixer=True)
+        return {**m, **self.schedule_metrics(rollout, iteration)}
+
+
+class MixerPPODynamic(Mixer):
+    name = "mixer_ppo_dynamic"
+    params = (*BASELINE_PARAMS, *MIXER_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        surrogate, bounds = dynamic_surrogate(self.cfg)
+        m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+                       use_baseline=self.baseline_on, mixer=True)
+        return {**m, **bounds, **self.schedule_metrics(rollout, iteration)}

@@ -9,16 +9,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayseq.algos.common import LearnerState, step
+from rayseq.algos.common import Algorithm, LearnerState, step
 from rayseq.losses import token_nll_loss
 from rayseq.types import PromptBatch, to_torch
 
 
-class MLE:
+class MLE(Algorithm):
+    name = "mle"
     kind = "supervised"
     needs_targets = True
 
-    def __init__(self, cfg=None, max_grad_norm: float | None = 5.0):
+    def __init__(self, cfg=None, seed: int = 0, max_grad_norm: float | None = 5.0):
+        super().__init__(cfg, seed)
         self.max_grad_norm = cfg.max_grad_norm if cfg is not None else max_grad_norm
 
     def update(self, state: LearnerState, batch: PromptBatch, iteration: int) -> dict:

@@ -12,14 +12,27 @@ from functools import partial
 
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, advantages, rollout_metrics, rollout_tensors, step
-from rayseq.losses import masked_mean, ppo_clip_loss, value_loss
+from rayseq.algos.common import (
+    BASELINE_PARAMS,
+    CLIP_PARAMS,
+    PPO_PARAMS,
+    LearnerState,
+    RolloutAlgo,
+    advantages,
+    rollout_metrics,
+    rollout_tensors,
+    step,
+)
+from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
+from rayseq.seeding import derive_seed
 from rayseq.types import Rollout
 
 
-def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int, use_baseline: bool = True) -> dict:
+def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int, use_baseline: bool = True,
+               mixer: bool = False) -> dict:
     """K epochs × minibatches of ``surrogate(logp, old_logp, adv, mask) -> (loss, PolicyStats)``;
-    advantages A_t = R_t − b(s_t) once per batch (A_t = R_t without the baseline)."""
+    advantages A_t = R_t − b(s_t) once per batch (A_t = R_t without the baseline). ``mixer``: the tokens forced
+    from the reference (token_mask − action_mask) add MIXER's cross-entropy (:func:`rayseq.losses.mixer_combine`)."""
     b = rollout_tensors(rollout, state.device, cfg.gamma)
     with torch.no_grad():
         values = state.baseline(state.generator.logprobs(b.src, b.src_len, b.tokens).states)
@@ -38,6 +51,8 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
             m = b.index(idx)
             out = state.generator.logprobs(m.src, m.src_len, m.tokens)
             loss, stats = surrogate(out.logp, m.old_logp, adv_all[idx], m.action_mask)
+            if mixer:
+                loss = mixer_combine(loss, m.action_mask, out.logp, m.token_mask - m.action_mask)
             sums["policy/grad_norm"] += step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
             v_loss, v_stats = value_loss(state.baseline(out.states), m.returns, m.action_mask)
             step(state.base_opt, v_loss, state.baseline.parameters(), None)
@@ -54,7 +69,16 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
     return {**rollout_metrics(rollout), **out}
 
 
+def minibatch_seed(algo, iteration: int) -> int:
+    """Seed of the minibatch permutations of one PPO update: the run's seed and the iteration."""
+    return derive_seed(algo.seed, "ppo_minibatches", iteration)
+
+
 class PPO(RolloutAlgo):
+    name = "ppo"
+    params = (*BASELINE_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
+
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
-        return ppo_update(self.cfg, state, rollout, surrogate, seed=iteration, use_baseline=self.baseline_on)
+        return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+                          use_baseline=self.baseline_on)

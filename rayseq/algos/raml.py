@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rayseq.algos.common import Algorithm
 from rayseq.algos.mle import MLE
 from rayseq.types import PromptBatch
 
@@ -131,15 +132,17 @@ def distinct_per_row(seqs: np.ndarray) -> np.ndarray:
     return np.bincount(uniq[:, 0], minlength=B)
 
 
-class RAML:
+class RAML(Algorithm):
     """RAML: MLE on samples of e(y|y*) ∝ exp(R(y|y*)/τ) (ERPO Eq. 7; R = task reward, α → 0, β = τ)."""
 
+    name = "raml"
     kind = "supervised"
+    params = ("raml_tau", "raml_samples", "raml_pool", "raml_max_ngram")
     needs_targets = True
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.mle = MLE(cfg)
+    def __init__(self, cfg, seed: int = 0):
+        super().__init__(cfg, seed)
+        self.mle = MLE(cfg, seed)
 
     def augment(self, task, batch: PromptBatch, rng: np.random.Generator, iteration: int) -> tuple[PromptBatch, dict]:
         """(B·raml_samples rows: the samples of each example in consecutive rows, inputs/lengths/key repeated;

@@ -12,6 +12,8 @@ from rayseq.types import Rollout
 
 
 class Reinforce(RolloutAlgo):
+    name = "reinforce"
+
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
         b = rollout_tensors(rollout, state.device, cfg.gamma)

@@ -20,8 +20,8 @@ decays to 0. ε_i is the probability of the *reference* token, as in Bengio et a
 it "the probability of sampling from model", which would start fully model-fed and contradict the
 curriculum the decay is for; ``AlgoConfig.ss_k`` documents the Bengio reading used here).
 
-Randomness: per update a ``torch.Generator`` seeded from the iteration draws ``coins`` (B, T) (input at
-t ≥ 1 is the reference iff ``coins[:, t] < ε``) and ``uniforms`` (B, T) (``uniforms[:, t]`` picks the
+Randomness: per update a ``torch.Generator`` seeded from the run's seed and the iteration draws ``coins`` (B, T)
+(input at t ≥ 1 is the reference iff ``coins[:, t] < ε``) and ``uniforms`` (B, T) (``uniforms[:, t]`` picks the
 model token fed at step t by inverse CDF, :func:`rayseq.models.sampling.sample_with_logp`); column 0
 of both is unused (step 0's input is always BOS). A given (coins, uniforms) therefore fixes every
 choice, which lets the batched decoder be checked exactly against a per-row loop.
@@ -41,12 +41,11 @@ import math
 import numpy as np
 import torch
 
-from rayseq.algos.common import LearnerState, step
+from rayseq.algos.common import Algorithm, LearnerState, step
 from rayseq.losses import token_nll_loss
 from rayseq.models.sampling import sample_with_logp
+from rayseq.seeding import derive_seed
 from rayseq.types import PromptBatch, to_torch
-
-SEED_SALT = 0x5C5EDA11  # keeps this update's stream apart from other generators seeded by the iteration
 
 
 def inverse_sigmoid_decay(i: int | float, k: float) -> float:
@@ -111,14 +110,13 @@ def scheduled_sampling_logprobs(
     return logp, use_model.float()
 
 
-class ScheduledSampling:
+class ScheduledSampling(Algorithm):
     """Learner-side update: NLL of y* under scheduled-sampling inputs with ε_i = inverse_sigmoid_decay(i, ss_k)."""
 
+    name = "scheduled_sampling"
     kind = "supervised"
+    params = ("ss_k",)
     needs_targets = True
-
-    def __init__(self, cfg):
-        self.cfg = cfg
 
     def epsilon(self, iteration: int) -> float:
         return inverse_sigmoid_decay(iteration, self.cfg.ss_k)
@@ -133,7 +131,7 @@ class ScheduledSampling:
         B, T = tgt.shape
         mask = (torch.arange(T, device=d)[None, :] < tgt_len[:, None]).float()
         eps = self.epsilon(iteration)
-        g = torch.Generator().manual_seed((SEED_SALT + int(iteration)) % 2**63)
+        g = torch.Generator().manual_seed(derive_seed(self.seed, "scheduled_sampling", iteration))
         coins = torch.rand(B, T, generator=g)  # drawn on the CPU: the same on every device
         uniforms = torch.rand(B, T, generator=g)
         logp, model_fed = scheduled_sampling_logprobs(

@@ -12,7 +12,8 @@ with no baseline, as SeqGAN's code (``algo.use_baseline=true`` subtracts the lea
 - ``seqgan``: one gradient step on that objective (:func:`rayseq.losses.reinforce_loss`),
 - ``seqgan_ppo``: PPO's clipped surrogate (Tuan et al. Eq. 3, ε = 0.2),
 - ``seqgan_ppo_dynamic``: PPO-dynamic (Eq. 4) with Supplement C's SeqGAN setting α1 = 10, β1 = 0.5,
-  α2 = β2 = 0.2 — used for every bound not set explicitly in the config.
+  α2 = β2 = 0.2: the algorithm's ``defaults``, resolved into the run's config (what config.yaml shows is
+  what the loss receives); ``algo.alpha1=...`` etc. change them.
 
 After each g-step the learner moves the rollout policy G_β toward G_θ (β ← r·β + (1−r)·θ); the
 discriminator's d-steps run on the learner (:meth:`rayseq.distributed.learner.Learner.train_discriminator`).
@@ -22,39 +23,55 @@ from __future__ import annotations
 
 from functools import partial
 
-from rayseq.algos.common import LearnerState, RolloutAlgo
-from rayseq.algos.ppo import ppo_update
+from rayseq.algos.common import (
+    CLIP_PARAMS,
+    DYNAMIC_PARAMS,
+    PPO_PARAMS,
+    SEQGAN_PARAMS,
+    LearnerState,
+    RolloutAlgo,
+)
+from rayseq.algos.ppo import minibatch_seed, ppo_update
+from rayseq.algos.ppo_dynamic import dynamic_surrogate
 from rayseq.algos.reinforce import Reinforce
-from rayseq.losses import ppo_clip_loss, ppo_dynamic_loss
+from rayseq.losses import ppo_clip_loss
 from rayseq.types import Rollout
 
 # Tuan et al. Supplement C, PPO-dynamic with SeqGAN
 SEQGAN_DYNAMIC_BOUNDS = {"alpha1": 10.0, "beta1": 0.5, "alpha2": 0.2, "beta2": 0.2}
 
 
+# SeqGAN's returns are Q itself (Rollout.returns), so γ is not read; the baseline stays available (off by default)
+SEQGAN_BASELINE_PARAMS = ("baseline_lr", "use_baseline", "normalize_advantages")
+
+
 class SeqGAN(Reinforce):
-    uses_baseline = False
+    name = "seqgan"
+    params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS)
+    defaults = {"use_baseline": False}
     adversarial = True
 
 
 class SeqGANPPO(RolloutAlgo):
-    uses_baseline = False
+    name = "seqgan_ppo"
+    params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
+    defaults = {"use_baseline": False}
     adversarial = True
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
-        return ppo_update(self.cfg, state, rollout, surrogate, seed=iteration, use_baseline=self.baseline_on)
+        return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+                          use_baseline=self.baseline_on)
 
 
 class SeqGANPPODynamic(RolloutAlgo):
-    uses_baseline = False
+    name = "seqgan_ppo_dynamic"
+    params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
+    defaults = {"use_baseline": False, **SEQGAN_DYNAMIC_BOUNDS}
     adversarial = True
 
-    def bounds(self) -> dict:
-        """α1, α2, β1, β2: the config's where set explicitly, else Supplement C's SeqGAN values."""
-        c = self.cfg
-        return {k: getattr(c, k) if k in c.model_fields_set else v for k, v in SEQGAN_DYNAMIC_BOUNDS.items()}
-
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_dynamic_loss, **self.bounds())
-        return ppo_update(self.cfg, state, rollout, surrogate, seed=iteration, use_baseline=self.baseline_on)
+        surrogate, bounds = dynamic_surrogate(self.cfg)  # Supplement C's SeqGAN values unless given
+        m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+                       use_baseline=self.baseline_on)
+        return {**m, **bounds}

@@ -16,13 +16,15 @@ subtracts V_ψ(s_t), i.e. uses the TD error). The critic regresses on TD(λ) tar
 from __future__ import annotations
 
 from rayseq.algos.actor_critic import critic_pass, critic_step, policy_step
-from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics
+from rayseq.algos.common import CRITIC_PARAMS, LearnerState, RolloutAlgo, rollout_metrics
 from rayseq.losses import gae, masked_mean
 from rayseq.types import Rollout
 
 
 class SeqGANCritic(RolloutAlgo):
-    uses_baseline = False
+    name = "seqgan_critic"
+    params = ("gamma", "use_baseline", "g_steps", *CRITIC_PARAMS)  # use_baseline: subtract V_ψ(s_t)
+    defaults = {"use_baseline": False}
     adversarial = True
     uses_critic = True
     monte_carlo = False  # the driver scores whole sequences only (no Monte-Carlo search)

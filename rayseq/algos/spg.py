@@ -10,18 +10,14 @@ increment of each candidate token against the input's references.
 
 from __future__ import annotations
 
-from rayseq.algos.common import LearnerState
+from rayseq.algos.common import Algorithm, LearnerState
 from rayseq.algos.erpo import mle_on_samples
 from rayseq.types import Rollout, RolloutRequest
 
 
-class SPG:
-    kind = "rollout"
-    needs_targets = False
-    adversarial = False
-
-    def __init__(self, cfg):
-        self.cfg = cfg
+class SPG(Algorithm):
+    name = "spg"
+    params = ("erpo_c",)
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         return RolloutRequest(max_len=max_len, temperature=1.0, seed=seed, erpo={"mode": "spg", "c": self.cfg.erpo_c})

@@ -68,6 +68,7 @@ class Trainer:
         self.stage = "mle"
         self.stage_iter = 0
         self.pretrain_metrics: dict = {}
+        self._test_cache: tuple | None = None  # (learner version, test metrics, details)
         self._stop = False
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -162,16 +163,17 @@ class Trainer:
                 if plan[stage] == 0 and stage != "train":
                     continue
                 rt.learner("start_stage", stage)
-                final, details = self._run_stage(rt, stage, plan[stage], bar)
-                if stage == "mle":
-                    self.pretrain_metrics = final
+                final = self._run_stage(rt, stage, plan[stage], bar)
+                if stage == "mle":  # the pretrained model's test figures are reported beside the final ones
+                    self.pretrain_metrics = {**final, **self._test(rt)[0]}
+            test, details = self._test(rt)
             ckpt = self.save(rt)
             bar.close()
             summary = {
                 "task": cfg.task.name,
                 "algo": cfg.algo.name,
                 "seed": cfg.seed,
-                "metrics": final,
+                "metrics": {**final, **test},
                 "pretrain_metrics": self.pretrain_metrics,
                 "details": details,
                 "iterations": self.iteration,
@@ -190,15 +192,23 @@ class Trainer:
             self.metrics.close()
             rt.shutdown()
 
-    def _run_stage(self, rt, stage: str, n_iters: int, bar) -> tuple[dict, dict]:
-        """Runs the rest of ``stage``; returns the evaluation at its end (metrics, details)."""
+    def _test(self, rt) -> tuple[dict, dict]:
+        """``test/*`` metrics and details of the learner's generator now, computed once per weights version:
+        reported (summary.json, the final table), never selected on."""
+        version = rt.learner("get_version")
+        if self._test_cache is None or self._test_cache[0] != version:
+            self._test_cache = (version, *rt.learner("evaluate", "test"))
+        return self._test_cache[1], self._test_cache[2]
+
+    def _run_stage(self, rt, stage: str, n_iters: int, bar) -> dict:
+        """Runs the rest of ``stage``; returns the validation metrics (``val/*``) at its end."""
         cfg = self.cfg
-        algo = make_algo(cfg.algo) if stage == "train" else None
+        algo = make_algo(cfg.algo, cfg.seed) if stage == "train" else None
         supervised = algo is None or algo.kind == "supervised"
         # the disc stage leaves G, hence its evaluation, as pretraining ended; other stages evaluate as they go
-        ev, details = (dict(self.pretrain_metrics), {}) if stage == "disc" else (None, None)
+        ev = {k: v for k, v in self.pretrain_metrics.items() if k.startswith("val/")} if stage == "disc" else None
         if self.stage_iter >= n_iters:
-            return (ev, details) if stage == "disc" else rt.learner("evaluate")
+            return ev if stage == "disc" else rt.learner("evaluate", "val")[0]
         while self.stage_iter < n_iters:
             if self._stop:
                 raise Interrupted()
@@ -243,7 +253,7 @@ class Trainer:
             if stage == "mle" and cfg.train.pretrain_eval_every is not None:
                 every = cfg.train.pretrain_eval_every
             if stage != "disc" and ((every and self.stage_iter % every == 0) or self.stage_iter == n_iters):
-                ev, details = rt.learner("evaluate")
+                ev = rt.learner("evaluate", "val")[0]
                 m.update(ev)
             self.metrics.log(stage, self.iteration, m)
             if cfg.train.checkpoint_every and self.iteration % cfg.train.checkpoint_every == 0:
@@ -253,7 +263,7 @@ class Trainer:
             bar.update(1)
             bar.set_description(stage)
             bar.set_postfix(_postfix(m), refresh=False)
-        return ev, details
+        return ev
 
 
     # -- SeqGAN (Yu et al. Algorithm 1) ---------------------------------------------------------------
@@ -326,8 +336,8 @@ def _sync_generator(rt) -> None:
 
 def _postfix(m: dict) -> dict:
     out = {}
-    for key, short in (("rollout/reward_mean", "reward"), ("loss/nll", "nll"), ("eval/precision", "prec"),
-                       ("eval/nll_oracle", "nll_oracle"), ("disc/accuracy", "d_acc")):
+    for key, short in (("rollout/reward_mean", "reward"), ("loss/nll", "nll"), ("val/precision", "val_prec"),
+                       ("val/nll_oracle", "val_nll_oracle"), ("val/bleu2", "val_bleu2"), ("disc/accuracy", "d_acc")):
         if key in m and math.isfinite(m[key]):
             out[short] = f"{m[key]:.3f}"
     return out

@@ -40,7 +40,10 @@ class Learner:
         random.seed(c.seed)
         np.random.seed(c.seed % 2**32)  # noqa: NPY002 -- seeds third-party code that uses the legacy RNG
         use_cuda = c.learner.device == "cuda" or (c.learner.device == "auto" and c.learner.num_gpus > 0)
-        self.device = torch.device("cuda" if use_cuda and torch.cuda.is_available() else "cpu")
+        if use_cuda and not torch.cuda.is_available():  # never a silent CPU fallback
+            raise RuntimeError(f"learner.device={c.learner.device} with learner.num_gpus={c.learner.num_gpus}, but "
+                               "no CUDA device is visible to the learner; use learner.device=cpu")
+        self.device = torch.device("cuda" if use_cuda else "cpu")
         self.task = make_task(c.task)
         generator = make_generator(c, self.task).to(self.device)
         baseline = ValueBaseline(c.model.hidden_dim).to(self.device)
@@ -55,7 +58,7 @@ class Learner:
             self.state.critic = Critic(c.model.hidden_dim, c.algo.critic_hidden).to(self.device)
             self.state.critic_opt = torch.optim.Adam(self.state.critic.parameters(), lr=c.algo.critic_lr)
         self.stage = "mle"
-        self.algo = MLE(c.algo)
+        self.algo = MLE(c.algo, c.seed)
         self.version = 0
         self.disc = self.disc_opt = self.rollout_policy = None
         self.disc_version = 0
@@ -80,7 +83,7 @@ class Learner:
             raise ValueError(f"unknown stage {stage!r}")
         self.stage = stage
         if stage == "train":
-            self.algo = make_algo(self.cfg.algo)
+            self.algo = make_algo(self.cfg.algo, self.cfg.seed)
             self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
             if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
                 self.rollout_policy = copy.deepcopy(self.state.generator).eval()
@@ -109,7 +112,7 @@ class Learner:
 
     def validate(self) -> dict:
         """Validation-set reward handed to the algorithm (interpolation: keep or undo, anneal λ)."""
-        reward = self.task.validation_reward(self.state.generator, self.device, n=self.cfg.algo.val_size)
+        reward = self.task.validation_reward(self.state.generator, self.device)
         return self.algo.on_validation(self.state, reward)
 
     def update(self, batch, iteration: int) -> dict:
@@ -168,8 +171,9 @@ class Learner:
         out["disc/version"] = float(self.disc_version)
         return out
 
-    def evaluate(self, seed: int = 0) -> tuple[dict, dict]:
-        return self.task.evaluate(self.state.generator, self.device, seed=seed)
+    def evaluate(self, split: str = "val") -> tuple[dict, dict]:
+        """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics."""
+        return self.task.evaluate(self.state.generator, self.device, split=split)
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -183,6 +187,8 @@ class Learner:
             "version": self.version,
             "torch_rng": torch.get_rng_state(),
         }
+        if self.device.type == "cuda":  # dropout and anything else drawn on the GPU
+            out["cuda_rng"] = torch.cuda.get_rng_state_all()
         if self.disc is not None:
             out |= {"disc": self.disc.state_dict(), "disc_opt": self.disc_opt.state_dict(),
                     "disc_version": self.disc_version}
@@ -203,6 +209,8 @@ class Learner:
         s.base_opt.load_state_dict(d["base_opt"])
         self.version = int(d["version"])
         torch.set_rng_state(d["torch_rng"])
+        if self.device.type == "cuda" and "cuda_rng" in d:
+            torch.cuda.set_rng_state_all(d["cuda_rng"])
         if self.disc is not None and "disc" in d:
             self.disc.load_state_dict(d["disc"])
             self.disc_opt.load_state_dict(d["disc_opt"])
@@ -242,6 +250,19 @@ class Learner:
             self.disc_version = int(d.get("disc_version", 0))
             loaded["disc"] = True
         return loaded
+
+
+def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu") -> tuple[dict, dict]:
+    """The ``split`` metrics (and details) of a checkpoint's generator (file, run directory or URI), on this
+    process: e.g. the test figures of the trial a search chose on its validation metric."""
+    from rayseq.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(location)
+    cfg = RunConfig.model_validate(ck["config"])
+    task = make_task(cfg.task)
+    generator = make_generator(cfg, task).to(device)
+    generator.load_state_dict(ck["learner"]["generator"])
+    return task.evaluate(generator, device, split=split)
 
 
 def _pad_cat(a: np.ndarray, b: np.ndarray, pad: int) -> np.ndarray:

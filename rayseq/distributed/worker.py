@@ -102,9 +102,12 @@ class RolloutWorker:
                                      generator_rng=gen, **request.erpo)
             info.update(stats)
         else:
-            prefix = to_torch(prompts.tgt, d) if request.prefix_len > 0 else None
+            prefix = prefix_len = None
+            if request.mixer_delta is not None:  # MIXER: len(y*) − δ reference tokens forced, per row
+                prefix = to_torch(prompts.tgt, d)
+                prefix_len = (to_torch(prompts.tgt_len, d) - request.mixer_delta).clamp(min=0)
             out = self.generator.sample(src, src_len, request.max_len, temperature=request.temperature,
-                                        prefix=prefix, prefix_len=request.prefix_len, generator=gen)
+                                        prefix=prefix, prefix_len=prefix_len, generator=gen)
         tokens = out.tokens.cpu().numpy()
         rollout = Rollout(
             src=prompts.src, src_len=prompts.src_len, tokens=tokens, token_mask=out.token_mask.cpu().numpy(),

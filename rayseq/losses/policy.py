@@ -142,3 +142,18 @@ def mixer_loss(
     per_token = logp * xent_mask + logp * adv * rl_mask
     loss = -per_token.sum() / total.sum().clamp(min=1.0)
     return loss, PGStats(masked_mean(adv, rl_mask).detach(), masked_mean(logp, total).detach())
+
+
+def mixer_combine(rl_loss: torch.Tensor, rl_mask: torch.Tensor, logp: torch.Tensor,
+                  xent_mask: torch.Tensor) -> torch.Tensor:
+    """MIXER's objective with any policy objective on its sampled tokens (Tuan et al. Table 1's MIXER-PPO and
+    MIXER-PPO-dynamic rows; Ranzato et al. 2015): the per-token sum of the policy objective over the δ sampled
+    tokens and of the cross-entropy −log π(y*_t) over the forced reference tokens, divided by their number:
+
+        loss = (n_rl · rl_loss − Σ_t xent_mask_t log π(y_t)) / (n_rl + n_xent),   n_* = Σ_t mask_t
+
+    ``rl_loss`` is the masked mean over ``rl_mask`` that every objective here returns (reinforce_loss,
+    ppo_clip_loss, ppo_dynamic_loss), so with ``reinforce_loss`` this is :func:`mixer_loss`. logp, masks (B, T).
+    """
+    n_rl, n_xent = rl_mask.sum(), xent_mask.sum()
+    return (rl_loss * n_rl - (logp * xent_mask).sum()) / (n_rl + n_xent).clamp(min=1.0)

@@ -152,31 +152,40 @@ class Seq2SeqGRU(nn.Module):
         temperature: float = 1.0,
         greedy: bool = False,
         prefix: torch.Tensor | None = None,
-        prefix_len: int = 0,
+        prefix_len: torch.Tensor | int | None = None,
         generator: torch.Generator | None = None,
     ) -> SampleOutput:
         """Decode up to ``max_len`` tokens per row, batched.
 
         ``greedy`` takes the argmax; otherwise y_t ~ softmax(logits / temperature). The returned
         ``logp`` is always under the temperature-1 policy π_θ (what PPO's ratio needs). With
-        ``prefix`` (B, P) the first ``prefix_len`` tokens are forced (MIXER's first T−δ steps);
-        forced tokens have action_mask 0. ``generator`` makes sampling reproducible per call.
+        ``prefix`` (B, P) row b's first ``prefix_len[b]`` tokens (an int: the same for every row) are forced
+        (MIXER's len(y*) − δ reference tokens); forced tokens have action_mask 0. One uniform is drawn per
+        row and step whether or not the row is forced, so a row's draws do not depend on its neighbours'
+        prefixes. ``generator`` makes sampling reproducible per call.
         """
         B = src.shape[0]
+        dev = src.device
         h = self.encode(src, src_len)
-        tok = torch.full((B,), self.bos_id, dtype=torch.long, device=src.device)
-        alive = torch.ones(B, dtype=torch.bool, device=src.device)
+        tok = torch.full((B,), self.bos_id, dtype=torch.long, device=dev)
+        alive = torch.ones(B, dtype=torch.bool, device=dev)
+        plen = None
+        if prefix is not None and prefix_len is not None:
+            plen = torch.as_tensor(prefix_len, device=dev).expand(B).clamp(max=prefix.shape[1])
         tokens, token_mask, action_mask, logps = [], [], [], []
         for t in range(max_len):
             logits, _, h = self._step(tok, h)
-            forced = torch.zeros(B, dtype=torch.bool, device=src.device)
-            if t < prefix_len or greedy:
-                nxt = prefix[:, t] if t < prefix_len else logits.argmax(dim=-1)
-                forced |= t < prefix_len
+            if greedy:
+                nxt = logits.argmax(dim=-1)
                 lp = self.token_logp(logits, nxt)
             else:
-                u = torch.rand(B, generator=generator, device=src.device)
+                u = torch.rand(B, generator=generator, device=dev)
                 nxt, lp = sample_with_logp(logits, u, temperature)
+            forced = (t < plen) if plen is not None else torch.zeros(B, dtype=torch.bool, device=dev)
+            if bool(forced.any()):
+                ref = prefix[:, min(t, prefix.shape[1] - 1)]
+                nxt = torch.where(forced, ref, nxt)
+                lp = torch.where(forced, self.token_logp(logits, ref), lp)
             nxt = torch.where(alive, nxt, torch.full_like(nxt, self.pad_id))
             tokens.append(nxt)
             token_mask.append(alive.float())

@@ -1,23 +1,26 @@
-"""Tasks = data + reward + evaluation (math layer: numpy + torch only)."""
+"""Tasks = data + reward + evaluation (math layer: numpy + torch only).
+
+A task class (its name registered in :mod:`rayseq.registry`) declares ``name`` and ``params`` (the ``task.*``
+keys it reads) and provides ``evaluate(generator, device, split=...)`` with its ``val/*`` and ``test/*`` metrics,
+listed by the classmethod ``metric_names(task_cfg, split)``.
+"""
 
 from __future__ import annotations
 
+from rayseq.registry import task_class
 from rayseq.tasks.base import Specials, Vocab
 from rayseq.tasks.counting import CountingTask
 from rayseq.tasks.oracle import OracleTask
 
 
 def make_task(task_cfg):
-    """Task from a TaskConfig."""
-    if task_cfg.name == "counting":
-        return CountingTask(task_cfg)
-    if task_cfg.name == "oracle":
-        return OracleTask(task_cfg)
-    if task_cfg.name == "chitchat":
-        from rayseq.tasks.chitchat import ChitchatTask  # imports pyarrow readers only when needed
-
-        return ChitchatTask(task_cfg)
-    raise ValueError(f"task.name: unknown task {task_cfg.name!r}")
+    """Task from a TaskConfig (chitchat's module, which reads pyarrow, is imported only when asked for)."""
+    return task_class(task_cfg.name)(task_cfg)
 
 
-__all__ = ["CountingTask", "OracleTask", "Specials", "Vocab", "make_task"]
+def metric_names(task_cfg, split: str) -> list[str]:
+    """The ``<split>/*`` metrics (``split`` = ``val`` or ``test``) a task of this config reports."""
+    return task_class(task_cfg.name).metric_names(task_cfg, split)
+
+
+__all__ = ["CountingTask", "OracleTask", "Specials", "Vocab", "make_task", "metric_names"]

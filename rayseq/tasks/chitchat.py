@@ -8,18 +8,22 @@ Reward (RL stage): sentence BLEU-2 of the sampled reply against ALL references o
 paper's reward, vectorised (:func:`rayseq.rewards.bleu.sentence_bleu_padded`, equal to sacrebleu's
 ``sentence_score`` with effective order), given at the reply's last token; computed on ScorerActors.
 
-Evaluation on ``test_size`` held-out input groups (greedy replies):
-- ``eval/bleu2``: corpus BLEU-2 (sacrebleu) against every reference of each input, in [0, 100];
-- ``eval/sentence_bleu2``: mean sentence BLEU-2 (the training reward), in [0, 1];
-- ``eval/distinct1``, ``eval/distinct2``: distinct uni/bigrams over all replies / their count (Li et al. 2016);
-- ``eval/self_bleu2``: mean BLEU-2 of a reply against the other replies (Zhu et al. 2018; lower = more
+Evaluation of greedy replies on the first ``val_size`` input groups of the prepared ``valid`` split (``val/*``,
+every ``train.eval_every`` iterations: what selects, e.g. ERPO interpolation's annealing and Tune) and on the first
+``test_size`` groups of the ``test`` split (``test/*``, once at the end: what is reported); ``prepare`` keeps
+both free of training inputs. The same metrics on each:
+- ``bleu2``: corpus BLEU-2 (sacrebleu) against every reference of each input, in [0, 100];
+- ``sentence_bleu2``: mean sentence BLEU-2 (the training reward), in [0, 1];
+- ``distinct1``, ``distinct2``: distinct uni/bigrams over all replies / their count (Li et al. 2016);
+- ``self_bleu2``: mean BLEU-2 of a reply against the other replies (Zhu et al. 2018; lower = more
   diverse), on up to 500 replies;
-- ``eval/reply_len``: mean reply length in tokens (EOS excluded);
+- ``reply_len``: mean reply length in tokens (EOS excluded);
 - replies to the inputs of the paper's Supplement Table 2 (in the summary's ``details``).
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +44,7 @@ SELF_BLEU_REPLIES = 500
 
 class ChitchatTask:
     name = "chitchat"
+    params = ("data_dir", "source", "prepare", "test_size", "val_size")
     conditional = True
 
     def __init__(self, cfg):
@@ -59,11 +64,28 @@ class ChitchatTask:
         self.max_tgt_len = self.data.max_tgt_len + 1  # + EOS
         self.train = self.data.splits["train"]
         self.train_refs = self.train.references()  # per training group: its replies (the BLEU references)
-        test = self.data.splits["test"]
-        n = min(cfg.test_size, test.num_groups)
-        src, src_len = test.group_inputs()
-        self.test_src, self.test_len = src[:n], src_len[:n]
-        self.test_refs = test.references()[:n]
+        self._held_out = {"val": ("valid", cfg.val_size), "test": ("test", cfg.test_size)}
+
+    @cached_property
+    def _splits(self) -> dict:
+        """split -> (inputs (n, S), lengths (n,), references of each input): the first n groups of the split."""
+        out = {}
+        for split, (name, size) in self._held_out.items():
+            part = self.data.splits[name]
+            n = min(size, part.num_groups)
+            src, src_len = part.group_inputs()
+            out[split] = (src[:n], src_len[:n], part.references()[:n])
+        return out
+
+    def split(self, split: str) -> tuple[np.ndarray, np.ndarray, list]:
+        """``val`` or ``test``: inputs (n, S), lengths (n,) and each input's references."""
+        if split not in self._held_out:
+            raise ValueError(f"split must be one of {tuple(self._held_out)}, got {split!r}")
+        src, src_len, refs = self._splits[split]
+        if len(src) == 0:
+            raise ValueError(f"{self.cfg.data_dir}: the {self._held_out[split][0]} split is empty (prepared with "
+                             "valid_frac / test_frac 0, or every input there also occurs in train, see manifest.json)")
+        return src, src_len, refs
 
     def spec(self) -> dict:
         """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
@@ -120,29 +142,32 @@ class ChitchatTask:
         return detokenize(self.vocab.decode(ids), self.data.tokenizer.get("kind", "words"))
 
     @torch.no_grad()
-    def validation_reward(self, generator, device="cpu", n: int = 500) -> float:
-        """Mean sentence BLEU-2 (the reward) of greedy replies to the first ``n`` validation input groups
-        against their references: the validation-set reward the interpolation algorithm anneals on."""
-        if not hasattr(self, "_valid"):
-            valid = self.data.splits["valid"]
-            src, src_len = valid.group_inputs()
-            self._valid = (src, src_len, valid.references())
-        src, src_len, refs = self._valid
-        n = min(n, len(src))
-        if n == 0:
-            raise ValueError(f"{self.cfg.data_dir}: the validation split is empty; prepare with a valid_frac > 0")
+    def validation_reward(self, generator, device="cpu") -> float:
+        """Mean sentence BLEU-2 (the reward) of greedy replies to the validation inputs against their
+        references (``val/sentence_bleu2``): the validation-set reward the interpolation algorithm anneals on."""
+        src, src_len, refs = self.split("val")
         was_training = generator.training
         generator.eval()
-        replies = self.greedy_replies(generator, src[:n], src_len[:n], device)
+        replies = self.greedy_replies(generator, src, src_len, device)
         generator.train(was_training)
         padded, lens = _pad(replies)
-        return float(sentence_bleu_padded(padded, lens, refs[:n], max_order=2).mean())
+        return float(sentence_bleu_padded(padded, lens, refs, max_order=2).mean())
+
+    @classmethod
+    def metric_names(cls, cfg, split: str) -> list[str]:
+        return [f"{split}/{k}" for k in ("bleu2", "sentence_bleu2", "distinct1", "distinct2", "self_bleu2",
+                                          "reply_len")]
 
     @torch.no_grad()
-    def evaluate(self, generator, device="cpu", *, seed: int = 0) -> tuple[dict, dict]:
+    def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
+        """``<split>/*`` metrics (module docstring); details (paper prompts' replies, samples) on test only."""
+        src, src_len, refs = self.split(split)
         was_training = generator.training
         generator.eval()
-        replies = self.greedy_replies(generator, self.test_src, self.test_len, device)
+        replies = self.greedy_replies(generator, src, src_len, device)
+        if split != "test":
+            generator.train(was_training)
+            return self._metrics(split, replies, refs), {}
         prompts = [encode_text(p, self.vocab, self.data.tokenizer, self.max_src_len) for p in PAPER_PROMPTS]
         p_src = np.zeros((len(prompts), self.max_src_len), dtype=np.int64)
         for i, p in enumerate(prompts):
@@ -150,25 +175,29 @@ class ChitchatTask:
         p_len = np.array([max(len(p), 1) for p in prompts], dtype=np.int64)
         paper = self.greedy_replies(generator, p_src, p_len, device)
         generator.train(was_training)
-        padded, lens = _pad(replies)
-        metrics = {
-            "eval/bleu2": 100.0 * corpus_bleu(replies, self.test_refs, max_order=2),
-            "eval/sentence_bleu2": float(sentence_bleu_padded(padded, lens, self.test_refs, max_order=2).mean()),
-            "eval/distinct1": distinct_n(replies, 1),
-            "eval/distinct2": distinct_n(replies, 2),
-            "eval/self_bleu2": self_bleu(replies[:SELF_BLEU_REPLIES]),
-            "eval/reply_len": float(lens.mean()) if len(lens) else 0.0,
-        }
         details = {
             "paper_prompts": [{"input": p, "reply": self.reply_text(r)} for p, r in zip(PAPER_PROMPTS, paper)],
             "test_samples": [
-                {"input": self.reply_text(self.test_src[i, : self.test_len[i]]),
+                {"input": self.reply_text(src[i, : src_len[i]]),
                  "reply": self.reply_text(replies[i]),
-                 "references": [self.reply_text(r) for r in self.test_refs[i][:3]]}
+                 "references": [self.reply_text(r) for r in refs[i][:3]]}
                 for i in range(min(8, len(replies)))
             ],
         }
-        return metrics, details
+        return self._metrics(split, replies, refs), details
+
+    @staticmethod
+    def _metrics(split: str, replies: list[np.ndarray], refs: list) -> dict:
+        padded, lens = _pad(replies)
+        metrics = {
+            "bleu2": 100.0 * corpus_bleu(replies, refs, max_order=2),
+            "sentence_bleu2": float(sentence_bleu_padded(padded, lens, refs, max_order=2).mean()),
+            "distinct1": distinct_n(replies, 1),
+            "distinct2": distinct_n(replies, 2),
+            "self_bleu2": self_bleu(replies[:SELF_BLEU_REPLIES]),
+            "reply_len": float(lens.mean()) if len(lens) else 0.0,
+        }
+        return {f"{split}/{k}": v for k, v in metrics.items()}
 
 
 def ensure_prepared(cfg) -> bool:

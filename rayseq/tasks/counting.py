@@ -3,16 +3,19 @@
 Input x = x_1..x_N, digits 0-9, N uniform in [1, 10]. Output y = (t−1, x_t, N−t) for any t in 1..N,
 so one input has N correct outputs (one-to-many). Reward: 1 if correct, else 0.
 
-Evaluation on a held-out set of ``test_size`` inputs drawn with ``test_seed``:
-- ``eval/precision``: share of correct greedy outputs (``eval/precision_sampled``: temperature-1 samples),
+Evaluation on a validation set of ``val_size`` inputs drawn with ``val_seed`` (``val/*``, every
+``train.eval_every`` iterations: what selects) and on a held-out test set of ``test_size`` inputs drawn with
+``test_seed`` (``test/*``, once at the end: what is reported), the same metrics on each:
+- ``precision``: share of correct greedy outputs (``precision_sampled``: temperature-1 samples),
 - the distribution of y_1 for each N (exact, from the model's first-step softmax restricted to digits
   and renormalised) against the ground truth, uniform over 0..N−1: total-variation distance
-  ``eval/y1_tv_n{N}`` and its mean over N ``eval/y1_tv``,
+  ``y1_tv_n{N}`` and its mean over N ``y1_tv``,
 - Supplement D's "variance of the distribution of the first word": the variance over the 10 digit
-  probabilities, averaged over inputs (``eval/y1_var_n{N}``; one-hot = 0.09, uniform over N digits =
+  probabilities, averaged over inputs (``y1_var_n{N}``; one-hot = 0.09, uniform over N digits =
   1/(10N) − 0.01).
-Training inputs never equal a test input of length N ≥ 4 (shorter inputs are too few to split:
-10 + 100 + 1000 of them).
+Inputs of length N ≥ 4 are in at most one of train, validation and test (validation inputs that are test
+inputs are redrawn; training inputs that are either are redrawn); shorter inputs are too few to split
+(10 + 100 + 1000 of them).
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from rayseq.types import PromptBatch
 
 MIN_DISJOINT_LEN = 4
 TARGET_LEN = 3
+SPLITS = ("val", "test")
 
 
 class CountingTask:
     name = "counting"
+    params = ("test_size", "test_seed", "val_size", "val_seed", "min_len", "max_len")
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -39,8 +44,16 @@ class CountingTask:
         self.max_src_len = cfg.max_len
         self.max_tgt_len = TARGET_LEN
         self.test_src, self.test_len = self._draw(np.random.default_rng(cfg.test_seed), cfg.test_size)
-        test_keys = self._keys(self.test_src, self.test_len)
-        self._test_keys = np.unique(test_keys[self.test_len >= MIN_DISJOINT_LEN])
+        self._held_out = self._long_keys(self.test_src, self.test_len)
+        # validation: redrawn where it hits the test set, then held out from training too
+        self.val_src, self.val_len = self._draw_outside(np.random.default_rng(cfg.val_seed), cfg.val_size)
+        self._held_out = np.union1d(self._held_out, self._long_keys(self.val_src, self.val_len))
+
+    def split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """The inputs (n, S) and lengths (n,) of the ``val`` or ``test`` set."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        return (self.val_src, self.val_len) if split == "val" else (self.test_src, self.test_len)
 
     def spec(self) -> dict:
         """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
@@ -60,19 +73,27 @@ class CountingTask:
         powers = 10 ** np.arange(self.max_src_len, dtype=np.int64)
         return (digits * powers).sum(axis=1) + src_len * 10**10
 
-    def in_test_set(self, src: np.ndarray, src_len: np.ndarray) -> np.ndarray:
-        """(B,) bool: a held-out input of length >= 4."""
-        return (src_len >= MIN_DISJOINT_LEN) & np.isin(self._keys(src, src_len), self._test_keys)
+    def _long_keys(self, src: np.ndarray, src_len: np.ndarray) -> np.ndarray:
+        """Sorted unique keys of the inputs of length >= 4 (the ones kept apart between splits)."""
+        return np.unique(self._keys(src, src_len)[src_len >= MIN_DISJOINT_LEN])
 
-    def sample_inputs(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Training inputs (n, S), lengths (n,), redrawn where they hit the held-out set."""
+    def in_held_out(self, src: np.ndarray, src_len: np.ndarray) -> np.ndarray:
+        """(B,) bool: a held-out (validation or test) input of length >= 4."""
+        return (src_len >= MIN_DISJOINT_LEN) & np.isin(self._keys(src, src_len), self._held_out)
+
+    def _draw_outside(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` inputs, redrawn where they hit the held-out keys so far."""
         src, src_len = self._draw(rng, n)
-        bad = self.in_test_set(src, src_len)
+        bad = self.in_held_out(src, src_len)
         while bad.any():
             idx = np.nonzero(bad)[0]
             src[idx], src_len[idx] = self._draw(rng, len(idx))
-            bad[idx] = self.in_test_set(src[idx], src_len[idx])
+            bad[idx] = self.in_held_out(src[idx], src_len[idx])
         return src, src_len
+
+    def sample_inputs(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Training inputs (n, S), lengths (n,), redrawn where they hit the validation or test set."""
+        return self._draw_outside(rng, n)
 
     def sample_targets(self, rng: np.random.Generator, src: np.ndarray, src_len: np.ndarray) -> np.ndarray:
         """One correct output per input, t uniform in 1..N: (n, 3) tokens (t−1, x_t, N−t)."""
@@ -116,19 +137,21 @@ class CountingTask:
 
     # -- evaluation -------------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, generator, device="cpu", *, seed: int = 0, batch_size: int = 1024) -> tuple[dict, dict]:
-        """Scalars for metrics (``eval/...``) and details (y1 distributions per N) for summaries."""
+    def evaluate(self, generator, device="cpu", *, split: str = "val", batch_size: int = 1024) -> tuple[dict, dict]:
+        """Scalars for metrics (``val/...`` or ``test/...``) and details (y1 distributions per N) for summaries.
+        The sampled precision draws from a generator seeded with the split's seed (the same every evaluation)."""
+        inputs, lengths = self.split(split)
         was_training = generator.training
         generator.eval()
-        src_all = torch.from_numpy(self.test_src).to(device)
-        len_all = torch.from_numpy(self.test_len).to(device)
-        gen = torch.Generator(device=device).manual_seed(seed)
+        src_all = torch.from_numpy(inputs).to(device)
+        len_all = torch.from_numpy(lengths).to(device)
+        gen = torch.Generator(device=device).manual_seed(self.cfg.val_seed if split == "val" else self.cfg.test_seed)
         correct, correct_s, digit_probs = [], [], []
-        for a in range(0, len(self.test_len), batch_size):
+        for a in range(0, len(lengths), batch_size):
             src, sl = src_all[a : a + batch_size], len_all[a : a + batch_size]
             g = generator.sample(src, sl, TARGET_LEN, greedy=True)
             s = generator.sample(src, sl, TARGET_LEN, generator=gen)
-            np_src, np_len = self.test_src[a : a + batch_size], self.test_len[a : a + batch_size]
+            np_src, np_len = inputs[a : a + batch_size], lengths[a : a + batch_size]
             correct.append(self.score(np_src, np_len, g.tokens.cpu().numpy(), g.token_mask.cpu().numpy()))
             correct_s.append(self.score(np_src, np_len, s.tokens.cpu().numpy(), s.token_mask.cpu().numpy()))
             p = generator.first_step_logprobs(src, sl).exp()[:, self.digit0 : self.digit0 + 10]
@@ -136,22 +159,30 @@ class CountingTask:
         generator.train(was_training)
         probs = np.concatenate(digit_probs)  # (n_test, 10)
         metrics = {
-            "eval/precision": float(np.concatenate(correct).mean()),
-            "eval/precision_sampled": float(np.concatenate(correct_s).mean()),
+            "precision": float(np.concatenate(correct).mean()),
+            "precision_sampled": float(np.concatenate(correct_s).mean()),
         }
         details = {"y1_dist": {}, "y1_truth": {}}
         tvs = []
         for n in range(self.cfg.min_len, self.cfg.max_len + 1):
-            sel = self.test_len == n
+            sel = lengths == n
             if not sel.any():
                 continue
             mean_dist = probs[sel].mean(0)
             truth = np.where(np.arange(10) < n, 1.0 / n, 0.0)
             tv = 0.5 * float(np.abs(mean_dist - truth).sum())
             tvs.append(tv)
-            metrics[f"eval/y1_tv_n{n}"] = tv
-            metrics[f"eval/y1_var_n{n}"] = float(probs[sel].var(axis=1).mean())
+            metrics[f"y1_tv_n{n}"] = tv
+            metrics[f"y1_var_n{n}"] = float(probs[sel].var(axis=1).mean())
             details["y1_dist"][n] = mean_dist.round(6).tolist()
             details["y1_truth"][n] = truth.tolist()
-        metrics["eval/y1_tv"] = float(np.mean(tvs))
-        return metrics, details
+        metrics["y1_tv"] = float(np.mean(tvs))
+        return {f"{split}/{k}": v for k, v in metrics.items()}, details
+
+    @classmethod
+    def metric_names(cls, cfg, split: str) -> list[str]:
+        """The ``<split>/*`` metrics :meth:`evaluate` reports for the task config ``cfg`` (Tune checks a search's
+        metric against them before any trial starts)."""
+        ns = range(cfg.min_len, cfg.max_len + 1)
+        names = ["precision", "precision_sampled", "y1_tv", *[f"y1_tv_n{n}" for n in ns], *[f"y1_var_n{n}" for n in ns]]
+        return [f"{split}/{k}" for k in names]

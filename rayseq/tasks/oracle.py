@@ -4,9 +4,14 @@ An oracle LSTM G_oracle (vocabulary 5,000, embedding and hidden 32, parameters N
 10,000 training sequences of length 20; an unconditional LSTM generator learns from them. Because the
 true distribution is known, quality is measured exactly:
 
-- ``eval/nll_oracle`` = −E_{Y∼G_θ}[(1/T) Σ_t log G_oracle(y_t | Y_1:t−1)], over ``eval_samples`` (≥ 10,000)
+- ``nll_oracle`` = −E_{Y∼G_θ}[(1/T) Σ_t log G_oracle(y_t | Y_1:t−1)], over ``eval_samples`` (≥ 10,000)
   generator samples (the paper's NLL-oracle, Eq. 15),
-- ``eval/nll_test`` = the generator's mean per-token NLL of ``test_size`` held-out oracle samples.
+- ``nll_data`` = the generator's mean per-token NLL of held-out oracle samples (the literature's NLL-test).
+
+``val/*`` (every ``train.eval_every`` iterations; what selects): NLL-oracle of samples drawn with ``val_seed``,
+NLL of ``val_size`` validation samples of the oracle (``val_seed``). ``test/*`` (once at the end; what is
+reported): NLL-oracle of samples drawn with ``test_seed``, NLL of ``test_size`` test samples (``test_seed``).
+Training, validation and test sequences are independent draws of the oracle.
 
 The oracle is either seeded random N(0, 1) (``task.oracle_seed``) or loaded from a user-given ``.npz``
 with the array names of ``shared/data/README.md`` (``task.oracle_path``; SeqGAN's published oracle gives
@@ -126,6 +131,8 @@ class OracleLSTM(nn.Module):
 
 class OracleTask:
     name = "oracle"
+    params = ("test_size", "test_seed", "val_size", "val_seed", "oracle_path", "oracle_seed", "vocab_size",
+              "oracle_hidden", "seq_len", "num_train", "data_seed", "eval_samples")
     conditional = False  # unconditional generator: src is empty (B, 0)
 
     def __init__(self, cfg):
@@ -152,6 +159,11 @@ class OracleTask:
         """(test_size, seq_len) int64 held-out oracle samples (test_seed) for NLL-test."""
         return self.oracle.sample(self.cfg.test_size, self.cfg.seq_len, self.cfg.test_seed).numpy() + OFFSET
 
+    @cached_property
+    def val_data(self) -> np.ndarray:
+        """(val_size, seq_len) int64 validation oracle samples (val_seed)."""
+        return self.oracle.sample(self.cfg.val_size, self.cfg.seq_len, self.cfg.val_seed).numpy() + OFFSET
+
     def spec(self) -> dict:
         """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
         return task_spec(self, {"kind": "words", "lowercase": True})
@@ -169,11 +181,19 @@ class OracleTask:
         """No task reward (the discriminator gives SeqGAN's): zeros."""
         return np.zeros(tokens.shape, dtype=np.float32), np.zeros(len(tokens), dtype=np.float32)
 
+    @classmethod
+    def metric_names(cls, cfg, split: str) -> list[str]:
+        return [f"{split}/nll_oracle", f"{split}/nll_data"]
+
     @torch.no_grad()
-    def evaluate(self, generator, device="cpu", *, seed: int = 0, batch_size: int = 1000) -> tuple[dict, dict]:
+    def evaluate(self, generator, device="cpu", *, split: str = "val", batch_size: int = 1000) -> tuple[dict, dict]:
+        """``<split>/nll_oracle`` and ``<split>/nll_data`` (module docstring)."""
+        if split not in ("val", "test"):
+            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+        held_out = self.val_data if split == "val" else self.test_data
         was_training = generator.training
         generator.eval()
-        gen = torch.Generator(device=device).manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(self.cfg.val_seed if split == "val" else self.cfg.test_seed)
         n, T = self.cfg.eval_samples, self.cfg.seq_len
         nll_oracle = []
         for a in range(0, n, batch_size):
@@ -182,14 +202,14 @@ class OracleTask:
             s = generator.sample(empty, torch.zeros(m, dtype=torch.long, device=device), T, generator=gen)
             nll_oracle.append(self.oracle.nll(s.tokens.cpu() - OFFSET))
         nll_test = []
-        for a in range(0, len(self.test_data), batch_size):
-            y = torch.from_numpy(self.test_data[a : a + batch_size]).to(device)
+        for a in range(0, len(held_out), batch_size):
+            y = torch.from_numpy(held_out[a : a + batch_size]).to(device)
             empty = torch.zeros(len(y), 0, dtype=torch.long, device=device)
             lp = generator.logprobs(empty, torch.zeros(len(y), dtype=torch.long, device=device), y).logp
             nll_test.append(-lp.mean(1).cpu())
         generator.train(was_training)
         metrics = {
-            "eval/nll_oracle": float(torch.cat(nll_oracle).mean()),
-            "eval/nll_test": float(torch.cat(nll_test).mean()),
+            f"{split}/nll_oracle": float(torch.cat(nll_oracle).mean()),
+            f"{split}/nll_data": float(torch.cat(nll_test).mean()),
         }
         return metrics, {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from pathlib import Path
 
 import yaml
@@ -178,7 +179,10 @@ def export_best(exp: Experiment, result, trial_id: str) -> str:
 
 
 def summarize(exp: Experiment, grid) -> dict:
-    """Print the table, write results.csv, best.json, the plot and best/; returns best.json's content."""
+    """Print the table, write results.csv, best.json, the plot and best/; returns best.json's content.
+
+    The best trial is chosen on the search's ``val/*`` metric; then, once, its exported checkpoint is evaluated
+    on the test set (``best.test``), printed beside the choice: reported, never selected on."""
     store = RunStore(exp.path)
     rows = trial_rows(exp, grid)
     print(format_table(exp, rows))
@@ -199,7 +203,20 @@ def summarize(exp: Experiment, grid) -> dict:
                    "iteration": best_row["iteration"], "status": best_row["status"],
                    "run_dir": best_row["run_dir"], "config": None, "export": None}
     if result.checkpoint is not None:
+        from rayseq.distributed.learner import evaluate_checkpoint
+
         out["best"]["export"] = export_best(exp, result, best_row["trial_id"])
         out["best"]["config"] = yaml.safe_load(RunStore(out["best"]["export"]).read_text("config.yaml"))
+        out["best"]["test"] = evaluate_checkpoint(out["best"]["export"], "test")[0]
+        print(format_best(exp, out["best"]))
     store.write_text("best.json", to_json(out))
     return out
+
+
+def format_best(exp: Experiment, best: dict) -> str:
+    """The chosen trial: its validation metric (what chose it) beside its test figures (what is reported)."""
+    test = best.get("test") or {}
+    shown = ", ".join(f"{k} = {v:.4g}" for k, v in test.items()
+                      if _finite(v) and not re.search(r"_n\d+$", k))  # per-length counting metrics: in best.json
+    return (f"best trial {best['trial_id']} (chosen on {exp.search.metric} = {best['value']:.4g}); "
+            f"its test set: {shown or 'not evaluated'}")

@@ -11,7 +11,7 @@
         algo.lr: {loguniform: [1.0e-4, 3.0e-3]}
         algo.alpha2: {choice: [0.5, 1.0, 2.0]}
         algo.beta2: {same_as: algo.alpha2}         # tied: β2 = α2 in every trial (and after PBT mutations)
-      metric: eval/precision        # an eval/* metric of the task
+      metric: val/precision         # a val/* metric of the task (validation set; test/* is never selected on)
       mode: max
       num_samples: 8                # trials = num_samples × the product of the grid sizes
       max_concurrent_trials: 2
@@ -91,16 +91,12 @@ TUNE_KEYS = ("training_iteration", "time_total_s", "iteration", "algo_iteration"
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(inf|\.inf)$", re.IGNORECASE)
 
 
-def eval_metrics(cfg: RunConfig) -> list[str]:
-    """The ``eval/*`` metrics a run of this config reports (its task's ``evaluate``; a test checks them)."""
-    if cfg.task.name == "counting":
-        ns = range(cfg.task.min_len, cfg.task.max_len + 1)
-        return ["eval/precision", "eval/precision_sampled", "eval/y1_tv",
-                *[f"eval/y1_tv_n{n}" for n in ns], *[f"eval/y1_var_n{n}" for n in ns]]
-    if cfg.task.name == "oracle":
-        return ["eval/nll_oracle", "eval/nll_test"]
-    return ["eval/bleu2", "eval/sentence_bleu2", "eval/distinct1", "eval/distinct2", "eval/self_bleu2",
-            "eval/reply_len"]
+def val_metrics(cfg: RunConfig) -> list[str]:
+    """The ``val/*`` metrics a run of this config reports while it trains (its task's ``metric_names``): the
+    only metrics a search may select on."""
+    from rayseq.tasks import metric_names
+
+    return metric_names(cfg.task, "val")
 
 
 # ------------------------------------------------------------------------------------ search dimensions
@@ -523,11 +519,13 @@ def _check_metric_and_scheduler(exp: Experiment, base: RunConfig, probes: list[R
     s = exp.search
     tasks = {c.task.name: c for c in [base, *probes]}
     for name, c in tasks.items():
-        allowed = eval_metrics(c)
+        allowed = val_metrics(c)
         if s.metric not in allowed:
-            raise SpecError(f"search.metric: {s.metric!r} is not reported by the {name} task; "
-                            f"use one of {', '.join(allowed)}")
-    stop_ok = set(TUNE_KEYS) | set(eval_metrics(base))
+            why = ("test/* is computed once at the end and reported, never selected on; select on the validation "
+                   "set's" if s.metric.startswith(("test/", "eval/")) else "use one of")
+            raise SpecError(f"search.metric: {s.metric!r} is not a validation metric of the {name} task; {why} "
+                            f"{', '.join(allowed)}")
+    stop_ok = set(TUNE_KEYS) | set(val_metrics(base))
     for k in s.stop:
         if k not in stop_ok:
             raise SpecError(f"search.stop.{k}: not a reported key; use one of {', '.join(sorted(stop_ok))}")

@@ -7,7 +7,7 @@ What a trial reports every iteration (``tune.report``):
 - ``iteration`` (all stages) and ``algo_iteration`` (iterations of the algorithm stage, 0 during
   pretraining): the schedulers' clocks (``search.scheduler.time_attr``). Both come back with a checkpoint,
   so a PBT clone or a restarted trial continues the clock of the checkpoint it starts from;
-- the ``eval/*`` metrics of the *last* evaluation (they are computed every ``train.eval_every``
+- the ``val/*`` metrics of the *last* validation (they are computed every ``train.eval_every``
   iterations): Tune requires the search metric in every result, and ASHA records a rung at the first
   result past it, so each result carries the latest evaluation; ``tune/eval_fresh`` is 1 on the rows that
   evaluated (the plots use those). Before a trial's first evaluation the search metric is NaN, which
@@ -17,8 +17,10 @@ What a trial reports every iteration (``tune.report``):
   with Ray rollout workers, ``tune/trial_placement_group``, ``tune/learner_placement_group`` and
   ``tune/worker_placement_groups`` (ids; all equal when the actors run in the trial's reservation).
 
-Tune's ``result.json`` holds every key; its ``progress.csv`` only the first result's (so every ``eval/*``
-key of the task is in the first result, NaN until evaluated).
+Tune's ``result.json`` holds every key; its ``progress.csv`` only the first result's (so every ``val/*``
+key of the task is in the first result, NaN until evaluated). ``test/*`` is never reported to Tune, so no
+scheduler, search or best-trial choice can see it: it is in the trial's summary.json, and after the search
+:mod:`rayseq.tuning.results` evaluates the chosen trial on the test set.
 
 Where a trial writes: its run directory ``<storage_path>/<name>/runs/<trial_id>/`` (config.yaml,
 metrics.parquet, tb/, checkpoints/, summary.json: what ``python -m rayseq.train`` writes, through
@@ -87,12 +89,13 @@ class TuneReporter:
         self.diagnostics: dict | None = None
 
     def metrics(self, row: dict, trainer) -> dict:
-        fresh = {k: float(v) for k, v in row.items() if k.startswith("eval/")}
+        fresh = {k: float(v) for k, v in row.items() if k.startswith("val/")}
         if not self.last_eval and trainer.pretrain_metrics:  # resumed or init_from: the MLE evaluation
-            self.last_eval.update({k: float(v) for k, v in trainer.pretrain_metrics.items() if k.startswith("eval/")})
+            self.last_eval.update({k: float(v) for k, v in trainer.pretrain_metrics.items() if k.startswith("val/")})
         self.last_eval.update(fresh)
         out = dict.fromkeys(self.eval_keys, math.nan) | self.last_eval
-        out.update({k: float(v) for k, v in row.items() if k not in ("stage", "iteration")})
+        out.update({k: float(v) for k, v in row.items()
+                    if k not in ("stage", "iteration") and not k.startswith("test/")})
         out.update({
             "stage": str(row.get("stage", trainer.stage)),
             "iteration": int(trainer.iteration),
@@ -121,7 +124,7 @@ class TuneReporter:
         """The last result, with the run's final evaluation and final checkpoint."""
         row = {"stage": trainer.stage, "iteration": trainer.iteration}
         m = self.held if self.held is not None else self.metrics(row, trainer)
-        ev = {k: float(v) for k, v in summary["metrics"].items() if k.startswith("eval/")}
+        ev = {k: float(v) for k, v in summary["metrics"].items() if k.startswith("val/")}
         self.last_eval.update(ev)
         m.update(ev)
         if ev:
@@ -203,7 +206,7 @@ def run_trial(config: dict, exp: dict) -> None:
     from ray import tune
 
     from rayseq.distributed.driver import Trainer
-    from rayseq.tuning.spec import eval_metrics, validate
+    from rayseq.tuning.spec import val_metrics, validate
 
     experiment = validate(exp["experiment"])
     experiment.search.storage_path = exp["storage_path"]
@@ -217,7 +220,7 @@ def run_trial(config: dict, exp: dict) -> None:
     elif store.exists():  # restarted before its first checkpoint: start over
         store.fs.delete_dir_contents(store.root, missing_dir_ok=True)
     reporter = TuneReporter(experiment.search.metric, experiment.time_attr, experiment.checkpoint_every, restored,
-                            eval_keys=tuple(eval_metrics(cfg)))
+                            eval_keys=tuple(val_metrics(cfg)))
     pg = ray.util.get_current_placement_group() if cfg.rollout.num_workers else None
     trainer = Trainer(cfg, resume=restored > 0, placement_group=pg, report=reporter)
     summary = trainer.run()

@@ -3,7 +3,7 @@
 Routes: ``POST /v1/chat``, ``POST /v1/chat/completions`` (OpenAI's shape, ``stream`` with server-sent
 events), ``GET /v1/models``, ``GET /healthz``, ``GET /docs`` (OpenAPI), ``GET /`` (a chat page).
 
-Build it with :func:`build_app` — from ``serve run serve/chatbot.yaml``, ``serve run
+Build it with :func:`build_app` — from ``RAYSEQ_CHECKPOINT=runs/x serve run serve/chatbot.yaml``, ``serve run
 rayseq.serving.app:build_app checkpoint=runs/x``, or ``python -m rayseq.serve --checkpoint runs/x``.
 Concurrent requests are decoded together with ``@serve.batch``; every bad request gets a 4xx with a
 JSON body ``{"error": {"message", "type", "param"}}`` and the replica keeps serving.
@@ -273,7 +273,8 @@ def build_app(args: dict):
     checkpoint = args.get("checkpoint") or os.environ.get("RAYSEQ_CHECKPOINT")
     if not checkpoint:
         raise ValueError(
-            "build_app: give checkpoint=PATH (a run directory or checkpoint file) or set RAYSEQ_CHECKPOINT"
+            "no checkpoint: set RAYSEQ_CHECKPOINT=runs/<run> (what serve/chatbot.yaml leaves empty), or give "
+            "checkpoint=PATH (a run directory, checkpoint file or URI)"
         )
     if not is_uri(checkpoint):
         checkpoint = str(Path(checkpoint).expanduser().absolute())  # replicas may run elsewhere

@@ -15,7 +15,7 @@ starts from its checkpoint (``train.init_from``); the MLE row is that pretrained
 in-process, two at a time (benchmarks/_compare.py). The corpus is prepared into ``task.data_dir`` first.
 
 Outputs in ``--out`` (default benchmarks/results): chitchat.md / .json, chitchat_algorithms.png (BLEU-2 per
-algorithm; the reward against distinct-2), chitchat_curves.png (held-out BLEU-2 against iteration), sample
+algorithm; the reward against distinct-2), chitchat_curves.png (validation BLEU-2 against iteration), sample
 replies in chitchat.md, runs under runs/chitchat/.
 """
 
@@ -37,7 +37,7 @@ ALGOS = ["mle", "raml", "spg", "mixer", "scheduled_sampling", "erpo_interpolatio
 PAPER = {"pretrained": 9.62, "reinforce": 14.29, "ppo": 14.12, "ppo_dynamic": 14.73}  # Tuan et al. Table 2, BLEU-2
 ERPO = {"pretrained": 26.44, "raml": 27.22, "spg": 26.62, "mixer": 26.53, "scheduled_sampling": 26.76,
         "erpo_interpolation": 27.82}  # Tan et al. Table 1 (IWSLT'14 BLEU; their MLE is trained to convergence)
-KEYS = ["eval/bleu2", "eval/sentence_bleu2", "eval/distinct1", "eval/distinct2", "eval/self_bleu2", "eval/reply_len"]
+KEYS = ["test/bleu2", "test/sentence_bleu2", "test/distinct1", "test/distinct2", "test/self_bleu2", "test/reply_len"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,22 +64,22 @@ def main(argv: list[str] | None = None) -> int:
             d = runs_dir / (f"pretrain-s{s}" if algo == "pretrained" else f"{algo}-s{s}")
             if not (d / "summary.json").is_file():
                 continue
-            r = load_run(d, ["eval/bleu2"])
+            r = load_run(d, ["val/bleu2"])  # the curve on the validation inputs; the figures on the test ones
             m = r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
             for k in KEYS:
                 vals[k].append(m.get(k))
-            curves.setdefault(algo, []).append(r["curve"]["eval/bleu2"])
+            curves.setdefault(algo, []).append(r["curve"]["val/bleu2"])
             if s == args.seeds[0] and algo != "pretrained":
                 samples[algo] = r["summary"]["details"]
             payload["runs"][f"{algo}-s{s}"] = {k: m.get(k) for k in KEYS}
-        b = [x for x in vals["eval/bleu2"] if x is not None]
+        b = [x for x in vals["test/bleu2"] if x is not None]
         summary[algo] = vals
         if algo == "pretrained" and b:
             mle_bleu = statistics.mean(b)
         gain = f"{statistics.mean(b) - mle_bleu:+.2f}" if b and mle_bleu is not None and algo != "pretrained" else "-"
         rows.append((algo, mean_std(b), gain, _paper(PAPER, algo), _paper(ERPO, algo),
-                     mean_std(vals["eval/sentence_bleu2"]), mean_std(vals["eval/distinct2"]),
-                     mean_std(vals["eval/self_bleu2"]), mean_std(vals["eval/reply_len"]), str(len(b))))
+                     mean_std(vals["test/sentence_bleu2"]), mean_std(vals["test/distinct2"]),
+                     mean_std(vals["test/self_bleu2"]), mean_std(vals["test/reply_len"]), str(len(b))))
     table = _table(rows, args, samples)
     _plot(curves, args.out / "chitchat_curves.png")
     _plot_summary(summary, args.out / "chitchat_algorithms.png")
@@ -108,10 +108,10 @@ def _table(rows, args, samples) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", f"Schedule: `{args.config}`; seeds {args.seeds}; corpus BLEU-2 (sacrebleu) of greedy replies on "
-              "held-out inputs against all their references. `pretrained` is the MLE model every algorithm "
-              "starts from (the papers' MLE row); `mle` continues MLE for the algorithm stage's budget, so an "
-              "algorithm's gain over `mle` is what it adds beyond more training. Papers: Tuan et al. Table 2 "
-              "(OpenSubtitles, BLEU-2), Tan et al. (ERPO) Table 1 (IWSLT'14 de-en, BLEU-4, attention LSTM, "
+              "the test inputs (unseen in training) against all their references. `pretrained` is the MLE model "
+              "every algorithm starts from (the papers' MLE row); `mle` continues MLE for the algorithm stage's "
+              "budget, so an algorithm's gain over `mle` is what it adds beyond more training. Papers: Tuan et "
+              "al. Table 2 (OpenSubtitles, BLEU-2), Tan et al. (ERPO) Table 1 (IWSLT'14 de-en, BLEU-4, attention LSTM, "
               "beam 5).", ""]
     for algo, det in samples.items():
         lines.append(f"Replies of `{algo}` (seed {args.seeds[0]}) to the paper's Supplement Table 2 inputs:")
@@ -128,27 +128,27 @@ def _plot_summary(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    algos = [a for a, v in summary.items() if any(x is not None for x in v["eval/bleu2"])]
+    algos = [a for a, v in summary.items() if any(x is not None for x in v["test/bleu2"])]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     palette = [f"C{k}" for k in (0, 1, 2, 3, 4, 5, 6, 8, 9)]  # C7 is gray: kept for the MLE rows
     for i, a in enumerate(algos):
-        ys = [x for x in summary[a]["eval/bleu2"] if x is not None]
+        ys = [x for x in summary[a]["test/bleu2"] if x is not None]
         colour = "gray" if a in ("pretrained", "mle") else palette[i % len(palette)]
         ax.bar(i, statistics.mean(ys), color=colour, alpha=0.7)
         ax.plot([i] * len(ys), ys, "k.", ms=6)
-        r = [x for x in summary[a]["eval/sentence_bleu2"] if x is not None]
-        d = [x for x in summary[a]["eval/distinct2"] if x is not None]
+        r = [x for x in summary[a]["test/sentence_bleu2"] if x is not None]
+        d = [x for x in summary[a]["test/distinct2"] if x is not None]
         ax2.scatter(statistics.mean(d), statistics.mean(r), color=colour)
         ax2.annotate(a, (statistics.mean(d), statistics.mean(r)), fontsize=7, xytext=(3, 2), textcoords="offset points")
     if "pretrained" in algos:
-        base = statistics.mean(x for x in summary["pretrained"]["eval/bleu2"] if x is not None)
+        base = statistics.mean(x for x in summary["pretrained"]["test/bleu2"] if x is not None)
         ax.axhline(base, ls=":", c="k", label="pretrained MLE")
         ax.legend(fontsize=8)
     ax.set_xticks(range(len(algos)), algos, rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("held-out corpus BLEU-2 (bar: mean, dots: seeds)")
+    ax.set_ylabel("test corpus BLEU-2 (bar: mean, dots: seeds)")
     ax.set_title("chitchat-dataset: every algorithm from one MLE model")
     ax2.set_xlabel("distinct-2 (diversity)")
-    ax2.set_ylabel("held-out sentence BLEU-2 (the reward)")
+    ax2.set_ylabel("test sentence BLEU-2 (the reward)")
     ax2.set_title("reward against diversity")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -156,7 +156,7 @@ def _plot_summary(summary: dict, path: Path) -> None:
 
 
 def _plot(curves: dict, path: Path) -> None:
-    plot_curves(curves, path, ylabel="held-out BLEU-2", title="chitchat-dataset: BLEU-2 during training",
+    plot_curves(curves, path, ylabel="validation BLEU-2", title="chitchat-dataset: BLEU-2 during training",
                 markers=True)
 
 

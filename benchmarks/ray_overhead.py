@@ -44,7 +44,7 @@ def measure(n_workers: int, iters: int, batch: int, tmp: Path) -> dict:
     med = {p: statistics.median(r[p] for r in rows) * 1000 for p in PHASES}
     loop = sum(r["time/iter_s"] for r in rows)
     return {"workers": n_workers, "wall_s": wall, "setup_s": wall - loop, "median_ms": med,
-            "reward_last": rows[-1]["rollout/reward_mean"], "precision": summary["metrics"]["eval/precision"]}
+            "reward_last": rows[-1]["rollout/reward_mean"], "precision": summary["metrics"]["test/precision"]}
 
 
 def main() -> None:

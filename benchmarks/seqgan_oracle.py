@@ -66,16 +66,16 @@ def main(argv: list[str] | None = None) -> int:
             d = runs_dir / (f"pretrain-s{s}" if algo == "mle" else f"{algo}-s{s}")
             if not (d / "summary.json").is_file():
                 continue
-            r = load_run(d, ["eval/nll_oracle"])
+            r = load_run(d, ["val/nll_oracle"])  # curves on validation; figures on the test samples, at the end
             m = r["summary"]["pretrain_metrics" if algo == "mle" else "metrics"]
-            nll.append(m["eval/nll_oracle"])
-            nll_test.append(m["eval/nll_test"])
+            nll.append(m["test/nll_oracle"])
+            nll_test.append(m["test/nll_data"])
             if algo != "mle":
                 it_s.append(r["train_iter_s"])
-                pre = load_run(runs_dir / f"pretrain-s{s}", ["eval/nll_oracle"])["curve"]["eval/nll_oracle"][-1:]
-                curves.setdefault(algo, []).append(pre + r["curve"]["eval/nll_oracle"])  # from the MLE end point
+                pre = load_run(runs_dir / f"pretrain-s{s}", ["val/nll_oracle"])["curve"]["val/nll_oracle"][-1:]
+                curves.setdefault(algo, []).append(pre + r["curve"]["val/nll_oracle"])  # from the MLE end point
             else:
-                curves.setdefault("mle", []).append(r["curve"]["eval/nll_oracle"])
+                curves.setdefault("mle", []).append(r["curve"]["val/nll_oracle"])
             payload["runs"][f"{algo}-s{s}"] = {"nll_oracle": nll[-1], "nll_test": nll_test[-1]}
         paper = PAPER.get(algo)
         rows.append((algo, mean_std(nll), mean_std(nll_test), f"{paper:.3f}" if paper else "-",
@@ -114,7 +114,7 @@ def _q_cost(runs_dir: Path, algo: str, seeds: list[int]) -> dict | None:
             continue
         cfg = yaml.safe_load((d / "config.yaml").read_text())
         rows = [r for r in pq.read_table(d / "metrics.parquet").to_pylist() if r["stage"] == "train"]
-        N, B, T = cfg["algo"]["mc_rollouts"], cfg["train"]["batch_size"], cfg["task"]["seq_len"]
+        N, B, T = cfg["algo"].get("mc_rollouts", 0), cfg["train"]["batch_size"], cfg["task"]["seq_len"]
         run = {"gen": 0.0, "d": 0.0, "s": 0.0}
         for r in rows:
             mc = algo != "seqgan_critic"
@@ -129,12 +129,12 @@ def _q_cost(runs_dir: Path, algo: str, seeds: list[int]) -> dict | None:
                 sec = r["time/mc_total_s"]
             run = {"gen": run["gen"] + g, "d": run["d"] + e, "s": run["s"] + sec}
         totals.append(run)
-        pre = load_run(runs_dir / f"pretrain-s{s}", ["eval/nll_oracle"])["curve"]["eval/nll_oracle"][-1:]
+        pre = load_run(runs_dir / f"pretrain-s{s}", ["val/nll_oracle"])["curve"]["val/nll_oracle"][-1:]
         t, curve = 0.0, [(0.0, pre[0][1])] if pre else []
         for r in rows:
             t += r["time/iter_s"]
-            if r.get("eval/nll_oracle") is not None:
-                curve.append((t, r["eval/nll_oracle"]))
+            if r.get("val/nll_oracle") is not None:
+                curve.append((t, r["val/nll_oracle"]))
         clock.append(curve)
     if not gen:
         return None

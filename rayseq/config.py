@@ -18,15 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rayseq import registry
 
-ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry
+ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry; traits live on the classes
 AlgoName = Literal[ALGOS]
-GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic", "seqgan_critic")
-MC_GAN_ALGOS = ("seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")  # Q from Monte-Carlo search (SeqGAN Eq. 4)
-CRITIC_ALGOS = ("actor_critic", "seqgan_critic")  # keep a critic V_ψ(s_t) (critic_* keys apply)
-REFERENCE_ALGOS = ("spg", "erpo_interpolation")  # need token-level reward increments ΔR against references
-REFERENCE_TASKS = ("chitchat",)  # tasks whose reward is BLEU against reference replies (ΔR is defined)
 TASKS = tuple(registry.TASKS)
-SCORED_TASKS = ("chitchat",)  # task rewards computed on ScorerActors (expensive: BLEU-2 against references)
 
 
 class ConfigError(ValueError):
@@ -270,13 +264,14 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _check_task_algo(self) -> RunConfig:
-        if self.task.name == "oracle" and self.algo.name not in ("mle", *GAN_ALGOS):
-            raise ValueError(
-                f"algo.name={self.algo.name!r}: the oracle task has no task reward; use mle or one of {GAN_ALGOS}"
-            )
-        if self.algo.name in REFERENCE_ALGOS and self.task.name not in REFERENCE_TASKS:
+        algo, task = self.algorithm, self.task_class
+        if algo.needs_task_reward and not task.has_reward:
+            raise ValueError(f"algo.name={self.algo.name!r}: the {self.task.name} task has no task reward; use one "
+                             f"of {', '.join(registry.names_with('algo', needs_task_reward=False))}")
+        if algo.needs_references and not task.has_references:
             raise ValueError(f"algo.name={self.algo.name!r} samples tokens by their BLEU increment against reference "
-                             f"replies; it needs a task with references: {REFERENCE_TASKS}")
+                             f"replies; it needs a task with references: "
+                             f"{', '.join(registry.names_with('task', has_references=True))}")
         if self.is_gan and self.rollout.num_workers > 0 and self.scorer.num_scorers == 0:
             raise ValueError("scorer.num_scorers=0: SeqGAN scores Monte-Carlo continuations on scorer actors; "
                              "set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run in-process)")
@@ -290,22 +285,32 @@ class RunConfig(_Section):
         """Scorer actors this run creates (0 when the rollout workers score: cheap task rewards)."""
         if self.rollout.num_workers == 0:
             return 0
-        return self.scorer.num_scorers if self.is_gan or self.task.name in SCORED_TASKS else 0
+        return self.scorer.num_scorers if self.is_gan or self.task_class.scored_remotely else 0
+
+    @property
+    def algorithm(self):
+        """The class of the chosen algorithm (its traits: ``adversarial``, ``monte_carlo``, ``uses_critic``, ...)."""
+        return registry.algorithm_class(self.algo.name)
+
+    @property
+    def task_class(self):
+        """The class of the chosen task (its traits: ``has_reward``, ``has_references``, ``scored_remotely``)."""
+        return registry.task_class(self.task.name)
 
     @property
     def is_gan(self) -> bool:
         """SeqGAN family: a discriminator is trained and scores the rollouts."""
-        return self.algo.name in GAN_ALGOS
+        return self.algorithm.adversarial
 
     @property
     def train_stage_iters(self) -> int:
         """Iterations of stage ``train``: ``train.iters`` plus the critic-only warm-up of critic algorithms."""
-        return self.train.iters + (self.algo.critic_warmup if self.algo.name in CRITIC_ALGOS else 0)
+        return self.train.iters + (self.algo.critic_warmup if self.algorithm.uses_critic else 0)
 
     @property
     def uses_mc(self) -> bool:
         """SeqGAN's Q from Monte-Carlo search with a rollout policy G_β (not ``seqgan_critic``)."""
-        return self.algo.name in MC_GAN_ALGOS
+        return self.algorithm.monte_carlo
 
 
 def _format_validation_error(err: ValidationError) -> str:
@@ -414,7 +419,8 @@ def check_applicable(data: dict) -> None:
         disc = data.get("disc")
         if disc and not registry.algorithm_class(name).adversarial:
             raise ConfigError(f"disc.{next(iter(disc))}: algo.name={name} trains no discriminator (the disc.* keys "
-                              f"are read by the adversarial algorithms: {', '.join(GAN_ALGOS)})")
+                              f"are read by the adversarial algorithms: "
+                              f"{', '.join(registry.names_with('algo', adversarial=True))})")
     task = data.get("task") if isinstance(data.get("task"), dict) else {}
     tname = task.get("name", TaskConfig.model_fields["name"].default)
     if isinstance(tname, str) and tname in registry.TASKS:

@@ -9,8 +9,12 @@ What a class declares (class attributes):
 - algorithms: ``params`` — the ``algo.*`` keys the update reads besides :data:`COMMON_ALGO_KEYS`;
   ``defaults`` — the algorithm's own values of shared keys (SeqGAN-PPO-dynamic's clip bounds of Tuan et al.
   Supplement C), resolved into the config once, so a run's ``config.yaml`` shows what the learner uses;
-  ``adversarial`` — trains SeqGAN's discriminator (reads ``disc.*``).
-- tasks: ``params`` — the ``task.*`` keys the task reads besides ``name``.
+  ``adversarial`` — trains SeqGAN's discriminator (reads ``disc.*``); ``monte_carlo`` — its Q comes from
+  SeqGAN's Monte-Carlo search with a rollout policy G_β; ``uses_critic`` — the learner keeps a critic V_ψ;
+  ``needs_references`` — needs a task with reference replies; ``needs_task_reward`` — needs a task reward.
+- tasks: ``params`` — the ``task.*`` keys the task reads besides ``name``; ``has_reward`` — a task reward
+  exists; ``has_references`` — inputs have reference replies (BLEU increments ΔR are defined);
+  ``scored_remotely`` — the reward is expensive enough for the scorer actors.
 """
 
 from __future__ import annotations
@@ -63,3 +67,9 @@ def algorithm_class(name: str):
 def task_class(name: str):
     """The class of task ``name`` (a key of :data:`TASKS`)."""
     return _load("task", TASKS, name)
+
+
+def names_with(kind: str, **traits) -> list[str]:
+    """Built-in names of ``kind`` (``algo`` or ``task``) whose class has these trait values (for messages)."""
+    table, load = (ALGORITHMS, algorithm_class) if kind == "algo" else (TASKS, task_class)
+    return [n for n in table if all(getattr(load(n), k) == v for k, v in traits.items())]

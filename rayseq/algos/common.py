@@ -100,6 +100,7 @@ class Algorithm:
     ``name``; ``kind`` ``"supervised"`` (updates on reference targets) or ``"rollout"`` (on sampled rollouts);
     ``params``: the ``algo.*`` keys it reads besides name, lr and max_grad_norm; ``defaults``: its own values of
     shared keys, resolved into the config; ``adversarial``: trains SeqGAN's discriminator (reads ``disc.*``);
+    ``monte_carlo``, ``uses_critic``, ``needs_references``, ``needs_task_reward`` (traits, see rayseq.registry);
     ``needs_targets``: its prompts carry reference targets. ``seed`` is the run's seed: every random stream an
     algorithm draws derives from it (:func:`rayseq.seeding.derive_seed`).
     """
@@ -109,6 +110,10 @@ class Algorithm:
     params: tuple[str, ...] = ()
     defaults: dict = {}
     adversarial = False
+    monte_carlo = False  # Q from SeqGAN's Monte-Carlo search with a rollout policy G_β
+    uses_critic = False  # the learner keeps a critic V_ψ(s_t)
+    needs_references = False  # token-level reward increments against the input's reference replies
+    needs_task_reward = False  # learns from the task's reward (not a discriminator's, not only references)
     needs_targets = False
 
     def __init__(self, cfg, seed: int = 0):
@@ -124,6 +129,7 @@ class RolloutAlgo(Algorithm):
     """
 
     params = BASELINE_PARAMS
+    needs_task_reward = True
 
     @property
     def baseline_on(self) -> bool:

@@ -27,6 +27,8 @@ class ERPOInterpolation(Algorithm):
     name = "erpo_interpolation"
     params = ("erpo_c", "interp_lambdas", "interp_delta", "interp_reward_steps", "interp_val_every")
     needs_targets = True
+    needs_references = True
+    needs_task_reward = True
     stateful_request = True  # λ lives on the learner: the driver asks the learner for each request
 
     def __init__(self, cfg, seed: int = 0):

@@ -139,6 +139,7 @@ class RAML(Algorithm):
     kind = "supervised"
     params = ("raml_tau", "raml_samples", "raml_pool", "raml_max_ngram")
     needs_targets = True
+    needs_task_reward = True  # the pool is weighted by exp(R/τ)
 
     def __init__(self, cfg, seed: int = 0):
         super().__init__(cfg, seed)

@@ -46,6 +46,8 @@ SEQGAN_BASELINE_PARAMS = ("baseline_lr", "use_baseline", "normalize_advantages")
 
 
 class SeqGAN(Reinforce):
+    monte_carlo = True
+    needs_task_reward = False  # D's Q
     name = "seqgan"
     params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS)
     defaults = {"use_baseline": False}
@@ -53,6 +55,8 @@ class SeqGAN(Reinforce):
 
 
 class SeqGANPPO(RolloutAlgo):
+    monte_carlo = True
+    needs_task_reward = False  # D's Q
     name = "seqgan_ppo"
     params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
     defaults = {"use_baseline": False}
@@ -65,6 +69,8 @@ class SeqGANPPO(RolloutAlgo):
 
 
 class SeqGANPPODynamic(RolloutAlgo):
+    monte_carlo = True
+    needs_task_reward = False  # D's Q
     name = "seqgan_ppo_dynamic"
     params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
     defaults = {"use_baseline": False, **SEQGAN_DYNAMIC_BOUNDS}

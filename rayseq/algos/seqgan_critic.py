@@ -27,7 +27,7 @@ class SeqGANCritic(RolloutAlgo):
     defaults = {"use_baseline": False}
     adversarial = True
     uses_critic = True
-    monte_carlo = False  # the driver scores whole sequences only (no Monte-Carlo search)
+    needs_task_reward = False  # D(Y) is the reward
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg

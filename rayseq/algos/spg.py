@@ -18,6 +18,8 @@ from rayseq.types import Rollout, RolloutRequest
 class SPG(Algorithm):
     name = "spg"
     params = ("erpo_c",)
+    needs_references = True
+    needs_task_reward = True
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         return RolloutRequest(max_len=max_len, temperature=1.0, seed=seed, erpo={"mode": "spg", "c": self.cfg.erpo_c})

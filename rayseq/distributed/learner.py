@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo
-from rayseq.config import CRITIC_ALGOS, RunConfig
+from rayseq.config import RunConfig
 from rayseq.losses.discriminator import discriminator_loss
 from rayseq.models import Critic, ValueBaseline
 from rayseq.models.discriminator import build_discriminator
@@ -54,7 +54,7 @@ class Learner:
             base_opt=torch.optim.Adam(baseline.parameters(), lr=c.algo.baseline_lr),
             device=self.device,
         )
-        if c.algo.name in CRITIC_ALGOS:
+        if c.algorithm.uses_critic:
             self.state.critic = Critic(c.model.hidden_dim, c.algo.critic_hidden).to(self.device)
             self.state.critic_opt = torch.optim.Adam(self.state.critic.parameters(), lr=c.algo.critic_lr)
         self.stage = "mle"

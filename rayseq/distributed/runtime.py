@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from rayseq.config import SCORED_TASKS, RunConfig, config_to_dict
+from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.learner import Learner
 from rayseq.distributed.scorer import ScorerActor
 from rayseq.distributed.worker import RolloutWorker
@@ -165,7 +165,7 @@ class RayRuntime:
         self.disc_version = -1
         self._disc_ref = None
         self.restarts = 0
-        self._score_remotely = cfg.task.name in SCORED_TASKS and m > 0
+        self._score_remotely = cfg.task_class.scored_remotely and m > 0
 
     def learner(self, method: str, *args):
         return self._ray.get(getattr(self._learner, method).remote(*args))

@@ -45,6 +45,8 @@ SELF_BLEU_REPLIES = 500
 class ChitchatTask:
     name = "chitchat"
     params = ("data_dir", "source", "prepare", "test_size", "val_size")
+    has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
+    scored_remotely = True  # against all references of an input: worth the scorer actors
     conditional = True
 
     def __init__(self, cfg):

@@ -35,6 +35,7 @@ SPLITS = ("val", "test")
 class CountingTask:
     name = "counting"
     params = ("test_size", "test_seed", "val_size", "val_seed", "min_len", "max_len")
+    has_reward, has_references, scored_remotely = True, False, False  # 0/1 correctness: cheap, on the workers
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -133,6 +133,7 @@ class OracleTask:
     name = "oracle"
     params = ("test_size", "test_seed", "val_size", "val_seed", "oracle_path", "oracle_seed", "vocab_size",
               "oracle_hidden", "seq_len", "num_train", "data_seed", "eval_samples")
+    has_reward, has_references, scored_remotely = False, False, False  # the discriminator gives SeqGAN's reward
     conditional = False  # unconditional generator: src is empty (B, 0)
 
     def __init__(self, cfg):

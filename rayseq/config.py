@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rayseq import registry
 
 ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry; traits live on the classes
-AlgoName = Literal[ALGOS]
 TASKS = tuple(registry.TASKS)
 
 
@@ -32,9 +31,16 @@ class _Section(BaseModel):
 
 
 class TaskConfig(_Section):
-    name: Literal["counting", "oracle", "chitchat"] = Field(
-        "counting", description="Task: data + reward + evaluation."
+    name: str = Field(
+        "counting", description="Task: data + reward + evaluation; a built-in name (counting, oracle, chitchat) or "
+        "your own class as an import path package.module:Class.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        registry.task_class(v)  # ValueError naming what is wrong
+        return v
     test_size: int = Field(
         2000, ge=100,
         description="Held-out test inputs (counting), oracle samples (NLL-test), input groups (chitchat).",
@@ -117,7 +123,16 @@ class AlgoConfig(_Section):
     experiment file shared by several algorithms puts such keys under the algorithm's name, e.g.
     ``algo: {name: ppo, scheduled_sampling: {ss_k: 30}}`` (used only when algo.name=scheduled_sampling)."""
 
-    name: AlgoName = Field("ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining).")
+    name: str = Field(
+        "ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining): a built-in name "
+        "(rayseq.registry) or your own class as an import path package.module:Class.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _known_algorithm(cls, v: str) -> str:
+        registry.algorithm_class(v)  # ValueError naming what is wrong
+        return v
     lr: float = Field(3e-4, gt=0, description="Generator learning rate (Adam) in the algorithm stage.")
     baseline_lr: float = Field(1e-2, gt=0, description="Value-baseline learning rate (Adam).")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor of returns.")
@@ -383,15 +398,20 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+def _section_key(key: str) -> bool:
+    """An ``algo.<algorithm>:`` sub-section (a built-in name or an import path; no AlgoConfig field is either)."""
+    return key in registry.ALGORITHMS or registry.is_import_path(key)
+
+
 def resolve_algo_section(algo: dict) -> dict:
     """``algo:`` as given -> the chosen algorithm's keys: ``algo.<name>:`` sub-sections merged for the chosen
     name (the others dropped), over the algorithm's ``defaults``. Unknown names are left to validation."""
     name = algo.get("name", AlgoConfig.model_fields["name"].default)
-    given = {k: v for k, v in algo.items() if k not in registry.ALGORITHMS}
+    given = {k: v for k, v in algo.items() if not _section_key(k)}
     own = algo.get(name)
     if isinstance(own, dict):
         given.update(own)
-    if name not in registry.ALGORITHMS:
+    if not registry.resolves("algo", name):
         return given
     return {**registry.algorithm_class(name).defaults, **given}
 
@@ -401,8 +421,8 @@ def check_applicable(data: dict) -> None:
     the algorithm (task); defaults are fine. ``data``: the config as given (before defaults are filled in)."""
     algo = data.get("algo") if isinstance(data.get("algo"), dict) else {}
     name = algo.get("name", AlgoConfig.model_fields["name"].default)
-    if isinstance(name, str) and name in registry.ALGORITHMS:
-        for sub_name, section in [(name, algo), *((k, v) for k, v in algo.items() if k in registry.ALGORITHMS)]:
+    if registry.resolves("algo", name):
+        for sub_name, section in [(name, algo), *((k, v) for k, v in algo.items() if _section_key(k))]:
             if not isinstance(section, dict):
                 raise ConfigError(f"algo.{sub_name}: expected a mapping of the keys {sub_name} reads, got {section!r}")
             cls = registry.algorithm_class(sub_name)
@@ -423,7 +443,7 @@ def check_applicable(data: dict) -> None:
                               f"{', '.join(registry.names_with('algo', adversarial=True))})")
     task = data.get("task") if isinstance(data.get("task"), dict) else {}
     tname = task.get("name", TaskConfig.model_fields["name"].default)
-    if isinstance(tname, str) and tname in registry.TASKS:
+    if registry.resolves("task", tname):
         reads = ("name", *registry.task_class(tname).params)
         for key in task:
             if key in TaskConfig.model_fields and key not in reads:

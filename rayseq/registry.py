@@ -1,7 +1,8 @@
-"""Names of the built-in algorithms and tasks, and the classes behind them.
+"""Names of the built-in algorithms and tasks, and the classes behind them; or a user's own, by import path.
 
 A name resolves to a class that is imported on first use, so this foundation module imports nothing above
-it: configs validate names here and read what the class declares (the ``algo.*`` / ``task.*`` keys it reads,
+it: configs validate names here (a built-in name, or ``package.module:Name`` for user code that need not be
+part of rayseq) and read what the class declares (the ``algo.*`` / ``task.*`` keys it reads,
 its default values) without loading torch-heavy modules until a name is actually looked up.
 
 What a class declares (class attributes):
@@ -50,23 +51,67 @@ TASKS: dict[str, str] = {
 COMMON_ALGO_KEYS = ("name", "lr", "max_grad_norm")
 
 
+# what a class must provide to be used as an algorithm / a task (the optional hooks have defaults elsewhere)
+REQUIRED = {"algo": ("update", "kind", "params"), "task": ("sample_prompts", "rewards", "evaluate", "metric_names",
+                                                           "params")}
+KINDS = {"algo": "algorithm", "task": "task"}
+
+
+def is_import_path(name: str) -> bool:
+    """``package.module:Name`` (user code) rather than a built-in name."""
+    return ":" in name
+
+
 def _load(kind: str, table: dict[str, str], name: str):
-    try:
+    """The class a built-in name or a ``package.module:Name`` import path names. ValueError saying what is wrong
+    (the caller names the key: ``algo.name`` / ``task.name``)."""
+    what = KINDS[kind]
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"expected a built-in name or package.module:Name, got {name!r}")
+    if is_import_path(name):
+        path = name
+    elif name in table:
         path = table[name]
-    except KeyError:
-        raise ValueError(f"{kind}.name: unknown {kind} {name!r}; known: {', '.join(table)}") from None
+    else:
+        raise ValueError(f"unknown {what} {name!r}; built-in: {', '.join(table)}; or your own as an import path "
+                         "package.module:Name")
     module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"{name}: module {exc.name!r} not found (run from the folder that holds "
+                         f"{module.split('.')[0]!r}, or install it)") from None
+    except Exception as exc:  # the user's module raised while importing: say so, not where
+        raise ValueError(f"{name}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        cls = getattr(mod, attr)
+    except AttributeError:
+        raise ValueError(f"{name}: module {module!r} has no attribute {attr!r}") from None
+    missing = [a for a in REQUIRED[kind] if not hasattr(cls, a)]
+    if not isinstance(cls, type) or missing:
+        why = "not a class" if not isinstance(cls, type) else f"it lacks {', '.join(missing)}"
+        raise ValueError(f"{name}: {attr} is not {'an' if kind == 'algo' else 'a'} {what} class ({why}; see "
+                         f"rayseq/{'algos/common.py' if kind == 'algo' else 'tasks/__init__.py'})")
+    return cls
 
 
 def algorithm_class(name: str):
-    """The class of algorithm ``name`` (a key of :data:`ALGORITHMS`)."""
+    """The class of algorithm ``name``: a key of :data:`ALGORITHMS` or an import path ``package.module:Class``."""
     return _load("algo", ALGORITHMS, name)
 
 
 def task_class(name: str):
-    """The class of task ``name`` (a key of :data:`TASKS`)."""
+    """The class of task ``name``: a key of :data:`TASKS` or an import path ``package.module:Class``."""
     return _load("task", TASKS, name)
+
+
+def resolves(kind: str, name) -> bool:
+    """Whether ``name`` names a usable class (errors are left to the config's validation, which names them)."""
+    try:
+        (algorithm_class if kind == "algo" else task_class)(name)
+    except ValueError:
+        return False
+    return True
 
 
 def names_with(kind: str, **traits) -> list[str]:

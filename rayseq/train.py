@@ -5,23 +5,35 @@ Run book
                                                             # 2 rollout workers, embedded Ray (~minutes)
   python -m rayseq.train algo.name=ppo algo.eps=0.2 seed=3  # key=value overrides (see rayseq/config.py)
   python -m rayseq.train --config tune_configs/counting_quick.yaml rollout.num_workers=0  # in-process
-  python -m rayseq.train run_dir=runs/x --resume            # continue from the last checkpoint
+  python -m rayseq.train run_dir=runs/x --resume            # continue from the last checkpoint, with the
+                                                            # run's own config (Ctrl-C prints this command)
+  python -m rayseq.train run_dir=runs/x --resume train.iters=400   # ... and a longer algorithm stage
   python -m rayseq.train --print-config                     # the resolved config, then exit
   ray job submit --working-dir . -- python -m rayseq.train  # on a cluster (RAY_ADDRESS is joined)
 
-Outputs in ``runs/<name>/`` (or ``run_dir=``): config.yaml, metrics.parquet, tb/ (TensorBoard),
-checkpoints/, summary.json.
+Outputs in ``runs/<name>/`` (or ``run_dir=``; printed when the run starts): config.yaml, metrics.parquet,
+tb/ (TensorBoard), checkpoints/, summary.json.
+
+``--resume`` takes the run's saved config (its latest checkpoint's) as the base; ``--config`` and key=value
+on the command line may change only what a checkpoint does not fix (:data:`rayseq.config.RESUMABLE`: length,
+evaluation and checkpoint schedule, learning rates, resources, progress output); a key repeated with its saved
+value is fine. Everything is checked before a file is written or Ray starts; a run directory without a
+checkpoint is an error at once (exit code 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
+import re
+import shlex
 import sys
 
 import yaml
 
-from rayseq.config import ConfigError, build_config, config_to_dict, load_yaml
+from rayseq.config import ConfigError, build_config, config_to_dict, load_yaml, parse_overrides, resume_config
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -34,14 +46,82 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--config", help="experiment YAML (e.g. tune_configs/counting.yaml)")
     p.add_argument("--resume", action="store_true", help="continue the run in run_dir from its last checkpoint")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    return p.parse_args(argv)
+    return p.parse_intermixed_args(argv)  # key=value pairs before and after the flags
 
 
-def load_config(config_path: str | None, overrides: list[str]):
+def load_config_data(config_path: str | None) -> dict:
     data = load_yaml(config_path) if config_path else {}
     if "train" in data and "search" in data and isinstance(data.get("train"), dict) and "task" in data["train"]:
         data = data["train"]  # a Tune experiment file: its train: section is a run config
-    return build_config(data, overrides)
+    return data
+
+
+def load_config(config_path: str | None, overrides: list[str]):
+    return build_config(load_config_data(config_path), overrides)
+
+
+CKPT_NAME = re.compile(r"^ckpt_\d{8}\.pt$")
+
+
+def _has_checkpoint(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds a checkpoint; for a local path without importing torch or pyarrow (this check
+    answers a wrong --resume in a fraction of a second)."""
+    if "://" in run_dir:
+        from rayseq.storage import RunStore
+
+        names = RunStore(run_dir).listdir("checkpoints")
+    else:
+        folder = os.path.join(os.path.expanduser(run_dir), "checkpoints")
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+    return any(CKPT_NAME.match(n) for n in names)
+
+
+def resume_config_for(run_dir: str, data: dict, overrides: list[str]):
+    """(config, checkpoint's driver state, changed keys) of ``--resume``: the run's latest checkpoint's config
+    <- ``data`` <- overrides (:func:`rayseq.config.resume_config`). Raises ConfigError / FileNotFoundError."""
+    local = "://" not in run_dir
+    if local and not os.path.isdir(os.path.expanduser(run_dir)):
+        raise FileNotFoundError(f"--resume: run_dir={run_dir} does not exist")
+    if not _has_checkpoint(run_dir):
+        raise FileNotFoundError(f"--resume: {run_dir} holds no checkpoint (checkpoints/ckpt_*.pt), so there is "
+                                "nothing to resume; start the run without --resume")
+    from rayseq.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(run_dir)
+    cfg, changed = resume_config(ck["config"], data, overrides, stage=ck["driver"]["stage"])
+    return cfg, ck["driver"], changed
+
+
+def in_ray_job() -> bool:
+    """This process is a job's driver (``ray job submit`` sets this variable for the entrypoint)."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
+def relative_run_dir_warning(run_dir: str | None) -> str | None:
+    """Inside a Ray job a relative run_dir (the default runs/<name> too) lands in the job's working directory,
+    which with --working-dir is Ray's temporary copy of the code: say where, at start."""
+    if not in_ray_job() or (run_dir and ("://" in run_dir or os.path.isabs(os.path.expanduser(run_dir)))):
+        return None
+    try:
+        temporary = bool(json.loads(os.environ["RAY_JOB_CONFIG_JSON_ENV_VAR"]).get("runtime_env", {})
+                         .get("working_dir"))
+    except (ValueError, AttributeError):
+        temporary = False
+    given = f"run_dir={run_dir}" if run_dir else "the default run_dir runs/<name>"
+    where = os.path.abspath(run_dir or "runs")
+    return (f"warning: {given} is relative: in this Ray job it is {where}, "
+            + ("in Ray's temporary copy of --working-dir, which Ray may delete once the job ends; " if temporary
+               else "in the job's working directory on the head node; ")
+            + "give an absolute path that outlives the job (run_dir=/shared/runs/x) or a URI (run_dir=s3://...)")
+
+
+def _where(trainer, stage: str, stage_iter: int) -> str:
+    """``stage mle, 120/1000``."""
+    return f"stage {stage}, {stage_iter}/{trainer._plan()[stage]}"
+
+
+def resume_command(run_dir: str) -> str:
+    return f"python -m rayseq.train {shlex.quote(f'run_dir={run_dir}')} --resume"
 
 
 TABLE_ROWS = (
@@ -78,24 +158,55 @@ def format_table(summary: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    resumed = None
     try:
-        cfg = load_config(args.config, args.overrides)
-    except ConfigError as exc:
+        data = load_config_data(args.config)
+        if args.resume:
+            # the run directory is checked first, before anything heavy is imported (torch, Ray)
+            run_dir = parse_overrides(args.overrides).get("run_dir", data.get("run_dir"))
+            if not run_dir or not isinstance(run_dir, str):
+                raise ConfigError("--resume needs run_dir=DIR, the run to continue")
+            if warning := relative_run_dir_warning(run_dir):
+                print(warning, file=sys.stderr)
+            cfg, resumed, changed = resume_config_for(run_dir, data, args.overrides)
+        else:
+            cfg = build_config(data, args.overrides)
+    except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         return 0
-    if args.resume and not cfg.run_dir:
-        print("error: --resume needs run_dir=DIR", file=sys.stderr)
-        return 2
+    if not args.resume and (warning := relative_run_dir_warning(cfg.run_dir)):
+        print(warning, file=sys.stderr)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from rayseq.distributed.driver import Interrupted, run_training
+    from rayseq.distributed.driver import Interrupted, Trainer
 
+    trainer = None
     try:
-        summary = run_training(cfg, resume=args.resume)
-    except Interrupted:
-        print("interrupted: checkpoint written; continue with --resume", file=sys.stderr)
+        trainer = Trainer(cfg, resume=args.resume)
+        if resumed is not None:
+            where = _where(trainer, resumed["stage"], resumed["stage_iter"])
+            changes = "; ".join(f"{k} {a} -> {b}" for k, a, b in changed if k != "run_dir")
+            print(f"resuming {trainer.run_dir} after iteration {resumed['iteration']} ({where})"
+                  + (f"; changed: {changes}" if changes else ""), file=sys.stderr)
+        else:
+            print(f"run dir: {trainer.run_dir}", file=sys.stderr)
+        sys.stderr.flush()
+        summary = trainer.run()
+    except Interrupted as exc:
+        where = _where(trainer, trainer.stage, trainer.stage_iter)
+        print(f"interrupted after iteration {trainer.iteration} ({where}); checkpoint {exc.checkpoint}. "
+              "Continue with:", file=sys.stderr)
+        print(resume_command(trainer.run_dir), file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # outside the loop's own handler (start-up, shut-down)
+        where = trainer.run_dir if trainer is not None else cfg.run_dir
+        if where and _has_checkpoint(where):
+            print("interrupted. Continue from the last checkpoint with:", file=sys.stderr)
+            print(resume_command(where), file=sys.stderr)
+        else:
+            print("interrupted before the first checkpoint: nothing to resume", file=sys.stderr)
         return 130
     except (FileExistsError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -36,7 +36,9 @@ STAGES = ("mle", "disc", "train")
 
 
 class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived; a checkpoint was written."""
+    """SIGINT/SIGTERM arrived; a checkpoint was written (``checkpoint``: its location)."""
+
+    checkpoint: str | None = None
 
 
 def default_run_dir(cfg: RunConfig) -> str:
@@ -102,11 +104,24 @@ class Trainer:
             self.metrics.rows[-1]["time/checkpoint_s"] = time.perf_counter() - t0
         return path
 
-    def _restore(self, rt) -> None:
+    def _resume_checkpoint(self) -> dict:
+        """The latest checkpoint, read and checked against this run's config before anything is written or
+        started: its task, model and algorithm must be this config's (else the weights would not fit)."""
         ckpts = list_checkpoints(self.store)
         if not ckpts:
             raise FileNotFoundError(f"--resume: no checkpoint in {self.store.display('checkpoints')}")
         ck = load_checkpoint(ckpts[-1])
+        theirs, ours = ck["config"], config_to_dict(self.cfg)
+        diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec]
+                if theirs.get(sec, {}).get(k) != ours[sec][k]]
+        diff += ["algo.name"] if theirs.get("algo", {}).get("name") != self.cfg.algo.name else []
+        if diff:
+            raise ValueError(f"--resume: {self.run_dir} was trained with another {', '.join(diff)} (its checkpoint's "
+                             f"config); resume it with its own config: python -m rayseq.train "
+                             f"run_dir={self.run_dir} --resume")
+        return ck
+
+    def _restore(self, rt, ck: dict) -> None:
         rt.learner("load_state_dict", ck["learner"])
         rt.learner("apply_config_lrs")  # this run's learning rates, not the saved ones (Tune PBT mutates them)
         d = ck["driver"]
@@ -142,33 +157,36 @@ class Trainer:
     def run(self) -> dict:
         cfg = self.cfg
         t_start = time.time()
-        if not self.resume and list_checkpoints(self.store):
+        ck = self._resume_checkpoint() if self.resume else None  # checked before anything is written or started
+        if ck is None and list_checkpoints(self.store):
             raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume or another run_dir")
         self.store.makedirs()
         self.store.write_text("config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.metrics = MetricsLog(self.store)
         rt = self._runtime = make_runtime(cfg, self._placement_group)
         old_handlers = _install_signal_handlers(self)
+        bar = Progress(cfg.progress, cfg.progress_every)
         try:
-            if self.resume:
-                self._restore(rt)
+            if ck is not None:
+                self._restore(rt, ck)
+                del ck
             elif cfg.train.init_from:
                 self._init_from(rt, cfg.train.init_from)
             plan = self._plan()
-            total = sum(plan.values())
-            bar = _progress(cfg.progress, total, self.iteration)
             for stage in STAGES[STAGES.index(self.stage) :]:
                 if stage != self.stage:
                     self.stage, self.stage_iter = stage, 0
                 if plan[stage] == 0 and stage != "train":
                     continue
-                rt.learner("start_stage", stage)
+                rt.learner("start_stage", stage)  # (the first call waits for the learner actor: before the bar)
+                if self.stage_iter < plan[stage]:
+                    bar.start(STAGE_LABELS.get(stage, cfg.algo.name), plan[stage], self.stage_iter)
                 final = self._run_stage(rt, stage, plan[stage], bar)
+                bar.close()
                 if stage == "mle":  # the pretrained model's test figures are reported beside the final ones
                     self.pretrain_metrics = {**final, **self._test(rt)[0]}
             test, details = self._test(rt)
             ckpt = self.save(rt)
-            bar.close()
             summary = {
                 "task": cfg.task.name,
                 "algo": cfg.algo.name,
@@ -184,10 +202,12 @@ class Trainer:
             }
             self.store.write_text("summary.json", to_json(summary))
             return summary
-        except Interrupted:
-            self.save(rt)
+        except Interrupted as exc:
+            bar.close()  # the bar's final redraw comes before the caller's message
+            exc.checkpoint = self.save(rt)
             raise
         finally:
+            bar.close()
             _restore_signal_handlers(old_handlers)
             self.metrics.close()
             rt.shutdown()
@@ -260,9 +280,7 @@ class Trainer:
                 self.save(rt)
             if self.report is not None:
                 self.report(self.metrics.rows[-1], self)
-            bar.update(1)
-            bar.set_description(stage)
-            bar.set_postfix(_postfix(m), refresh=False)
+            bar.update(_postfix(m))
         return ev
 
 
@@ -343,15 +361,85 @@ def _postfix(m: dict) -> dict:
     return out
 
 
-def _progress(enabled: bool, total: int, initial: int):
-    import sys
+STAGE_LABELS = {"mle": "MLE pretraining", "disc": "D pretraining"}  # stage train: the algorithm's name
 
-    from tqdm.auto import tqdm
 
-    # on a terminal refresh often; in a log file (ray job logs, CI) every 10 s
-    interval = 0.1 if sys.stderr.isatty() else 10.0
-    return tqdm(total=total, initial=initial, disable=not enabled, unit="it", dynamic_ncols=True,
-                mininterval=interval)
+class Progress:
+    """What a run shows on stderr while it runs (``progress``): on a terminal a tqdm bar per stage, left on
+    screen with its last figures when the next stage starts; elsewhere (``ray job logs``, CI, a file) a plain
+    line every ``progress_every`` seconds and one at the end of each stage; nothing with ``progress=false``.
+    No rate or time left is shown before a stage's third iteration (its first ones carry start-up costs)."""
+
+    WARMUP = 3  # iterations of a stage (this session) before a rate is shown
+
+    def __init__(self, mode: bool | str, every: float = 30.0, stream=None, clock=time.monotonic):
+        import sys
+
+        self.stream, self.clock = stream or sys.stderr, clock
+        if mode is True:
+            mode = "bar" if self.stream.isatty() else "lines"
+        self.mode = mode or "off"
+        self.every = every
+        self._bar = None
+        self._open = False
+
+    def start(self, label: str, total: int, done: int) -> None:
+        self.close()
+        self.label, self.total, self.n, self.first = label, total, done, done
+        self.figures: dict = {}
+        self.t0 = self.t_last_line = self.clock()
+        self.t_warm = None  # when the warm-up iterations were done: rates are measured from there
+        self._open = self.mode != "off"
+        if self.mode == "bar":
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, initial=done, desc=label, unit="it", dynamic_ncols=True,
+                             file=self.stream, bar_format=self._warmup_format)
+
+    _warmup_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+    def update(self, figures: dict) -> None:
+        """One iteration done; ``figures``: the short metrics it produced (kept until replaced)."""
+        if not self._open:
+            return
+        self.n += 1
+        self.figures.update(figures)
+        now = self.clock()
+        if self.n - self.first == self.WARMUP:
+            self.t_warm = now
+        if self._bar is not None:
+            if self.n - self.first == self.WARMUP:
+                self._bar.bar_format = None  # tqdm's own, with rate and time left from here on
+            self._bar.set_postfix(self.figures, refresh=False)
+            self._bar.update(1)
+        elif now - self.t_last_line >= self.every:
+            self._line(now)
+
+    def close(self) -> None:
+        """End of the stage (or of the run): the bar's final redraw, or the stage's last line."""
+        if not self._open:
+            return
+        self._open = False
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        elif self.n > self.first:
+            self._line(self.clock())
+
+    def _line(self, now: float) -> None:
+        self.t_last_line = now
+        pct = f" {100 * self.n / self.total:3.0f}%" if self.total else ""
+        text = f"{self.label} {self.n}/{self.total}{pct}  elapsed {_clock(now - self.t0)}"
+        if self.t_warm is not None and self.n - self.first > self.WARMUP and self.n < self.total:
+            rate = (self.n - self.first - self.WARMUP) / max(now - self.t_warm, 1e-9)
+            text += f", ~{_clock((self.total - self.n) / rate)} left"
+        figures = " ".join(f"{k}={v}" for k, v in self.figures.items())
+        print(f"{text}  {figures}".rstrip(), file=self.stream, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def _as_random_state(s):

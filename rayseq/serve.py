@@ -80,18 +80,24 @@ def main(argv=None) -> int:
     host = args.host or http.get("host") or "127.0.0.1"
     port = args.port or int(http.get("port") or 8000)
     checkpoint = app_args.get("checkpoint") or os.environ["RAYSEQ_CHECKPOINT"]
-    import ray
+    import contextlib
+
     from ray import serve
 
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address)
-        else:
-            ray.init(address="local", include_dashboard=False)
+    from rayseq.distributed.runtime import dropping_log_messages, init_ray
+
+    # Where rayseq starts Ray itself: no token-auth notice (init_ray), Serve's controller and proxies log
+    # warnings and errors only (not their INFO route tables and replica bookkeeping), and serve.run does not claim
+    # that the http_options serve.start just applied "will not be applied". On a cluster you started
+    # (RAY_ADDRESS) Serve logs as configured there. Each request's access line still shows.
+    embedded = init_ray()
+    quiet = (dropping_log_messages("ray.serve", "Connecting to existing Serve app") if embedded
+             else contextlib.nullcontext())
     try:  # from here on, Ctrl-C (even during start-up) shuts Serve down
-        serve.start(http_options={"host": host, "port": port})
-        serve.run(app, name=name, route_prefix=prefix)
+        serve.start(http_options={"host": host, "port": port},
+                    logging_config={"log_level": "WARNING"} if embedded else None)
+        with quiet:
+            serve.run(app, name=name, route_prefix=prefix)
         print(f"serving {checkpoint} at http://{host}:{port}{prefix}  (chat page {prefix}, API docs {prefix}docs); "
               "Ctrl-C stops", flush=True)
         while True:

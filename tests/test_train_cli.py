@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -16,7 +17,8 @@ import yaml
 
 from rayseq.checkpoint import list_checkpoints, load_checkpoint
 from rayseq.config import build_config
-from rayseq.distributed.driver import Interrupted, Trainer
+from rayseq.distributed.driver import Interrupted, Progress, Trainer
+from rayseq.train import relative_run_dir_warning
 from tests.conftest import TINY, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,11 +141,93 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
 
 @pytest.mark.ray
 def test_default_cli_path_runs_on_embedded_ray(tmp_path):
-    """`python -m rayseq.train` with 2 rollout workers on an embedded Ray (tiny budget)."""
-    r = run_cli(*TINY, "rollout.num_workers=2", f"run_dir={tmp_path / 'ray'}", timeout=600)
+    """`python -m rayseq.train` with 2 rollout workers on an embedded Ray (tiny budget), its output in a file:
+    progress as plain lines, no notice about the token authentication of the cluster it starts itself."""
+    r = run_cli(*TINY, "rollout.num_workers=2", "progress=true", f"run_dir={tmp_path / 'ray'}", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["rollout_workers"] == 2 and summary["algo"] == "ppo_dynamic"
+    assert "Token authentication" not in r.stderr and "\r" not in r.stderr
+    assert r.stderr.splitlines()[0] == f"run dir: {tmp_path / 'ray'}"
+    assert len(r.stderr.splitlines()) <= 6, r.stderr  # run dir, Ray started, one line per stage
+
+
+def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
+    """The default `progress` with stderr in a file (ray job logs, CI): a readable line per stage end (and every
+    progress_every seconds), never a bar's carriage-return redraws; the run directory first."""
+    r = run_cli(*TINY, "progress=true", "rollout.num_workers=0", f"run_dir={tmp_path / 'r'}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stderr.splitlines()
+    assert "\r" not in r.stderr and lines[0] == f"run dir: {tmp_path / 'r'}"
+    assert lines[1].startswith("MLE pretraining 20/20 100%  elapsed 0:") and " nll=" in lines[1], lines
+    assert lines[2].startswith("ppo_dynamic 6/6 100%  elapsed 0:") and " val_prec=" in lines[2], lines
+    assert len(lines) == 3
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_progress_lines_every_interval_with_time_left():
+    """A line every `progress_every` seconds and one at the stage's end; the time left is measured after the
+    first (warm-up) iterations, so one slow start-up iteration does not inflate it."""
+    out, clock = io.StringIO(), FakeClock()
+    p = Progress("lines", every=30, stream=out, clock=clock)
+    p.start("MLE pretraining", 1000, 0)
+    clock.t += 20  # a slow first iteration (start-up), then 8 per second
+    p.update({"nll": "2.500"})
+    for i in range(1, 1000):
+        clock.t += 0.125
+        p.update({"nll": f"{2.5 - i / 1000:.3f}"} | ({"val_prec": "0.500"} if i == 500 else {}))
+    p.close()
+    p.start("ppo", 200, 0)
+    p.close()  # no iteration yet: no line
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 5, lines  # at 30, 60, 90, 120 s (20 s + 0.125 s per iteration) and the end (144.875 s)
+    # 81 done at 30 s; 8 per second since the 3rd (20.25 s): 919 left take 115 s, not 919 * 30 s / 81
+    assert lines[0] == "MLE pretraining 81/1000   8%  elapsed 0:30, ~1:55 left  nll=2.420"
+    assert lines[2] == "MLE pretraining 561/1000  56%  elapsed 1:30, ~0:55 left  nll=1.940 val_prec=0.500"
+    assert lines[4] == "MLE pretraining 1000/1000 100%  elapsed 2:25  nll=1.501 val_prec=0.500"
+
+
+def test_progress_bar_has_a_label_no_early_eta_and_keeps_each_stage_on_screen():
+    out = io.StringIO()
+    p = Progress("bar", stream=out)
+    p.start("MLE pretraining", 100, 0)
+    first = out.getvalue()
+    assert first.strip("\r").startswith("MLE pretraining:   0%") and "?" not in first and "<" not in first
+    for i in range(100):
+        p.update({"nll": f"{3 - i / 100:.3f}"})
+        if i < 2:  # no rate or time left from the first iterations alone
+            assert "<" not in out.getvalue() and "it/s" not in out.getvalue()
+    p.start("ppo_dynamic", 10, 0)  # the next stage: the MLE bar stays, with its last NLL
+    p.update({"reward": "0.500"})
+    p.close()
+    lines = out.getvalue().split("\n")
+    assert "MLE pretraining: 100%" in lines[0] and "nll=2.010" in lines[0].rsplit("\r", 1)[-1]
+    assert lines[1].rsplit("\r", 1)[-1].startswith("ppo_dynamic:  10%")
+
+
+def test_progress_mode_is_checked():
+    assert build_config(None, ["progress=lines"]).progress == "lines"
+    assert build_config(None, ["progress=false"]).progress is False
+    with pytest.raises(ValueError, match="progress: expected true, false, bar or lines"):
+        build_config(None, ["progress=verbose"])
+
+
+def test_relative_run_dir_inside_a_ray_job_is_named(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert relative_run_dir_warning("runs/x") is None  # not a Ray job
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"runtime_env": {"working_dir": "gcs://pkg.zip"}}))
+    warning = relative_run_dir_warning("runs/x")
+    assert warning.startswith(f"warning: run_dir=runs/x is relative: in this Ray job it is {tmp_path}/runs/x, in "
+                              "Ray's temporary copy of --working-dir")
+    assert f"{tmp_path}/runs" in relative_run_dir_warning(None)  # the default runs/<name> too
+    assert relative_run_dir_warning("/shared/runs/x") is None and relative_run_dir_warning("s3://b/x") is None
 
 
 def test_sigkilled_run_resumes_without_repeating_or_skipping(tmp_path):

@@ -8,6 +8,7 @@ distributed path and the in-process path (``rollout.num_workers=0``) run the sam
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -98,8 +99,28 @@ def init_ray(min_cpus: float = 1.0, **kwargs) -> bool:
         # "local": always a new embedded instance, even if `ray start` left a cluster on this machine
         # (join that one with RAY_ADDRESS=auto)
         num_cpus = max(os.cpu_count() or 1, int(-(-min_cpus // 1)))
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        # Ray 2.60's notice that a new local cluster has token authentication on: noise for the cluster rayseq
+        # starts and stops itself (a cluster you start with `ray start` keeps it)
+        with dropping_log_messages("ray._private.authentication.authentication_token_setup",
+                                   "Token authentication is enabled for this Ray cluster"):
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
     return True
+
+
+@contextlib.contextmanager
+def dropping_log_messages(logger_name: str, *prefixes: str):
+    """While inside, records of logger ``logger_name`` whose message starts with one of ``prefixes`` are dropped
+    (that logger's other records, and every other logger, untouched)."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(prefixes)
+
+    logger = logging.getLogger(logger_name)
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 class RayRuntime:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,10 +29,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_head():
-    """`ray start --head --block` in its own process group; torn down by signalling that group only
-    (`ray stop` would also stop other Ray instances on the machine)."""
+    """`ray start --head --block` in its own process group, shared by this module's jobs (one at a time); torn
+    down by signalling that group only (`ray stop` would also stop other Ray instances on the machine)."""
     if not Path(RAY).exists():
         pytest.skip(f"ray CLI not found next to {sys.executable}")
     env = dict(os.environ, RAY_AUTH_MODE="token")
@@ -116,3 +117,23 @@ def test_job_submit_runs_seqgan_with_scorer_actors(ray_head, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["algo"] == "seqgan" and summary["iterations"] == 33  # 30 MLE + 1 d-step + 2 adversarial
     assert {"val/precision", "test/precision"} <= set(summary["metrics"])
+
+
+def test_job_with_a_relative_run_dir_says_where_it_writes(ray_head):
+    """A relative run_dir in a job lands in Ray's temporary copy of --working-dir: the job says so at start,
+    naming the absolute path. Its log is readable: a progress line per stage, not a bar's redraws."""
+    from tests.conftest import TINY
+
+    address, env = ray_head
+    r = submit(address, env, "python", "-m", "rayseq.train", *[a for a in TINY if not a.startswith("progress")],
+               "rollout.num_workers=0", "run_dir=runs/job-relative")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    m = re.search(r"warning: run_dir=runs/job-relative is relative: in this Ray job it is (\S+), in Ray's temporary "
+                  r"copy of --working-dir", out)
+    assert m, out[-4000:]
+    assert m.group(1).endswith("/runs/job-relative") and "working_dir_files" in m.group(1)
+    assert not (ROOT / "runs" / "job-relative").exists()  # not where the command was typed
+    assert "\r" not in out
+    progress = [line for line in out.splitlines() if line.startswith(("MLE pretraining ", "ppo_dynamic "))]
+    assert len(progress) == 2 and progress[0].startswith("MLE pretraining 20/20 100%"), out[-4000:]

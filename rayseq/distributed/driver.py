@@ -377,7 +377,7 @@ class Progress:
 
         self.stream, self.clock = stream or sys.stderr, clock
         if mode is True:
-            mode = "bar" if self.stream.isatty() else "lines"
+            mode = "bar" if _terminal_width(self.stream) else "lines"
         self.mode = mode or "off"
         self.every = every
         self._bar = None
@@ -435,6 +435,18 @@ class Progress:
             text += f", ~{_clock((self.total - self.n) / rate)} left"
         figures = " ".join(f"{k}={v}" for k, v in self.figures.items())
         print(f"{text}  {figures}".rstrip(), file=self.stream, flush=True)
+
+
+def _terminal_width(stream) -> int:
+    """Columns of the terminal ``stream`` writes to; 0 when it is not one, or one without a size (a pseudo-
+    terminal nobody sized, where tqdm draws nothing)."""
+    import os
+
+    try:
+        size = os.get_terminal_size(stream.fileno()) if stream.isatty() else None
+    except (AttributeError, OSError, ValueError):
+        return 0
+    return size.columns if size and size.lines else 0
 
 
 def _clock(seconds: float) -> str:

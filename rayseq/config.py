@@ -9,12 +9,13 @@ Derived values live in one place: the ``@property`` helpers at the bottom of eac
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from rayseq import registry
 
@@ -274,7 +275,15 @@ class RunConfig(_Section):
         class, e.g. SeqGAN-PPO-dynamic's clip bounds) under what is given. Resolved once: the result holds
         plain values, so the config a run writes and every actor rebuilds from it is the one the learner uses."""
         if isinstance(data, dict) and isinstance(data.get("algo", {}), dict):
-            data = {**data, "algo": resolve_algo_section(data.get("algo", {}))}
+            algo = resolve_algo_section(data.get("algo", {}))
+            model = algorithm_config_model(algo.get("name", AlgoConfig.model_fields["name"].default))
+            if model is not AlgoConfig:  # the algorithm declares keys of its own: validate them with the rest
+                try:
+                    algo = model.model_validate(algo)
+                except ValidationError as err:
+                    msg = _format_validation_error(err, prefix="algo.").removeprefix("invalid config: ")
+                    raise ValueError(msg) from None
+            data = {**data, "algo": algo}
         return data
 
     @model_validator(mode="after")
@@ -328,10 +337,10 @@ class RunConfig(_Section):
         return self.algorithm.monte_carlo
 
 
-def _format_validation_error(err: ValidationError) -> str:
+def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
+        key = prefix + ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
@@ -398,6 +407,35 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+@functools.cache
+def algorithm_config_model(name: str) -> type[AlgoConfig]:
+    """AlgoConfig, extended by the keys algorithm ``name`` declares itself (its class's ``fields``: key ->
+    (type, pydantic Field), e.g. GRPO's ``group_size``), so adding an algorithm never edits this file."""
+    try:
+        fields = registry.algorithm_class(name).fields
+    except ValueError:  # an unknown name: AlgoConfig's own validation says so
+        return AlgoConfig
+    if not fields:
+        return AlgoConfig
+    clash = sorted(set(fields) & set(AlgoConfig.model_fields))
+    if clash:
+        raise ValueError(f"algo.name={name}: its fields {clash} are AlgoConfig keys already; use them, or other names")
+    return create_model(f"AlgoConfig_{name.replace('.', '_').replace(':', '_')}", __base__=AlgoConfig, **fields)
+
+
+@functools.cache
+def _builtin_declared_keys() -> frozenset[str]:
+    """Keys the built-in algorithms declare themselves (so ``algo.group_size`` with ``ppo`` is "not read by ppo",
+    not "unknown")."""
+    return frozenset(k for n in registry.ALGORITHMS for k in registry.algorithm_class(n).fields)
+
+
+def declared_algo_keys(name: str) -> tuple[str, ...]:
+    """The ``algo.*`` keys algorithm ``name`` reads: the common ones, its ``params`` and its own ``fields``."""
+    cls = registry.algorithm_class(name)
+    return (*registry.COMMON_ALGO_KEYS, *cls.params, *cls.fields)
+
+
 def _section_key(key: str) -> bool:
     """An ``algo.<algorithm>:`` sub-section (a built-in name or an import path; no AlgoConfig field is either)."""
     return key in registry.ALGORITHMS or registry.is_import_path(key)
@@ -425,13 +463,13 @@ def check_applicable(data: dict) -> None:
         for sub_name, section in [(name, algo), *((k, v) for k, v in algo.items() if _section_key(k))]:
             if not isinstance(section, dict):
                 raise ConfigError(f"algo.{sub_name}: expected a mapping of the keys {sub_name} reads, got {section!r}")
-            cls = registry.algorithm_class(sub_name)
-            reads = (*registry.COMMON_ALGO_KEYS, *cls.params)
+            reads = declared_algo_keys(sub_name)
+            known = {*AlgoConfig.model_fields, *_builtin_declared_keys(), *reads}
             where = "algo" if section is algo else f"algo.{sub_name}"
             for key in section:
-                if section is not algo and key not in AlgoConfig.model_fields:  # the top level: pydantic's check
+                if section is not algo and key not in known:  # the top level: pydantic's check
                     raise ConfigError(f"{where}.{key}: unknown key")
-                if key in AlgoConfig.model_fields and key not in reads:
+                if key in known and key not in reads and not _section_key(key):
                     hint = (" (a key for several algorithms of one experiment file goes under algo.<algorithm>:)"
                             if section is algo else "")
                     raise ConfigError(f"{where}.{key}: algo.name={sub_name} does not read this key; {sub_name} reads "
@@ -468,9 +506,9 @@ def config_to_dict(cfg: RunConfig) -> dict:
     keys the run uses: of ``algo:`` and ``task:`` those the chosen algorithm and task read, ``disc:`` only for
     an adversarial algorithm. So a run's config.yaml shows what the learner uses, and it is itself a valid
     ``--config`` (:func:`build_config` refuses keys that do not apply)."""
-    d = cfg.model_dump(mode="python")
+    d = cfg.model_dump(mode="python", serialize_as_any=True)  # an algorithm's own keys (a subclass) too
     algo = registry.algorithm_class(cfg.algo.name)
-    reads = {*registry.COMMON_ALGO_KEYS, *algo.params}
+    reads = set(declared_algo_keys(cfg.algo.name))
     d["algo"] = {k: v for k, v in d["algo"].items() if k in reads}
     task_reads = {"name", *registry.task_class(cfg.task.name).params}
     d["task"] = {k: v for k, v in d["task"].items() if k in task_reads}

@@ -52,8 +52,10 @@ COMMON_ALGO_KEYS = ("name", "lr", "max_grad_norm")
 
 
 # what a class must provide to be used as an algorithm / a task (the optional hooks have defaults elsewhere)
-REQUIRED = {"algo": ("update", "kind", "params"), "task": ("sample_prompts", "rewards", "evaluate", "metric_names",
-                                                           "params")}
+REQUIRED = {
+    "algo": ("update", "kind", "params", "fields", "scoring", "prompt_copies"),  # subclass rayseq.algos.Algorithm
+    "task": ("sample_prompts", "rewards", "evaluate", "metric_names", "params"),
+}
 KINDS = {"algo": "algorithm", "task": "task"}
 
 

@@ -9,14 +9,13 @@ import random
 import numpy as np
 import torch
 
-from rayseq.algos import MLE, LearnerState, make_algo
+from rayseq.algos import MLE, LearnerState, make_algo, seqgan
 from rayseq.config import RunConfig
-from rayseq.losses.discriminator import discriminator_loss
 from rayseq.models import Critic, ValueBaseline
 from rayseq.models.discriminator import build_discriminator
 from rayseq.models.generator import build_generator
 from rayseq.tasks import make_task
-from rayseq.types import PromptBatch, Rollout, to_torch
+from rayseq.types import PromptBatch, Rollout
 
 
 def make_generator(cfg: RunConfig, task):
@@ -120,54 +119,17 @@ class Learner:
         metrics = self.algo.update(self.state, batch, iteration)
         if self.algo.kind == "rollout":
             metrics["rollout/staleness"] = float(self.version - batch.version)
-        if self.rollout_policy is not None and getattr(self.algo, "adversarial", False):
-            self._update_rollout_policy()
+        if self.rollout_policy is not None and self.algo.adversarial:
+            seqgan.average_rollout_policy(self.rollout_policy, self.state.generator, self.cfg.algo.rollout_update_rate)
         self.version += 1
         metrics["learner/version"] = float(self.version)
         return metrics
 
-    @torch.no_grad()
-    def _update_rollout_policy(self) -> None:
-        """β ← r·β + (1 − r)·θ (SeqGAN code's ROLLOUT.update_params; the paper's G_β = G_θ is r = 0)."""
-        r = self.cfg.algo.rollout_update_rate
-        for b, t in zip(self.rollout_policy.parameters(), self.state.generator.parameters()):
-            b.mul_(r).add_(t, alpha=1.0 - r)
-
     def train_discriminator(self, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
-        """One d-step (SeqGAN Alg. 1): ``disc.epochs`` epochs of minibatch BCE (Eq. 5) over the real
-        (input, target) pairs and the freshly generated negatives, shuffled together."""
-        c, d = self.cfg.disc, self.device
-        self.disc.train()
-        neg_len = (negatives.token_mask > 0).sum(1)
-        tokens = _pad_cat(positives.tgt, negatives.tokens, self.task.specials.pad)
-        lengths = np.concatenate([positives.tgt_len, neg_len])
-        src = _pad_cat(positives.src, negatives.src, self.task.specials.pad)
-        src_len = np.concatenate([positives.src_len, negatives.src_len])
-        labels = np.concatenate([np.ones(len(positives)), np.zeros(len(negatives))]).astype(bool)
-        tokens, lengths, src, src_len = (to_torch(a, d) for a in (tokens, lengths, src, src_len))
-        conditional = src.shape[1] > 0
-        labels = torch.from_numpy(labels).to(d)
-        perm_rng = torch.Generator().manual_seed(int(seed))
-        sums = {"disc/loss": 0.0, "disc/accuracy": 0.0, "disc/d_real": 0.0, "disc/d_fake": 0.0}
-        n = 0
-        for _ in range(c.epochs):
-            perm = torch.randperm(len(labels), generator=perm_rng).to(d)
-            for a in range(0, len(perm), c.batch_size):
-                idx = perm[a : a + c.batch_size]
-                logits = self.disc(tokens[idx], lengths[idx], src[idx] if conditional else None,
-                                   src_len[idx] if conditional else None)
-                y = labels[idx]
-                loss, stats = discriminator_loss(logits[y], logits[~y], c.l2_reg, self.disc.out.parameters())
-                self.disc_opt.zero_grad(set_to_none=True)
-                loss.backward()
-                self.disc_opt.step()
-                sums["disc/loss"] += loss.item()
-                sums["disc/accuracy"] += float(stats.accuracy)
-                sums["disc/d_real"] += float(stats.d_real) if bool(y.any()) else 0.0
-                sums["disc/d_fake"] += float(stats.d_fake) if bool((~y).any()) else 0.0
-                n += 1
+        """One d-step of SeqGAN's Algorithm 1 (:func:`rayseq.algos.seqgan.d_step`)."""
+        out = seqgan.d_step(self.disc, self.disc_opt, positives, negatives, self.cfg.disc, self.task.specials.pad,
+                            self.device, seed)
         self.disc_version += 1
-        out = {k: v / max(n, 1) for k, v in sums.items()}
         out["disc/version"] = float(self.disc_version)
         return out
 
@@ -196,8 +158,9 @@ class Learner:
             out["rollout_policy"] = self.rollout_policy.state_dict()
         if s.critic is not None:
             out |= {"critic": s.critic.state_dict(), "critic_opt": s.critic_opt.state_dict()}
-        if hasattr(self.algo, "state_dict"):
-            out["algo"] = self.algo.state_dict()
+        algo_state = self.algo.state_dict()
+        if algo_state:
+            out["algo"] = algo_state
         return out
 
     def load_state_dict(self, d: dict) -> None:
@@ -220,7 +183,7 @@ class Learner:
         if s.critic is not None and "critic" in d:
             s.critic.load_state_dict(d["critic"])
             s.critic_opt.load_state_dict(d["critic_opt"])
-        if "algo" in d and hasattr(self.algo, "load_state_dict"):
+        if "algo" in d:
             self.algo.load_state_dict(d["algo"])
 
     def apply_config_lrs(self) -> dict:
@@ -263,12 +226,3 @@ def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu")
     generator = make_generator(cfg, task).to(device)
     generator.load_state_dict(ck["learner"]["generator"])
     return task.evaluate(generator, device, split=split)
-
-
-def _pad_cat(a: np.ndarray, b: np.ndarray, pad: int) -> np.ndarray:
-    """Concatenate two (n, L) int arrays along rows, right-padding the narrower one."""
-    width = max(a.shape[1], b.shape[1])
-    out = np.full((len(a) + len(b), width), pad, dtype=np.int64)
-    out[: len(a), : a.shape[1]] = a
-    out[len(a) :, : b.shape[1]] = b
-    return out

@@ -289,6 +289,7 @@ class RunConfig(_Section):
     @model_validator(mode="after")
     def _check_task_algo(self) -> RunConfig:
         algo, task = self.algorithm, self.task_class
+        algo.check_config(self)  # the algorithm's own checks across sections (ValueError naming the keys)
         if algo.needs_task_reward and not task.has_reward:
             raise ValueError(f"algo.name={self.algo.name!r}: the {self.task.name} task has no task reward; use one "
                              f"of {', '.join(registry.names_with('algo', needs_task_reward=False))}")

@@ -41,6 +41,7 @@ ALGORITHMS: dict[str, str] = {
     "erpo_interpolation": "rayseq.algos.erpo_interpolation:ERPOInterpolation",
     "actor_critic": "rayseq.algos.actor_critic:ActorCritic",
     "seqgan_critic": "rayseq.algos.seqgan_critic:SeqGANCritic",
+    "grpo": "rayseq.algos.grpo:GRPO",
 }
 TASKS: dict[str, str] = {
     "counting": "rayseq.tasks.counting:CountingTask",

@@ -42,6 +42,7 @@ ALGORITHMS: dict[str, str] = {
     "actor_critic": "rayseq.algos.actor_critic:ActorCritic",
     "seqgan_critic": "rayseq.algos.seqgan_critic:SeqGANCritic",
     "grpo": "rayseq.algos.grpo:GRPO",
+    "rloo": "rayseq.algos.rloo:RLOO",
 }
 TASKS: dict[str, str] = {
     "counting": "rayseq.tasks.counting:CountingTask",

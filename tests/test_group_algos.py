@@ -42,7 +42,20 @@ def test_grpo_declares_its_key_and_checks_whole_groups():
         build_config(None, ["algo.name=grpo", "algo.group_size=1"])
 
 
-@pytest.mark.parametrize("name", ["grpo"])
+def test_rloo_advantage_is_the_leave_one_out_baseline_by_hand():
+    from rayseq.algos.rloo import leave_one_out_advantages
+
+    # group (1, 0, 0, 1): reply 0's baseline is (0 + 0 + 1)/3 -> 2/3; reply 1's (1 + 0 + 1)/3 -> −2/3
+    adv = leave_one_out_advantages(np.array([1.0, 0.0, 0.0, 1.0, 0.2, 0.2, 0.2, 0.2]), 4)
+    np.testing.assert_allclose(adv, [2 / 3, -2 / 3, -2 / 3, 2 / 3, 0, 0, 0, 0], atol=1e-12)
+    r = np.random.default_rng(1).random(12)
+    loop = [r[i] - np.mean([r[j] for j in range(3 * (i // 3), 3 * (i // 3) + 3) if j != i]) for i in range(12)]
+    np.testing.assert_allclose(leave_one_out_advantages(r, 3), loop)
+    np.testing.assert_allclose(leave_one_out_advantages(r, 3),  # = G/(G−1)·(r − group mean)
+                               1.5 * (r - np.repeat(r.reshape(-1, 3).mean(1), 3)))
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
 def test_group_algorithm_trains_on_groups_of_one_prompt(tmp_path, name):
     """Through the driver: every group of G consecutive rows shares its prompt, the update moves the policy."""
     from rayseq.algos import make_algo

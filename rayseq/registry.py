@@ -43,6 +43,7 @@ ALGORITHMS: dict[str, str] = {
     "seqgan_critic": "rayseq.algos.seqgan_critic:SeqGANCritic",
     "grpo": "rayseq.algos.grpo:GRPO",
     "rloo": "rayseq.algos.rloo:RLOO",
+    "grpo_dynamic": "rayseq.algos.grpo_dynamic:GRPODynamic",
 }
 TASKS: dict[str, str] = {
     "counting": "rayseq.tasks.counting:CountingTask",

@@ -55,7 +55,30 @@ def test_rloo_advantage_is_the_leave_one_out_baseline_by_hand():
                                1.5 * (r - np.repeat(r.reshape(-1, 3).mean(1), 3)))
 
 
-@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_grpo_dynamic_uses_the_group_advantage_and_dynamic_bounds():
+    """At ρ = 1 (one epoch, one minibatch) the clip does not bind: grpo_dynamic takes GRPO's step exactly."""
+    from rayseq.distributed.learner import Learner
+    from rayseq.distributed.worker import RolloutWorker
+    from rayseq.types import RolloutRequest
+
+    params = {}
+    for name in ("grpo", "grpo_dynamic"):
+        cfg = tiny_config(f"algo.name={name}", "algo.group_size=4", "train.batch_size=16", "algo.minibatch_size=null")
+        learner, worker = Learner(cfg.model_dump()), RolloutWorker(cfg.model_dump())
+        learner.start_stage("train")
+        worker.set_weights(learner.get_weights(), 0)
+        prompts = learner.task.sample_prompts(np.random.default_rng(0), 4).repeat(4)
+        r = worker.sample(prompts, RolloutRequest(max_len=3, seed=3))
+        r.score = np.random.default_rng(1).random(16).astype(np.float32)
+        m = learner.update(r, 0)
+        params[name] = learner.state.generator.state_dict()
+        assert m["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert m["ppo_dynamic/alpha2"] == 1.0 and m["ppo_dynamic/alpha1"] == float("inf")
+    for k, v in params["grpo"].items():
+        torch.testing.assert_close(params["grpo_dynamic"][k], v, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "grpo_dynamic"])
 def test_group_algorithm_trains_on_groups_of_one_prompt(tmp_path, name):
     """Through the driver: every group of G consecutive rows shares its prompt, the update moves the policy."""
     from rayseq.algos import make_algo

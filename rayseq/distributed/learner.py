@@ -20,8 +20,8 @@ from rayseq.types import PromptBatch, Rollout
 
 def make_generator(cfg: RunConfig, task):
     """The task's generator (conditional or not, banned ids) from the model config."""
-    return build_generator(len(task.vocab), cfg.model, task.specials, conditional=getattr(task, "conditional", True),
-                           banned_ids=getattr(task, "banned_ids", ()))
+    return build_generator(len(task.vocab), cfg.model, task.specials, conditional=task.conditional,
+                           banned_ids=task.banned_ids)
 
 
 def make_discriminator(cfg: RunConfig, task):

@@ -21,6 +21,7 @@ from rayseq import registry
 
 ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry; traits live on the classes
 TASKS = tuple(registry.TASKS)
+REGULARIZER_KEYS = ("kl_coef", "kl_target", "entropy_coef")  # read by every algorithm with ``regularized``
 
 
 class ConfigError(ValueError):
@@ -201,6 +202,17 @@ class AlgoConfig(_Section):
     )
     critic_lr: float = Field(1e-3, gt=0, description="Actor-critic / SeqGAN-critic: critic learning rate (Adam).")
     critic_hidden: int = Field(128, ge=0, description="Critic MLP hidden size on the decoder state (0 = linear).")
+    kl_coef: float = Field(
+        0.0, ge=0.0, description="Rollout algorithms: β of the per-token KL to the pretrained policy subtracted from "
+        "the reward, r_t − β·(log π_old − log π_ref) (Ziegler et al. 2019; InstructGPT); 0 = off.",
+    )
+    kl_target: float | None = Field(
+        None, gt=0, description="Rollout algorithms: adapt β towards this KL per reply (nats; Ziegler et al.'s "
+        "controller, starting from kl_coef); None = β fixed.",
+    )
+    entropy_coef: float = Field(
+        0.0, ge=0.0, description="Rollout algorithms: weight of the entropy bonus −c·H(π(·|s_t)) in the policy loss.",
+    )
     critic_warmup: int = Field(
         0, ge=0, description="Actor-critic / SeqGAN-critic: iterations before the algorithm's budget that train the "
         "critic only (generator fixed, no d-steps), as Bahdanau et al. (2017) pretrain their critic.",
@@ -290,6 +302,8 @@ class RunConfig(_Section):
     def _check_task_algo(self) -> RunConfig:
         algo, task = self.algorithm, self.task_class
         algo.check_config(self)  # the algorithm's own checks across sections (ValueError naming the keys)
+        if self.algo.kl_target is not None and self.algo.kl_coef == 0:
+            raise ValueError("algo.kl_target needs algo.kl_coef > 0: the controller starts from kl_coef")
         if algo.needs_task_reward and not task.has_reward:
             raise ValueError(f"algo.name={self.algo.name!r}: the {self.task.name} task has no task reward; use one "
                              f"of {', '.join(registry.names_with('algo', needs_task_reward=False))}")
@@ -434,7 +448,7 @@ def _builtin_declared_keys() -> frozenset[str]:
 def declared_algo_keys(name: str) -> tuple[str, ...]:
     """The ``algo.*`` keys algorithm ``name`` reads: the common ones, its ``params`` and its own ``fields``."""
     cls = registry.algorithm_class(name)
-    return (*registry.COMMON_ALGO_KEYS, *cls.params, *cls.fields)
+    return (*registry.COMMON_ALGO_KEYS, *cls.params, *cls.fields, *(REGULARIZER_KEYS if cls.regularized else ()))
 
 
 def _section_key(key: str) -> bool:

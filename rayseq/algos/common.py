@@ -20,6 +20,7 @@ class LearnerState:
     device: torch.device
     critic: nn.Module | None = None  # V_ψ(s_t) of actor-critic / SeqGAN-critic (rayseq.models.critic)
     critic_opt: torch.optim.Optimizer | None = None
+    entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
 
 
 @dataclass
@@ -76,6 +77,17 @@ def step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: 
     return float(norm)
 
 
+def with_entropy(state: LearnerState, loss: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor,
+                 metrics: dict) -> torch.Tensor:
+    """``loss`` − entropy_coef · H(π(·|s_t)) over ``mask`` (rayseq.algos.regularizers); logs policy/entropy."""
+    from rayseq.algos.regularizers import entropy_bonus
+
+    bonus, h = entropy_bonus(logits, mask, state.entropy_coef)
+    if state.entropy_coef:
+        metrics["policy/entropy"] = h
+    return loss + bonus
+
+
 def rollout_metrics(rollout: Rollout) -> dict:
     return {
         "rollout/reward_mean": float(rollout.score.mean()),
@@ -121,6 +133,7 @@ class Algorithm:
     stateful_request = False  # the learner's copy builds the rollout requests (state lives there: interpolation's λ)
     validate_every = 0  # call on_validation with the validation reward every this many iterations (0: never)
     fields: dict = {}  # algo.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them
+    regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)
 
     def __init__(self, cfg, seed: int = 0):
         self.cfg = cfg
@@ -168,6 +181,7 @@ class RolloutAlgo(Algorithm):
 
     params = BASELINE_PARAMS
     needs_task_reward = True
+    regularized = True
 
     @property
     def baseline_on(self) -> bool:

@@ -22,6 +22,7 @@ from rayseq.algos.common import (
     rollout_metrics,
     rollout_tensors,
     step,
+    with_entropy,
 )
 from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
 from rayseq.seeding import derive_seed
@@ -58,6 +59,10 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
             loss, stats = surrogate(out.logp, m.old_logp, adv_all[idx], m.action_mask)
             if mixer:
                 loss = mixer_combine(loss, m.action_mask, out.logp, m.token_mask - m.action_mask)
+            extra: dict = {}
+            loss = with_entropy(state, loss, out.logits, m.action_mask, extra)
+            for k, v in extra.items():
+                sums[k] += v
             sums["policy/grad_norm"] += step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
             if given_advantages is None:
                 v_loss, v_stats = value_loss(state.baseline(out.states), m.returns, m.action_mask)

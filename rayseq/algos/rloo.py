@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, step
+from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, step, with_entropy
 from rayseq.algos.grpo import GROUP_FIELD, check_groups, group_metrics, token_advantages
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, to_torch
@@ -44,7 +44,10 @@ class RLOO(RolloutAlgo):
         adv = token_advantages(leave_one_out_advantages(rollout.score, self.cfg.group_size), rollout).to(d)
         out = state.generator.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d),
                                        to_torch(rollout.tokens, d))
-        loss, stats = reinforce_loss(out.logp, adv, torch.as_tensor(rollout.action_mask, device=d))
+        mask = torch.as_tensor(rollout.action_mask, device=d)
+        loss, stats = reinforce_loss(out.logp, adv, mask)
+        extra: dict = {}
+        loss = with_entropy(state, loss, out.logits, mask, extra)
         grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {**rollout_metrics(rollout), **group_metrics(rollout, self.cfg.group_size), "loss/policy": loss.item(),
-                "policy/advantage_mean": float(stats.advantage_mean), "policy/grad_norm": grad_norm}
+                "policy/advantage_mean": float(stats.advantage_mean), "policy/grad_norm": grad_norm, **extra}

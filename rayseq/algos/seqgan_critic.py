@@ -38,7 +38,7 @@ class SeqGANCritic(Adversarial, RolloutAlgo):
         _, q = gae(rewards, values, b.token_mask, cfg.gamma, 0.0)  # λ = 0: r_t + γ V(s_{t+1})
         adv = (q - values.detach() * b.token_mask) if self.baseline_on else q
         _, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
-        m = policy_step(cfg, state, out.logp, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
+        m = policy_step(cfg, state, out, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
         m.update(critic_step(state, values, targets, b.token_mask))
         m["rollout/q_mean"] = float(masked_mean(q, b.token_mask))
         return {**rollout_metrics(rollout), **m}

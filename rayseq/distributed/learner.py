@@ -10,12 +10,13 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo, seqgan
+from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
 from rayseq.models import Critic, ValueBaseline
 from rayseq.models.discriminator import build_discriminator
 from rayseq.models.generator import build_generator
 from rayseq.tasks import make_task
-from rayseq.types import PromptBatch, Rollout
+from rayseq.types import PromptBatch, Rollout, to_torch
 
 
 def make_generator(cfg: RunConfig, task):
@@ -56,6 +57,11 @@ class Learner:
         if c.algorithm.uses_critic:
             self.state.critic = Critic(c.model.hidden_dim, c.algo.critic_hidden).to(self.device)
             self.state.critic_opt = torch.optim.Adam(self.state.critic.parameters(), lr=c.algo.critic_lr)
+        # KL to the pretrained policy (in the reward) and the entropy bonus, for regularized (rollout) algorithms
+        regularized = c.algorithm.regularized
+        self.kl = KLController(c.algo.kl_coef, c.algo.kl_target) if regularized else None
+        self.state.entropy_coef = c.algo.entropy_coef if regularized else 0.0
+        self.ref_policy = None  # π_ref: the generator as the algorithm stage starts, frozen
         self.stage = "mle"
         self.algo = MLE(c.algo, c.seed)
         self.version = 0
@@ -86,6 +92,8 @@ class Learner:
             self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
             if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
                 self.rollout_policy = copy.deepcopy(self.state.generator).eval()
+            if self.kl is not None and self.kl.coef > 0:
+                self.ref_policy = copy.deepcopy(self.state.generator).eval().requires_grad_(False)
 
     def get_weights(self) -> dict:
         """Generator (and SeqGAN's rollout policy G_β) state dicts on CPU, published once per version."""
@@ -116,7 +124,8 @@ class Learner:
 
     def update(self, batch, iteration: int) -> dict:
         self.state.generator.train()
-        metrics = self.algo.update(self.state, batch, iteration)
+        kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and self.algo.kind == "rollout" else {}
+        metrics = {**self.algo.update(self.state, batch, iteration), **kl_metrics}
         if self.algo.kind == "rollout":
             metrics["rollout/staleness"] = float(self.version - batch.version)
         if self.rollout_policy is not None and self.algo.adversarial:
@@ -124,6 +133,20 @@ class Learner:
         self.version += 1
         metrics["learner/version"] = float(self.version)
         return metrics
+
+    @torch.no_grad()
+    def _kl_penalty(self, rollout: Rollout) -> dict:
+        """r_t − β·(log π_old − log π_ref) on the rollout (rayseq.algos.regularizers); then β's controller step."""
+        d = self.device
+        ref = self.ref_policy.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d),
+                                       to_torch(rollout.tokens, d)).logp.cpu().numpy()
+        kl = sampled_kl(rollout.logp, ref, rollout.action_mask)
+        coef = self.kl.coef
+        apply_kl_penalty(rollout, kl, coef)
+        per_reply = float(kl.sum(1).mean())
+        self.kl.update(per_reply)
+        return {"kl/per_reply": per_reply, "kl/per_token": float(kl.sum() / max(rollout.action_mask.sum(), 1.0)),
+                "kl/coef": coef}
 
     def train_discriminator(self, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
         """One d-step of SeqGAN's Algorithm 1 (:func:`rayseq.algos.seqgan.d_step`)."""
@@ -156,6 +179,8 @@ class Learner:
                     "disc_version": self.disc_version}
         if self.rollout_policy is not None:
             out["rollout_policy"] = self.rollout_policy.state_dict()
+        if self.ref_policy is not None:
+            out |= {"ref_policy": self.ref_policy.state_dict(), "kl_coef": self.kl.coef}
         if s.critic is not None:
             out |= {"critic": s.critic.state_dict(), "critic_opt": s.critic_opt.state_dict()}
         algo_state = self.algo.state_dict()
@@ -180,6 +205,9 @@ class Learner:
             self.disc_version = int(d["disc_version"])
         if self.rollout_policy is not None and "rollout_policy" in d:
             self.rollout_policy.load_state_dict(d["rollout_policy"])
+        if self.ref_policy is not None and "ref_policy" in d:
+            self.ref_policy.load_state_dict(d["ref_policy"])
+            self.kl.coef = float(d["kl_coef"])
         if s.critic is not None and "critic" in d:
             s.critic.load_state_dict(d["critic"])
             s.critic_opt.load_state_dict(d["critic_opt"])

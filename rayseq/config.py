@@ -9,17 +9,19 @@ Derived values live in one place: the ``@property`` helpers at the bottom of eac
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from rayseq import registry
 
 ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry; traits live on the classes
 TASKS = tuple(registry.TASKS)
+REGULARIZER_KEYS = ("kl_coef", "kl_target", "entropy_coef")  # read by every algorithm with ``regularized``
 
 
 class ConfigError(ValueError):
@@ -200,6 +202,17 @@ class AlgoConfig(_Section):
     )
     critic_lr: float = Field(1e-3, gt=0, description="Actor-critic / SeqGAN-critic: critic learning rate (Adam).")
     critic_hidden: int = Field(128, ge=0, description="Critic MLP hidden size on the decoder state (0 = linear).")
+    kl_coef: float = Field(
+        0.0, ge=0.0, description="Rollout algorithms: β of the per-token KL to the pretrained policy subtracted from "
+        "the reward, r_t − β·(log π_old − log π_ref) (Ziegler et al. 2019; InstructGPT); 0 = off.",
+    )
+    kl_target: float | None = Field(
+        None, gt=0, description="Rollout algorithms: adapt β towards this KL per reply (nats; Ziegler et al.'s "
+        "controller, starting from kl_coef); None = β fixed.",
+    )
+    entropy_coef: float = Field(
+        0.0, ge=0.0, description="Rollout algorithms: weight of the entropy bonus −c·H(π(·|s_t)) in the policy loss.",
+    )
     critic_warmup: int = Field(
         0, ge=0, description="Actor-critic / SeqGAN-critic: iterations before the algorithm's budget that train the "
         "critic only (generator fixed, no d-steps), as Bahdanau et al. (2017) pretrain their critic.",
@@ -287,12 +300,23 @@ class RunConfig(_Section):
         class, e.g. SeqGAN-PPO-dynamic's clip bounds) under what is given. Resolved once: the result holds
         plain values, so the config a run writes and every actor rebuilds from it is the one the learner uses."""
         if isinstance(data, dict) and isinstance(data.get("algo", {}), dict):
-            data = {**data, "algo": resolve_algo_section(data.get("algo", {}))}
+            algo = resolve_algo_section(data.get("algo", {}))
+            model = algorithm_config_model(algo.get("name", AlgoConfig.model_fields["name"].default))
+            if model is not AlgoConfig:  # the algorithm declares keys of its own: validate them with the rest
+                try:
+                    algo = model.model_validate(algo)
+                except ValidationError as err:
+                    msg = _format_validation_error(err, prefix="algo.").removeprefix("invalid config: ")
+                    raise ValueError(msg) from None
+            data = {**data, "algo": algo}
         return data
 
     @model_validator(mode="after")
     def _check_task_algo(self) -> RunConfig:
         algo, task = self.algorithm, self.task_class
+        algo.check_config(self)  # the algorithm's own checks across sections (ValueError naming the keys)
+        if self.algo.kl_target is not None and self.algo.kl_coef == 0:
+            raise ValueError("algo.kl_target needs algo.kl_coef > 0: the controller starts from kl_coef")
         if algo.needs_task_reward and not task.has_reward:
             raise ValueError(f"algo.name={self.algo.name!r}: the {self.task.name} task has no task reward; use one "
                              f"of {', '.join(registry.names_with('algo', needs_task_reward=False))}")
@@ -341,10 +365,10 @@ class RunConfig(_Section):
         return self.algorithm.monte_carlo
 
 
-def _format_validation_error(err: ValidationError) -> str:
+def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
+        key = prefix + ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
@@ -411,6 +435,35 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+@functools.cache
+def algorithm_config_model(name: str) -> type[AlgoConfig]:
+    """AlgoConfig, extended by the keys algorithm ``name`` declares itself (its class's ``fields``: key ->
+    (type, pydantic Field), e.g. GRPO's ``group_size``), so adding an algorithm never edits this file."""
+    try:
+        fields = registry.algorithm_class(name).fields
+    except ValueError:  # an unknown name: AlgoConfig's own validation says so
+        return AlgoConfig
+    if not fields:
+        return AlgoConfig
+    clash = sorted(set(fields) & set(AlgoConfig.model_fields))
+    if clash:
+        raise ValueError(f"algo.name={name}: its fields {clash} are AlgoConfig keys already; use them, or other names")
+    return create_model(f"AlgoConfig_{name.replace('.', '_').replace(':', '_')}", __base__=AlgoConfig, **fields)
+
+
+@functools.cache
+def _builtin_declared_keys() -> frozenset[str]:
+    """Keys the built-in algorithms declare themselves (so ``algo.group_size`` with ``ppo`` is "not read by ppo",
+    not "unknown")."""
+    return frozenset(k for n in registry.ALGORITHMS for k in registry.algorithm_class(n).fields)
+
+
+def declared_algo_keys(name: str) -> tuple[str, ...]:
+    """The ``algo.*`` keys algorithm ``name`` reads: the common ones, its ``params`` and its own ``fields``."""
+    cls = registry.algorithm_class(name)
+    return (*registry.COMMON_ALGO_KEYS, *cls.params, *cls.fields, *(REGULARIZER_KEYS if cls.regularized else ()))
+
+
 def _section_key(key: str) -> bool:
     """An ``algo.<algorithm>:`` sub-section (a built-in name or an import path; no AlgoConfig field is either)."""
     return key in registry.ALGORITHMS or registry.is_import_path(key)
@@ -438,13 +491,13 @@ def check_applicable(data: dict) -> None:
         for sub_name, section in [(name, algo), *((k, v) for k, v in algo.items() if _section_key(k))]:
             if not isinstance(section, dict):
                 raise ConfigError(f"algo.{sub_name}: expected a mapping of the keys {sub_name} reads, got {section!r}")
-            cls = registry.algorithm_class(sub_name)
-            reads = (*registry.COMMON_ALGO_KEYS, *cls.params)
+            reads = declared_algo_keys(sub_name)
+            known = {*AlgoConfig.model_fields, *_builtin_declared_keys(), *reads}
             where = "algo" if section is algo else f"algo.{sub_name}"
             for key in section:
-                if section is not algo and key not in AlgoConfig.model_fields:  # the top level: pydantic's check
+                if section is not algo and key not in known:  # the top level: pydantic's check
                     raise ConfigError(f"{where}.{key}: unknown key")
-                if key in AlgoConfig.model_fields and key not in reads:
+                if key in known and key not in reads and not _section_key(key):
                     hint = (" (a key for several algorithms of one experiment file goes under algo.<algorithm>:)"
                             if section is algo else "")
                     raise ConfigError(f"{where}.{key}: algo.name={sub_name} does not read this key; {sub_name} reads "
@@ -481,9 +534,9 @@ def config_to_dict(cfg: RunConfig) -> dict:
     keys the run uses: of ``algo:`` and ``task:`` those the chosen algorithm and task read, ``disc:`` only for
     an adversarial algorithm. So a run's config.yaml shows what the learner uses, and it is itself a valid
     ``--config`` (:func:`build_config` refuses keys that do not apply)."""
-    d = cfg.model_dump(mode="python")
+    d = cfg.model_dump(mode="python", serialize_as_any=True)  # an algorithm's own keys (a subclass) too
     algo = registry.algorithm_class(cfg.algo.name)
-    reads = {*registry.COMMON_ALGO_KEYS, *algo.params}
+    reads = set(declared_algo_keys(cfg.algo.name))
     d["algo"] = {k: v for k, v in d["algo"].items() if k in reads}
     task_reads = {"name", *registry.task_class(cfg.task.name).params}
     d["task"] = {k: v for k, v in d["task"].items() if k in task_reads}

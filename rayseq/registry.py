@@ -41,6 +41,9 @@ ALGORITHMS: dict[str, str] = {
     "erpo_interpolation": "rayseq.algos.erpo_interpolation:ERPOInterpolation",
     "actor_critic": "rayseq.algos.actor_critic:ActorCritic",
     "seqgan_critic": "rayseq.algos.seqgan_critic:SeqGANCritic",
+    "grpo": "rayseq.algos.grpo:GRPO",
+    "rloo": "rayseq.algos.rloo:RLOO",
+    "grpo_dynamic": "rayseq.algos.grpo_dynamic:GRPODynamic",
 }
 TASKS: dict[str, str] = {
     "counting": "rayseq.tasks.counting:CountingTask",
@@ -52,8 +55,10 @@ COMMON_ALGO_KEYS = ("name", "lr", "max_grad_norm")
 
 
 # what a class must provide to be used as an algorithm / a task (the optional hooks have defaults elsewhere)
-REQUIRED = {"algo": ("update", "kind", "params"), "task": ("sample_prompts", "rewards", "evaluate", "metric_names",
-                                                           "params")}
+REQUIRED = {
+    "algo": ("update", "kind", "params", "fields", "scoring", "prompt_copies"),  # subclass rayseq.algos.Algorithm
+    "task": ("sample_prompts", "rewards", "evaluate", "metric_names", "params"),
+}
 KINDS = {"algo": "algorithm", "task": "task"}
 
 

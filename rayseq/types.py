@@ -44,6 +44,17 @@ class PromptBatch:
         bounds = np.linspace(0, len(self), n + 1).round().astype(int)
         return [self.slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
+    def repeat(self, k: int, tgt: np.ndarray | None = None) -> PromptBatch:
+        """Each row repeated ``k`` times in consecutive rows (row b·k + j is a copy of row b): groups of samples
+        of one prompt (GRPO, RLOO), RAML's samples. ``tgt``, when given, replaces the repeated targets (it must
+        already have B·k rows)."""
+
+        def rep(a):
+            return None if a is None else np.repeat(a, k, axis=0)
+
+        return PromptBatch(rep(self.src), rep(self.src_len), rep(self.tgt) if tgt is None else tgt, rep(self.tgt_len),
+                           rep(self.key))
+
 
 @dataclass
 class RolloutRequest:

@@ -23,6 +23,7 @@ from rayseq.algos.common import (
     rollout_metrics,
     rollout_tensors,
     step,
+    with_entropy,
 )
 from rayseq.losses import gae, reinforce_loss, value_loss
 from rayseq.types import Rollout, to_torch
@@ -43,12 +44,13 @@ def critic_pass(state: LearnerState, rollout: Rollout, gamma: float):
     return b, out, state.critic(out.states), to_torch(rollout.rewards, state.device)
 
 
-def policy_step(cfg, state: LearnerState, logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
-                train: bool) -> dict:
-    """REINFORCE step with the given advantages (``train=False``: the loss only, e.g. during critic warm-up)."""
-    loss, stats = reinforce_loss(logp, adv, mask)
+def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.Tensor, train: bool) -> dict:
+    """REINFORCE step with the given advantages on the generator pass ``out_g`` (``train=False``: the loss only,
+    e.g. during critic warm-up)."""
+    loss, stats = reinforce_loss(out_g.logp, adv, mask)
     out = {"loss/policy": loss.item(), "policy/advantage_mean": float(stats.advantage_mean),
            "critic/warmup": float(not train)}
+    loss = with_entropy(state, loss, out_g.logits, mask, out)
     if train:
         out["policy/grad_norm"] = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
     return out
@@ -64,6 +66,6 @@ class ActorCritic(RolloutAlgo):
         b, out, values, rewards = critic_pass(state, rollout, cfg.gamma)
         adv, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
         adv = advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages)
-        m = policy_step(cfg, state, out.logp, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
+        m = policy_step(cfg, state, out, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
         m.update(critic_step(state, values, targets, b.token_mask))
         return {**rollout_metrics(rollout), **m}

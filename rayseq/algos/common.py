@@ -20,6 +20,7 @@ class LearnerState:
     device: torch.device
     critic: nn.Module | None = None  # V_ψ(s_t) of actor-critic / SeqGAN-critic (rayseq.models.critic)
     critic_opt: torch.optim.Optimizer | None = None
+    entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
 
 
 @dataclass
@@ -76,6 +77,17 @@ def step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: 
     return float(norm)
 
 
+def with_entropy(state: LearnerState, loss: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor,
+                 metrics: dict) -> torch.Tensor:
+    """``loss`` − entropy_coef · H(π(·|s_t)) over ``mask`` (rayseq.algos.regularizers); logs policy/entropy."""
+    from rayseq.algos.regularizers import entropy_bonus
+
+    bonus, h = entropy_bonus(logits, mask, state.entropy_coef)
+    if state.entropy_coef:
+        metrics["policy/entropy"] = h
+    return loss + bonus
+
+
 def rollout_metrics(rollout: Rollout) -> dict:
     return {
         "rollout/reward_mean": float(rollout.score.mean()),
@@ -115,10 +127,49 @@ class Algorithm:
     needs_references = False  # token-level reward increments against the input's reference replies
     needs_task_reward = False  # learns from the task's reward (not a discriminator's, not only references)
     needs_targets = False
+    # how the driver gives a sampled rollout its rewards: "task" (the task's reward, on the workers or scorer
+    # actors), "monte_carlo_q" (SeqGAN's Q from Monte-Carlo search scored by D), "discriminator" (D(Y))
+    scoring = "task"
+    stateful_request = False  # the learner's copy builds the rollout requests (state lives there: interpolation's λ)
+    validate_every = 0  # call on_validation with the validation reward every this many iterations (0: never)
+    fields: dict = {}  # algo.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them
+    regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)
 
     def __init__(self, cfg, seed: int = 0):
         self.cfg = cfg
         self.seed = int(seed)
+
+    # -- optional hooks (defaults: what most algorithms want) ------------------------------------------
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Raise ValueError on a run config this algorithm cannot run (called when the config is validated)."""
+
+    def prompt_copies(self) -> int:
+        """Samples per prompt: the driver repeats each input this many times in consecutive rows (1: none)."""
+        return 1
+
+    def policy_steps(self) -> int:
+        """Sample-score-update steps per iteration (SeqGAN's g-steps)."""
+        return 1
+
+    def discriminator_steps(self, iteration: int, d_steps: int) -> int:
+        """d-steps after the policy steps of ``iteration`` (adversarial algorithms; ``disc.d_steps`` by default)."""
+        return d_steps if self.adversarial else 0
+
+    def augment(self, task, batch, rng, iteration: int):
+        """Supervised algorithms may change their batch on the driver: (batch, metrics)."""
+        return batch, {}
+
+    def on_validation(self, state, reward: float) -> dict:
+        """Called with the validation reward every ``validate_every`` iterations; returns metrics."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """Algorithm state that checkpoints keep (empty: none)."""
+        return {}
+
+    def load_state_dict(self, d: dict) -> None:
+        """Restore :meth:`state_dict`."""
 
 
 class RolloutAlgo(Algorithm):
@@ -130,6 +181,7 @@ class RolloutAlgo(Algorithm):
 
     params = BASELINE_PARAMS
     needs_task_reward = True
+    regularized = True
 
     @property
     def baseline_on(self) -> bool:

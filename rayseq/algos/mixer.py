@@ -32,6 +32,7 @@ from rayseq.algos.common import (
     rollout_metrics,
     rollout_tensors,
     step,
+    with_entropy,
 )
 from rayseq.algos.ppo import minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import dynamic_surrogate
@@ -65,6 +66,8 @@ class Mixer(RolloutAlgo):
         adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
         xent_mask = b.token_mask - b.action_mask
         loss, stats = mixer_loss(out.logp, adv, xent_mask, b.action_mask)
+        extra: dict = {}
+        loss = with_entropy(state, loss, out.logits, b.action_mask, extra)
         grad_norm = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
         step(state.base_opt, v_loss, state.baseline.parameters(), None)
@@ -76,6 +79,7 @@ class Mixer(RolloutAlgo):
             "policy/grad_norm": grad_norm,
             "value/explained_variance": float(v_stats.explained_variance),
             **self.schedule_metrics(rollout, iteration),
+            **extra,
         }
 
 

@@ -22,6 +22,7 @@ from rayseq.algos.common import (
     rollout_metrics,
     rollout_tensors,
     step,
+    with_entropy,
 )
 from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
 from rayseq.seeding import derive_seed
@@ -29,16 +30,21 @@ from rayseq.types import Rollout
 
 
 def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int, use_baseline: bool = True,
-               mixer: bool = False) -> dict:
+               mixer: bool = False, given_advantages: torch.Tensor | None = None) -> dict:
     """K epochs × minibatches of ``surrogate(logp, old_logp, adv, mask) -> (loss, PolicyStats)``;
     advantages A_t = R_t − b(s_t) once per batch (A_t = R_t without the baseline). ``mixer``: the tokens forced
-    from the reference (token_mask − action_mask) add MIXER's cross-entropy (:func:`rayseq.losses.mixer_combine`)."""
+    from the reference (token_mask − action_mask) add MIXER's cross-entropy (:func:`rayseq.losses.mixer_combine`).
+    ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's group-normalised rewards); then no value
+    baseline is used or trained."""
     b = rollout_tensors(rollout, state.device, cfg.gamma)
-    with torch.no_grad():
-        values = state.baseline(state.generator.logprobs(b.src, b.src_len, b.tokens).states)
-    if not use_baseline:
-        values = torch.zeros_like(values)
-    adv_all = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
+    if given_advantages is not None:
+        adv_all = given_advantages.to(state.device).detach() * b.action_mask
+    else:
+        with torch.no_grad():
+            values = state.baseline(state.generator.logprobs(b.src, b.src_len, b.tokens).states)
+        if not use_baseline:
+            values = torch.zeros_like(values)
+        adv_all = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
     B = len(rollout)
     mb = min(cfg.minibatch_size or B, B)
     perm_rng = torch.Generator().manual_seed(seed)
@@ -53,15 +59,20 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
             loss, stats = surrogate(out.logp, m.old_logp, adv_all[idx], m.action_mask)
             if mixer:
                 loss = mixer_combine(loss, m.action_mask, out.logp, m.token_mask - m.action_mask)
+            extra: dict = {}
+            loss = with_entropy(state, loss, out.logits, m.action_mask, extra)
+            for k, v in extra.items():
+                sums[k] += v
             sums["policy/grad_norm"] += step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
-            v_loss, v_stats = value_loss(state.baseline(out.states), m.returns, m.action_mask)
-            step(state.base_opt, v_loss, state.baseline.parameters(), None)
+            if given_advantages is None:
+                v_loss, v_stats = value_loss(state.baseline(out.states), m.returns, m.action_mask)
+                step(state.base_opt, v_loss, state.baseline.parameters(), None)
+                sums["loss/value"] += v_loss.item()
+                sums["value/explained_variance"] += float(v_stats.explained_variance)
             sums["loss/policy"] += loss.item()
-            sums["loss/value"] += v_loss.item()
             sums["policy/clipfrac"] += float(stats.clipfrac)
             sums["policy/approx_kl"] += float(stats.approx_kl)
             sums["policy/ratio_mean"] += float(stats.ratio_mean)
-            sums["value/explained_variance"] += float(v_stats.explained_variance)
             n += 1
     out = {k: v / n for k, v in sums.items()}
     out["policy/advantage_mean"] = float(masked_mean(adv_all, b.action_mask))

@@ -45,17 +45,6 @@ def content_lengths(tgt: np.ndarray, tgt_len: np.ndarray, eos: int) -> np.ndarra
     return tgt_len - ((tgt_len > 0) & (last == eos)).astype(np.int64)
 
 
-def repeat_batch(batch: PromptBatch, k: int, tgt: np.ndarray | None = None) -> PromptBatch:
-    """Each row of ``batch`` repeated ``k`` times in place (row b·k + j is a copy of row b); ``tgt``, when
-    given, replaces the repeated targets (it must already have B·k rows)."""
-
-    def rep(a):
-        return None if a is None else np.repeat(a, k, axis=0)
-
-    return PromptBatch(rep(batch.src), rep(batch.src_len), rep(batch.tgt) if tgt is None else tgt,
-                       rep(batch.tgt_len), rep(batch.key))
-
-
 def length_mask(lengths: np.ndarray, width: int) -> np.ndarray:
     """(B, width) float32, 1 for the first ``lengths[b]`` positions."""
     return (np.arange(width)[None, :] < np.asarray(lengths)[:, None]).astype(np.float32)
@@ -156,12 +145,12 @@ class RAML(Algorithm):
         B, T = tgt.shape
         P, k = c.raml_pool, c.raml_samples
         cands = raml_pool(rng, tgt, tgt_len, P, c.raml_max_ngram, len(task.vocab), task.specials.eos)
-        flat = repeat_batch(batch, P, tgt=cands.reshape(B * P, T))
+        flat = batch.repeat(P, tgt=cands.reshape(B * P, T))
         _, score = task.rewards(flat.src, flat.src_len, flat.tgt, length_mask(flat.tgt_len, T), key=flat.key)
         R = np.asarray(score, dtype=np.float64).reshape(B, P)
         idx = sample_exponentiated(rng, R, c.raml_tau, k)  # (B, k)
         drawn = np.take_along_axis(cands, idx[:, :, None], axis=1)  # (B, k, T)
-        out = repeat_batch(batch, k, tgt=drawn.reshape(B * k, T))
+        out = batch.repeat(k, tgt=drawn.reshape(B * k, T))
         metrics = {
             "raml/reward_mean": float(np.take_along_axis(R, idx, axis=1).mean()),
             "raml/reward_ref": float(R[:, 0].mean()),

@@ -6,7 +6,15 @@ One gradient step per sampled batch:
 
 from __future__ import annotations
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, advantages, rollout_metrics, rollout_tensors, step
+from rayseq.algos.common import (
+    LearnerState,
+    RolloutAlgo,
+    advantages,
+    rollout_metrics,
+    rollout_tensors,
+    step,
+    with_entropy,
+)
 from rayseq.losses import reinforce_loss, value_loss
 from rayseq.types import Rollout
 
@@ -21,6 +29,8 @@ class Reinforce(RolloutAlgo):
         values = state.baseline(out.states)
         adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
         loss, stats = reinforce_loss(out.logp, adv, b.action_mask)
+        extra: dict = {}
+        loss = with_entropy(state, loss, out.logits, b.action_mask, extra)
         grad_norm = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
         step(state.base_opt, v_loss, state.baseline.parameters(), None)
@@ -31,4 +41,5 @@ class Reinforce(RolloutAlgo):
             "policy/advantage_mean": float(stats.advantage_mean),
             "policy/grad_norm": grad_norm,
             "value/explained_variance": float(v_stats.explained_variance),
+            **extra,
         }

@@ -14,7 +14,7 @@ import dataclasses
 
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, step
+from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, step, with_entropy
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, RolloutRequest, to_torch
 
@@ -41,6 +41,8 @@ class SCST(RolloutAlgo):
         out = state.generator.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d),
                                        to_torch(rollout.tokens, d))
         loss, stats = reinforce_loss(out.logp, adv, mask)
+        extra: dict = {}
+        loss = with_entropy(state, loss, out.logits, mask, extra)
         grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {
             **rollout_metrics(rollout),
@@ -49,4 +51,5 @@ class SCST(RolloutAlgo):
             "loss/policy": loss.item(),
             "policy/advantage_mean": float(stats.advantage_mean),
             "policy/grad_norm": grad_norm,
+            **extra,
         }

@@ -17,17 +17,20 @@ from __future__ import annotations
 
 from rayseq.algos.actor_critic import critic_pass, critic_step, policy_step
 from rayseq.algos.common import CRITIC_PARAMS, LearnerState, RolloutAlgo, rollout_metrics
+from rayseq.algos.seqgan import Adversarial
 from rayseq.losses import gae, masked_mean
 from rayseq.types import Rollout
 
 
-class SeqGANCritic(RolloutAlgo):
+class SeqGANCritic(Adversarial, RolloutAlgo):
     name = "seqgan_critic"
     params = ("gamma", "use_baseline", "g_steps", *CRITIC_PARAMS)  # use_baseline: subtract V_ψ(s_t)
-    defaults = {"use_baseline": False}
-    adversarial = True
     uses_critic = True
-    needs_task_reward = False  # D(Y) is the reward
+    scoring = "discriminator"  # D(Y) of the whole sequence; the critic estimates the rest of Q
+
+    def discriminator_steps(self, iteration: int, d_steps: int) -> int:
+        """D waits while only the critic learns (the first ``critic_warmup`` iterations)."""
+        return 0 if iteration < self.cfg.critic_warmup else d_steps
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
@@ -35,7 +38,7 @@ class SeqGANCritic(RolloutAlgo):
         _, q = gae(rewards, values, b.token_mask, cfg.gamma, 0.0)  # λ = 0: r_t + γ V(s_{t+1})
         adv = (q - values.detach() * b.token_mask) if self.baseline_on else q
         _, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
-        m = policy_step(cfg, state, out.logp, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
+        m = policy_step(cfg, state, out, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
         m.update(critic_step(state, values, targets, b.token_mask))
         m["rollout/q_mean"] = float(masked_mean(q, b.token_mask))
         return {**rollout_metrics(rollout), **m}

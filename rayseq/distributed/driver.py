@@ -224,7 +224,7 @@ class Trainer:
         """Runs the rest of ``stage``; returns the validation metrics (``val/*``) at its end."""
         cfg = self.cfg
         algo = make_algo(cfg.algo, cfg.seed) if stage == "train" else None
-        supervised = algo is None or algo.kind == "supervised"
+        supervised = algo is None or algo.kind == "supervised"  # MLE pretraining, or a supervised algorithm
         # the disc stage leaves G, hence its evaluation, as pretraining ended; other stages evaluate as they go
         ev = {k: v for k, v in self.pretrain_metrics.items() if k.startswith("val/")} if stage == "disc" else None
         if self.stage_iter >= n_iters:
@@ -236,37 +236,22 @@ class Trainer:
             m: dict = {}
             if stage == "disc":
                 m.update(self._d_step(rt))
-            elif getattr(algo, "adversarial", False):
-                m.update(self._gan_iteration(rt, algo))
             elif supervised:
                 bs = cfg.train.pretrain_batch_size if stage == "mle" else cfg.train.batch_size
                 batch = self.task.sample_prompts(self.rng, bs, with_targets=True)
-                if hasattr(algo, "augment"):  # RAML's reward-weighted samples, data noising
+                if algo is not None:  # RAML's reward-weighted samples, data noising; others: the batch as it is
                     batch, aug = algo.augment(self.task, batch, self.rng, self.stage_iter)
-                    m.update(aug)
-                    m["time/augment_s"] = time.perf_counter() - t0
+                    if aug:
+                        m.update(aug)
+                        m["time/augment_s"] = time.perf_counter() - t0
                 t1 = time.perf_counter()
                 m.update(rt.learner("update", batch, self.stage_iter))
                 m["time/learn_s"] = time.perf_counter() - t1
             else:
-                if getattr(algo, "validate_every", 0) and self.stage_iter == 0:
-                    m.update(rt.learner("validate"))  # the starting point the first interval is judged against
-                _sync_generator(rt)
-                t1 = time.perf_counter()
-                prompts = self.task.sample_prompts(self.rng, cfg.train.batch_size, with_targets=algo.needs_targets)
-                request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
-                                _rollout_seed(cfg, self.iteration))
-                request = (rt.learner("rollout_request", *request_args) if getattr(algo, "stateful_request", False)
-                           else algo.rollout_request(*request_args))
-                rollout = rt.sample(prompts, request)
-                t2 = time.perf_counter()
-                m.update(rt.learner("update", rollout, self.stage_iter))
-                t3 = time.perf_counter()
-                m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
-                m["rollout/worker_restarts"] = float(rt.restarts)
+                m.update(self._rollout_iteration(rt, algo))
             self.stage_iter += 1
             self.iteration += 1
-            if getattr(algo, "validate_every", 0) and self.stage_iter % algo.validate_every == 0:
+            if algo is not None and algo.validate_every and self.stage_iter % algo.validate_every == 0:
                 m.update(rt.learner("validate"))
             m["time/iter_s"] = time.perf_counter() - t0
             every = cfg.train.eval_every
@@ -299,50 +284,84 @@ class Trainer:
         m.update({"time/negatives_s": t1 - t0, "time/disc_s": time.perf_counter() - t0})
         return m
 
-    def _gan_iteration(self, rt, algo) -> dict:
-        """``algo.g_steps`` generator updates with Monte-Carlo Q, then ``disc.d_steps`` d-steps."""
-        cfg, a = self.cfg, self.cfg.algo
+    def _prompts(self, algo, n: int):
+        """``n`` prompts for the algorithm's rollouts: ``n / algo.prompt_copies()`` inputs, each repeated that many
+        times in consecutive rows (GRPO's and RLOO's groups of samples of one prompt)."""
+        copies = algo.prompt_copies()
+        if n % copies:
+            raise ValueError(f"train.batch_size={n} is not a multiple of the {copies} samples per prompt")
+        prompts = self.task.sample_prompts(self.rng, n // copies, with_targets=algo.needs_targets)
+        return prompts if copies == 1 else prompts.repeat(copies)
+
+    def _rollout_iteration(self, rt, algo) -> dict:
+        """One iteration of a rollout algorithm: ``algo.policy_steps()`` times sample, score as the algorithm says
+        (``algo.scoring``), update; then, for an adversarial one, ``algo.discriminator_steps`` d-steps (SeqGAN
+        Algorithm 1: g-steps, then d-steps)."""
+        cfg = self.cfg
         m: dict = {}
-        for g in range(a.g_steps):
+        if algo.validate_every and self.stage_iter == 0:
+            m.update(rt.learner("validate"))  # the starting point the first interval is judged against
+        steps = algo.policy_steps()
+        for g in range(steps):
             t0 = time.perf_counter()
             _sync_generator(rt)
-            prompts = self.task.sample_prompts(self.rng, cfg.train.batch_size, with_targets=algo.needs_targets)
-            seed = _rollout_seed(cfg, self.iteration * a.g_steps + g)
-            request = algo.rollout_request(self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
             t1 = time.perf_counter()
+            prompts = self._prompts(algo, cfg.train.batch_size)
+            seed = _rollout_seed(cfg, self.iteration * steps + g)
+            request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
+            request = (rt.learner("rollout_request", *request_args) if algo.stateful_request
+                       else algo.rollout_request(*request_args))
             rollout = rt.sample(prompts, request)
             t2 = time.perf_counter()
-            rt.sync_disc(rt.learner("get_disc_version"))
-            T = rollout.tokens.shape[1]
-            lengths = (rollout.token_mask > 0).sum(1)
-            n_tok = int(lengths.sum())
-            if getattr(algo, "monte_carlo", True):
-                q, info = rt.mc_q(rollout, a.mc_rollouts, cfg.rollout.temperature, seed)
-                rollout.returns = q[:, :T]
-                rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
-                m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
-                # what Q costs beyond sampling Y: continuation steps of every prefix, and D evaluations
-                m["rollout/extra_gen_steps"] = float(a.mc_rollouts * int((lengths * (lengths - 1) // 2).sum()))
-                m["rollout/d_evals"] = float(a.mc_rollouts * int(np.maximum(lengths - 1, 0).sum()) + len(lengths))
-            else:  # SeqGAN-critic: D scores the sampled sequences only; the learner's critic does the rest
-                d, info = rt.disc_scores(rollout)
-                info = {"mc_s": 0.0, **info}
-                rollout.score = d
-                rollout.rewards = terminal_rewards(d, rollout.token_mask)
-                m["rollout/extra_gen_steps"] = 0.0
-                m["rollout/d_evals"] = float(len(lengths))
+            m.update(self._score(rt, algo, rollout, seed))
             t3 = time.perf_counter()
             m.update(rt.learner("update", rollout, self.stage_iter))
             t4 = time.perf_counter()
-            m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/mc_total_s": t3 - t2,
-                      "time/mc_s": info["mc_s"], "time/score_s": info["score_s"], "time/learn_s": t4 - t3})
-            m["rollout/tokens"] = float(n_tok)
-        t5 = time.perf_counter()
-        critic_only = getattr(algo, "uses_critic", False) and self.stage_iter < a.critic_warmup
-        for _ in range(0 if critic_only else cfg.disc.d_steps):  # D waits while only the critic learns
-            m.update(self._d_step(rt))
-        m["time/disc_s"] = time.perf_counter() - t5
+            m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3})
+            if algo.scoring != "task":
+                m["time/mc_total_s"] = t3 - t2
+        if algo.adversarial:
+            t5 = time.perf_counter()
+            for _ in range(algo.discriminator_steps(self.stage_iter, cfg.disc.d_steps)):
+                m.update(self._d_step(rt))
+            m["time/disc_s"] = time.perf_counter() - t5
         m["rollout/worker_restarts"] = float(rt.restarts)
+        return m
+
+    def _score(self, rt, algo, rollout, seed: int) -> dict:
+        """Give a sampled rollout its rewards as the algorithm says (``algo.scoring``; returns metrics):
+
+        - ``task``: the task's reward, already computed where it was sampled (workers or scorer actors);
+        - ``monte_carlo_q``: SeqGAN's Q(Y_1:t−1, y_t) for every token (Eq. 4): N continuations of each prefix by
+          the rollout policy on the workers, scored by D on the scorers, as ``Rollout.returns``;
+        - ``discriminator``: D(Y) of each whole sequence as its terminal reward (SeqGAN-critic).
+        """
+        if algo.scoring == "task":
+            return {}
+        a = self.cfg.algo
+        rt.sync_disc(rt.learner("get_disc_version"))
+        T = rollout.tokens.shape[1]
+        lengths = (rollout.token_mask > 0).sum(1)
+        m = {"rollout/tokens": float(lengths.sum())}
+        if algo.scoring == "monte_carlo_q":
+            q, info = rt.mc_q(rollout, a.mc_rollouts, self.cfg.rollout.temperature, seed)
+            rollout.returns = q[:, :T]
+            rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
+            m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
+            # what Q costs beyond sampling Y: continuation steps of every prefix, and D evaluations
+            m["rollout/extra_gen_steps"] = float(a.mc_rollouts * int((lengths * (lengths - 1) // 2).sum()))
+            m["rollout/d_evals"] = float(a.mc_rollouts * int(np.maximum(lengths - 1, 0).sum()) + len(lengths))
+        elif algo.scoring == "discriminator":  # D scores the sampled sequences only; a critic may do the rest
+            d, info = rt.disc_scores(rollout)
+            info = {"mc_s": 0.0, **info}
+            rollout.score = d
+            rollout.rewards = terminal_rewards(d, rollout.token_mask)
+            m["rollout/extra_gen_steps"] = 0.0
+            m["rollout/d_evals"] = float(len(lengths))
+        else:
+            raise ValueError(f"algo.name={a.name}: unknown scoring {algo.scoring!r} (task, monte_carlo_q, "
+                             "discriminator)")
+        m.update({"time/mc_s": info["mc_s"], "time/score_s": info["score_s"]})
         return m
 
 

@@ -9,9 +9,9 @@ import random
 import numpy as np
 import torch
 
-from rayseq.algos import MLE, LearnerState, make_algo
+from rayseq.algos import MLE, LearnerState, make_algo, seqgan
+from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
-from rayseq.losses.discriminator import discriminator_loss
 from rayseq.models import Critic, ValueBaseline
 from rayseq.models.discriminator import build_discriminator
 from rayseq.models.generator import build_generator
@@ -21,8 +21,8 @@ from rayseq.types import PromptBatch, Rollout, to_torch
 
 def make_generator(cfg: RunConfig, task):
     """The task's generator (conditional or not, banned ids) from the model config."""
-    return build_generator(len(task.vocab), cfg.model, task.specials, conditional=getattr(task, "conditional", True),
-                           banned_ids=getattr(task, "banned_ids", ()))
+    return build_generator(len(task.vocab), cfg.model, task.specials, conditional=task.conditional,
+                           banned_ids=task.banned_ids)
 
 
 def make_discriminator(cfg: RunConfig, task):
@@ -57,6 +57,11 @@ class Learner:
         if c.algorithm.uses_critic:
             self.state.critic = Critic(c.model.hidden_dim, c.algo.critic_hidden).to(self.device)
             self.state.critic_opt = torch.optim.Adam(self.state.critic.parameters(), lr=c.algo.critic_lr)
+        # KL to the pretrained policy (in the reward) and the entropy bonus, for regularized (rollout) algorithms
+        regularized = c.algorithm.regularized
+        self.kl = KLController(c.algo.kl_coef, c.algo.kl_target) if regularized else None
+        self.state.entropy_coef = c.algo.entropy_coef if regularized else 0.0
+        self.ref_policy = None  # π_ref: the generator as the algorithm stage starts, frozen
         self.stage = "mle"
         self.algo = MLE(c.algo, c.seed)
         self.version = 0
@@ -87,6 +92,8 @@ class Learner:
             self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
             if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
                 self.rollout_policy = copy.deepcopy(self.state.generator).eval()
+            if self.kl is not None and self.kl.coef > 0:
+                self.ref_policy = copy.deepcopy(self.state.generator).eval().requires_grad_(False)
 
     def get_weights(self) -> dict:
         """Generator (and SeqGAN's rollout policy G_β) state dicts on CPU, published once per version."""
@@ -117,57 +124,35 @@ class Learner:
 
     def update(self, batch, iteration: int) -> dict:
         self.state.generator.train()
-        metrics = self.algo.update(self.state, batch, iteration)
+        kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and self.algo.kind == "rollout" else {}
+        metrics = {**self.algo.update(self.state, batch, iteration), **kl_metrics}
         if self.algo.kind == "rollout":
             metrics["rollout/staleness"] = float(self.version - batch.version)
-        if self.rollout_policy is not None and getattr(self.algo, "adversarial", False):
-            self._update_rollout_policy()
+        if self.rollout_policy is not None and self.algo.adversarial:
+            seqgan.average_rollout_policy(self.rollout_policy, self.state.generator, self.cfg.algo.rollout_update_rate)
         self.version += 1
         metrics["learner/version"] = float(self.version)
         return metrics
 
     @torch.no_grad()
-    def _update_rollout_policy(self) -> None:
-        """β ← r·β + (1 − r)·θ (SeqGAN code's ROLLOUT.update_params; the paper's G_β = G_θ is r = 0)."""
-        r = self.cfg.algo.rollout_update_rate
-        for b, t in zip(self.rollout_policy.parameters(), self.state.generator.parameters()):
-            b.mul_(r).add_(t, alpha=1.0 - r)
+    def _kl_penalty(self, rollout: Rollout) -> dict:
+        """r_t − β·(log π_old − log π_ref) on the rollout (rayseq.algos.regularizers); then β's controller step."""
+        d = self.device
+        ref = self.ref_policy.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d),
+                                       to_torch(rollout.tokens, d)).logp.cpu().numpy()
+        kl = sampled_kl(rollout.logp, ref, rollout.action_mask)
+        coef = self.kl.coef
+        apply_kl_penalty(rollout, kl, coef)
+        per_reply = float(kl.sum(1).mean())
+        self.kl.update(per_reply)
+        return {"kl/per_reply": per_reply, "kl/per_token": float(kl.sum() / max(rollout.action_mask.sum(), 1.0)),
+                "kl/coef": coef}
 
     def train_discriminator(self, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
-        """One d-step (SeqGAN Alg. 1): ``disc.epochs`` epochs of minibatch BCE (Eq. 5) over the real
-        (input, target) pairs and the freshly generated negatives, shuffled together."""
-        c, d = self.cfg.disc, self.device
-        self.disc.train()
-        neg_len = (negatives.token_mask > 0).sum(1)
-        tokens = _pad_cat(positives.tgt, negatives.tokens, self.task.specials.pad)
-        lengths = np.concatenate([positives.tgt_len, neg_len])
-        src = _pad_cat(positives.src, negatives.src, self.task.specials.pad)
-        src_len = np.concatenate([positives.src_len, negatives.src_len])
-        labels = np.concatenate([np.ones(len(positives)), np.zeros(len(negatives))]).astype(bool)
-        tokens, lengths, src, src_len = (to_torch(a, d) for a in (tokens, lengths, src, src_len))
-        conditional = src.shape[1] > 0
-        labels = torch.from_numpy(labels).to(d)
-        perm_rng = torch.Generator().manual_seed(int(seed))
-        sums = {"disc/loss": 0.0, "disc/accuracy": 0.0, "disc/d_real": 0.0, "disc/d_fake": 0.0}
-        n = 0
-        for _ in range(c.epochs):
-            perm = torch.randperm(len(labels), generator=perm_rng).to(d)
-            for a in range(0, len(perm), c.batch_size):
-                idx = perm[a : a + c.batch_size]
-                logits = self.disc(tokens[idx], lengths[idx], src[idx] if conditional else None,
-                                   src_len[idx] if conditional else None)
-                y = labels[idx]
-                loss, stats = discriminator_loss(logits[y], logits[~y], c.l2_reg, self.disc.out.parameters())
-                self.disc_opt.zero_grad(set_to_none=True)
-                loss.backward()
-                self.disc_opt.step()
-                sums["disc/loss"] += loss.item()
-                sums["disc/accuracy"] += float(stats.accuracy)
-                sums["disc/d_real"] += float(stats.d_real) if bool(y.any()) else 0.0
-                sums["disc/d_fake"] += float(stats.d_fake) if bool((~y).any()) else 0.0
-                n += 1
+        """One d-step of SeqGAN's Algorithm 1 (:func:`rayseq.algos.seqgan.d_step`)."""
+        out = seqgan.d_step(self.disc, self.disc_opt, positives, negatives, self.cfg.disc, self.task.specials.pad,
+                            self.device, seed)
         self.disc_version += 1
-        out = {k: v / max(n, 1) for k, v in sums.items()}
         out["disc/version"] = float(self.disc_version)
         return out
 
@@ -194,10 +179,13 @@ class Learner:
                     "disc_version": self.disc_version}
         if self.rollout_policy is not None:
             out["rollout_policy"] = self.rollout_policy.state_dict()
+        if self.ref_policy is not None:
+            out |= {"ref_policy": self.ref_policy.state_dict(), "kl_coef": self.kl.coef}
         if s.critic is not None:
             out |= {"critic": s.critic.state_dict(), "critic_opt": s.critic_opt.state_dict()}
-        if hasattr(self.algo, "state_dict"):
-            out["algo"] = self.algo.state_dict()
+        algo_state = self.algo.state_dict()
+        if algo_state:
+            out["algo"] = algo_state
         return out
 
     def load_state_dict(self, d: dict) -> None:
@@ -217,10 +205,13 @@ class Learner:
             self.disc_version = int(d["disc_version"])
         if self.rollout_policy is not None and "rollout_policy" in d:
             self.rollout_policy.load_state_dict(d["rollout_policy"])
+        if self.ref_policy is not None and "ref_policy" in d:
+            self.ref_policy.load_state_dict(d["ref_policy"])
+            self.kl.coef = float(d["kl_coef"])
         if s.critic is not None and "critic" in d:
             s.critic.load_state_dict(d["critic"])
             s.critic_opt.load_state_dict(d["critic_opt"])
-        if "algo" in d and hasattr(self.algo, "load_state_dict"):
+        if "algo" in d:
             self.algo.load_state_dict(d["algo"])
 
     def apply_config_lrs(self) -> dict:
@@ -263,12 +254,3 @@ def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu")
     generator = make_generator(cfg, task).to(device)
     generator.load_state_dict(ck["learner"]["generator"])
     return task.evaluate(generator, device, split=split)
-
-
-def _pad_cat(a: np.ndarray, b: np.ndarray, pad: int) -> np.ndarray:
-    """Concatenate two (n, L) int arrays along rows, right-padding the narrower one."""
-    width = max(a.shape[1], b.shape[1])
-    out = np.full((len(a) + len(b), width), pad, dtype=np.int64)
-    out[: len(a), : a.shape[1]] = a
-    out[len(a) :, : b.shape[1]] = b
-    return out

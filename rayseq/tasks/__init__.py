@@ -1,6 +1,7 @@
 """Tasks = data + reward + evaluation (math layer: numpy + torch only).
 
-A task class (its name registered in :mod:`rayseq.registry`) declares ``name`` and ``params`` (the ``task.*``
+A task class (:class:`rayseq.tasks.base.Task`: what it must provide and the defaults; its name registered in
+:mod:`rayseq.registry`, or a user's class named by import path) declares ``name`` and ``params`` (the ``task.*``
 keys it reads) and provides ``evaluate(generator, device, split=...)`` with its ``val/*`` and ``test/*`` metrics,
 listed by the classmethod ``metric_names(task_cfg, split)``.
 """
@@ -8,7 +9,7 @@ listed by the classmethod ``metric_names(task_cfg, split)``.
 from __future__ import annotations
 
 from rayseq.registry import task_class
-from rayseq.tasks.base import Specials, Vocab
+from rayseq.tasks.base import Specials, Task, Vocab
 from rayseq.tasks.counting import CountingTask
 from rayseq.tasks.oracle import OracleTask
 
@@ -23,4 +24,4 @@ def metric_names(task_cfg, split: str) -> list[str]:
     return task_class(task_cfg.name).metric_names(task_cfg, split)
 
 
-__all__ = ["CountingTask", "OracleTask", "Specials", "Vocab", "make_task", "metric_names"]
+__all__ = ["CountingTask", "OracleTask", "Specials", "Task", "Vocab", "make_task", "metric_names"]

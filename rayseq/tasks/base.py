@@ -70,3 +70,31 @@ def task_spec(task, tokenizer: dict) -> dict:
         "max_tgt_len": task.max_tgt_len,
         "tokenizer": dict(tokenizer),
     }
+
+
+class Task:
+    """What a task provides (rayseq.registry reads the class attributes without instantiating it). Subclass it for
+    your own task and name it ``task.name=package.module:Class``.
+
+    Required: ``name``; ``params`` (the ``task.*`` keys it reads besides name); in ``__init__(task_cfg)``:
+    ``vocab`` (a :class:`Vocab`), ``specials`` (its ids), ``max_src_len``, ``max_tgt_len``; and the methods
+    ``sample_prompts(rng, n, with_targets=False) -> PromptBatch`` (training inputs; with reference targets for
+    MLE), ``rewards(src, src_len, tokens, token_mask, key=None) -> (per-token rewards (B, T), score (B,))``,
+    ``evaluate(generator, device, split="val"|"test") -> (metrics "<split>/...", details)`` and the classmethod
+    ``metric_names(task_cfg, split)`` (what ``evaluate`` reports: Tune checks a search metric against it).
+
+    Optional, with defaults: ``conditional`` (the generator reads an input), ``banned_ids`` (tokens never emitted
+    besides <pad>/<bos>), traits ``has_reward``, ``has_references``, ``scored_remotely`` (see rayseq.registry),
+    ``spec()`` (what serving needs, stored in checkpoints).
+    """
+
+    name = ""
+    params: tuple[str, ...] = ()
+    conditional = True
+    banned_ids: tuple[int, ...] = ()
+    has_reward, has_references, scored_remotely = True, False, False
+    tokenizer = {"kind": "words", "lowercase": True}  # how serving turns text into this task's tokens
+
+    def spec(self) -> dict:
+        """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
+        return task_spec(self, self.tokenizer)

@@ -32,7 +32,7 @@ import torch
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.text import detokenize
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
-from rayseq.tasks.base import task_spec
+from rayseq.tasks.base import Task, task_spec
 from rayseq.types import PromptBatch
 
 PAPER_PROMPTS = (
@@ -42,12 +42,11 @@ PAPER_PROMPTS = (
 SELF_BLEU_REPLIES = 500
 
 
-class ChitchatTask:
+class ChitchatTask(Task):
     name = "chitchat"
     params = ("data_dir", "source", "prepare", "test_size", "val_size")
     has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
     scored_remotely = True  # against all references of an input: worth the scorer actors
-    conditional = True
 
     def __init__(self, cfg):
         self.cfg = cfg

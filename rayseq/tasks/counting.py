@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from rayseq.rewards import terminal_rewards
-from rayseq.tasks.base import Vocab, task_spec
+from rayseq.tasks.base import Task, Vocab
 from rayseq.types import PromptBatch
 
 MIN_DISJOINT_LEN = 4
@@ -32,7 +32,7 @@ TARGET_LEN = 3
 SPLITS = ("val", "test")
 
 
-class CountingTask:
+class CountingTask(Task):
     name = "counting"
     params = ("test_size", "test_seed", "val_size", "val_seed", "min_len", "max_len")
     has_reward, has_references, scored_remotely = True, False, False  # 0/1 correctness: cheap, on the workers
@@ -56,9 +56,7 @@ class CountingTask:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         return (self.val_src, self.val_len) if split == "val" else (self.test_src, self.test_len)
 
-    def spec(self) -> dict:
-        """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
-        return task_spec(self, {"kind": "chars", "lowercase": True})
+    tokenizer = {"kind": "chars", "lowercase": True}  # serving reads "9 2 3" digit by digit
 
     # -- data -------------------------------------------------------------------------------------
     def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

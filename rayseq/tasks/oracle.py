@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayseq.tasks.base import SPECIAL_TOKENS, Vocab, task_spec
+from rayseq.tasks.base import SPECIAL_TOKENS, Task, Vocab
 from rayseq.types import PromptBatch
 
 OFFSET = len(SPECIAL_TOKENS)
@@ -129,7 +129,7 @@ class OracleLSTM(nn.Module):
         return torch.cat(out)
 
 
-class OracleTask:
+class OracleTask(Task):
     name = "oracle"
     params = ("test_size", "test_seed", "val_size", "val_seed", "oracle_path", "oracle_seed", "vocab_size",
               "oracle_hidden", "seq_len", "num_train", "data_seed", "eval_samples")
@@ -164,10 +164,6 @@ class OracleTask:
     def val_data(self) -> np.ndarray:
         """(val_size, seq_len) int64 validation oracle samples (val_seed)."""
         return self.oracle.sample(self.cfg.val_size, self.cfg.seq_len, self.cfg.val_seed).numpy() + OFFSET
-
-    def spec(self) -> dict:
-        """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
-        return task_spec(self, {"kind": "words", "lowercase": True})
 
     def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> PromptBatch:
         """``n`` empty prompts; with targets, ``n`` training sequences drawn uniformly (the real data)."""

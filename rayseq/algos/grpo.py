@@ -1,0 +1,74 @@
+"""GRPO, group relative policy optimisation (Shao et al. 2024, "DeepSeekMath", Sec. 4.1, Eq. 3 and the
+outcome-supervision advantage of Sec. 4.1.2).
+
+For every prompt x the policy samples a group of G replies y_1..y_G (``algo.group_size``; the driver repeats
+each prompt G times in consecutive rows: ``prompt_copies``). Each reply's reward r_i is normalised within
+its group, and every token of reply i gets that advantage:
+
+    Â_i,t = (r_i − mean(r_1..r_G)) / (std(r_1..r_G) + ε)          (outcome supervision, ε = 1e-8)
+
+The update is PPO's clipped surrogate (Tuan et al. Eq. 3; ε = ``algo.eps``) over ``algo.epochs`` passes of
+minibatches, with no value network: the group mean is the baseline. (DeepSeekMath also adds β·KL(π‖π_ref) to
+the loss; ``algo.kl_coef`` does that for every rollout algorithm. The loss is the mean over the batch's tokens,
+not DeepSeekMath's mean over each reply's tokens then over replies.) std is the population std of the group;
+a group whose rewards are all equal has advantage 0.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from rayseq.algos.common import CLIP_PARAMS, PPO_PARAMS, LearnerState, RolloutAlgo
+from rayseq.algos.ppo import minibatch_seed, ppo_update
+from rayseq.losses import ppo_clip_loss
+from rayseq.types import Rollout
+
+GROUP_FIELD = {"group_size": (int, Field(8, ge=2, description="GRPO / RLOO: samples per prompt, G; "
+                                                              "train.batch_size must be a multiple of it."))}
+
+
+def group_normalized_advantages(score: np.ndarray, group_size: int, eps: float = 1e-8) -> np.ndarray:
+    """(B,) rewards in consecutive groups of G -> (B,) (r − group mean) / (group std + ε) (DeepSeekMath 4.1.2)."""
+    r = np.asarray(score, dtype=np.float64).reshape(-1, group_size)
+    return ((r - r.mean(1, keepdims=True)) / (r.std(1, keepdims=True) + eps)).reshape(-1)
+
+
+def check_groups(cls, cfg) -> None:
+    """The run's batch holds whole groups."""
+    if cfg.train.batch_size % cfg.algo.group_size:
+        raise ValueError(f"train.batch_size={cfg.train.batch_size} is not a multiple of "
+                         f"algo.group_size={cfg.algo.group_size} ({cls.name} samples whole groups)")
+
+
+def token_advantages(per_reply: np.ndarray, rollout: Rollout) -> torch.Tensor:
+    """(B,) advantages of whole replies -> (B, T) on every sampled token."""
+    return torch.from_numpy(per_reply.astype(np.float32))[:, None] * torch.from_numpy(rollout.action_mask)
+
+
+class GRPO(RolloutAlgo):
+    name = "grpo"
+    params = (*PPO_PARAMS, *CLIP_PARAMS)
+    fields = GROUP_FIELD
+
+    check_config = classmethod(check_groups)
+
+    def prompt_copies(self) -> int:
+        return self.cfg.group_size
+
+    def advantages(self, rollout: Rollout) -> torch.Tensor:
+        return token_advantages(group_normalized_advantages(rollout.score, self.cfg.group_size), rollout)
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
+        m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+                       given_advantages=self.advantages(rollout))
+        return {**m, **group_metrics(rollout, self.cfg.group_size)}
+
+
+def group_metrics(rollout: Rollout, group_size: int) -> dict:
+    r = np.asarray(rollout.score, dtype=np.float64).reshape(-1, group_size)
+    return {"group/reward_std": float(r.std(1).mean()), "group/all_equal_frac": float((r.std(1) == 0).mean())}

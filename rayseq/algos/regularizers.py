@@ -1,0 +1,70 @@
+"""KL and entropy control for every rollout algorithm (issue 14 item 5).
+
+KL to the pretrained policy, in the reward (Ziegler et al. 2019, "Fine-Tuning Language Models from Human
+Preferences", Sec. 2.2; InstructGPT, Ouyang et al. 2022, Eq. 2): a frozen copy π_ref of the generator as the
+algorithm stage starts (the MLE model) and, for each sampled token,
+
+    r'_t = r_t − β · (log π_old(y_t | …) − log π_ref(y_t | …))
+
+(the sampled token's log-ratio, an unbiased estimate of KL(π_old ‖ π_ref) per token). Sequence-level scores
+(SCST, GRPO, RLOO use them) get the sum over the reply: s' = s − β · Σ_t kl_t; given returns (SeqGAN's Q) the
+reward-to-go of the penalty. β = ``algo.kl_coef``; with ``algo.kl_target`` the adaptive controller of Ziegler et
+al. (Sec. 2.2) moves β towards a target KL per reply: e = clip(KL/KL_target − 1, −0.2, 0.2), β ← β·(1 + K_β·e),
+K_β = 0.1 per update.
+
+Entropy bonus: −``algo.entropy_coef`` · H(π(·|s_t)) added to the policy loss, H the mean entropy over sampled
+tokens (:func:`entropy_bonus`; Williams & Peng 1991, Mnih et al. 2016).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rayseq.losses import masked_mean
+from rayseq.types import Rollout
+
+K_BETA = 0.1  # Ziegler et al.'s proportional gain
+KL_PARAMS = ("kl_coef", "kl_target", "entropy_coef")  # algo.* keys every rollout algorithm reads
+
+
+def sampled_kl(logp_old: np.ndarray, logp_ref: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T) log π_old(y_t) − log π_ref(y_t) on the sampled tokens (0 elsewhere)."""
+    return (np.asarray(logp_old) - np.asarray(logp_ref)) * np.asarray(mask)
+
+
+def apply_kl_penalty(rollout: Rollout, kl: np.ndarray, coef: float) -> Rollout:
+    """Subtract β·kl from the rollout's per-token rewards, β·Σ kl from its scores (and β·Σ_{τ≥t} kl_τ from given
+    returns); in place, returns it."""
+    pen = (coef * kl).astype(np.float32)
+    rollout.rewards = rollout.rewards - pen
+    rollout.score = rollout.score - pen.sum(1)
+    if rollout.returns is not None:  # reward-to-go of the penalty (γ = 1, as SeqGAN's Q)
+        rollout.returns = rollout.returns - np.flip(np.cumsum(np.flip(pen, 1), 1), 1)
+    return rollout  # (SCST's greedy baseline reply has no sampled log-probs: its reward stays unpenalised)
+
+
+class KLController:
+    """β: fixed (``target`` None) or adapted towards ``target`` nats of KL per reply (Ziegler et al. Sec. 2.2)."""
+
+    def __init__(self, coef: float, target: float | None):
+        self.coef, self.target = float(coef), target
+
+    def update(self, kl_per_reply: float) -> float:
+        if self.target is not None:
+            err = float(np.clip(kl_per_reply / self.target - 1.0, -0.2, 0.2))
+            self.coef *= 1.0 + K_BETA * err
+        return self.coef
+
+
+def entropy_bonus(logits: torch.Tensor, mask: torch.Tensor, coef: float) -> tuple[torch.Tensor, float]:
+    """(−coef · mean entropy of π(·|s_t) over unmasked tokens, that mean entropy). logits (B, T, V) (−inf for
+    banned ids), mask (B, T). Zero (and not computed) when coef is 0."""
+    if coef == 0:
+        return torch.zeros((), device=logits.device), float("nan")
+    logp = torch.log_softmax(logits, dim=-1)
+    # banned ids (logit −inf) add nothing, and no 0·∞ reaches the gradient (entr's derivative is infinite at 0)
+    logp = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
+    h = -(logp.exp() * logp).sum(-1)
+    ent = masked_mean(h, mask)
+    return -coef * ent, float(ent.detach())

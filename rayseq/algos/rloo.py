@@ -1,0 +1,53 @@
+"""RLOO, REINFORCE leave-one-out (Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style
+Optimization for Learning from Human Feedback in LLMs", Sec. 3.3; Kool et al. 2019).
+
+For every prompt the policy samples G replies (``algo.group_size``, consecutive rows: ``prompt_copies``). The
+baseline of reply i is the mean reward of the other G − 1 replies of its prompt, so it is unbiased (it does not
+depend on y_i) and needs no value network:
+
+    A_i = r_i − (1/(G−1)) Σ_{j≠i} r_j  =  G/(G−1) · (r_i − mean(r_1..r_G))
+
+and every token of reply i gets A_i in one REINFORCE step (Tuan et al. Eq. 1 / :func:`rayseq.losses.reinforce_loss`;
+the mean is over the batch's sampled tokens).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, step, with_entropy
+from rayseq.algos.grpo import GROUP_FIELD, check_groups, group_metrics, token_advantages
+from rayseq.losses import reinforce_loss
+from rayseq.types import Rollout, to_torch
+
+
+def leave_one_out_advantages(score: np.ndarray, group_size: int) -> np.ndarray:
+    """(B,) rewards in consecutive groups of G -> (B,) r_i − mean of the other G − 1 rewards of its group."""
+    r = np.asarray(score, dtype=np.float64).reshape(-1, group_size)
+    others = (r.sum(1, keepdims=True) - r) / (group_size - 1)
+    return (r - others).reshape(-1)
+
+
+class RLOO(RolloutAlgo):
+    name = "rloo"
+    params = ()  # the baseline is the group's other replies: no learned one, no discounting
+    fields = GROUP_FIELD
+
+    check_config = classmethod(check_groups)
+
+    def prompt_copies(self) -> int:
+        return self.cfg.group_size
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        d = state.device
+        adv = token_advantages(leave_one_out_advantages(rollout.score, self.cfg.group_size), rollout).to(d)
+        out = state.generator.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d),
+                                       to_torch(rollout.tokens, d))
+        mask = torch.as_tensor(rollout.action_mask, device=d)
+        loss, stats = reinforce_loss(out.logp, adv, mask)
+        extra: dict = {}
+        loss = with_entropy(state, loss, out.logits, mask, extra)
+        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
+        return {**rollout_metrics(rollout), **group_metrics(rollout, self.cfg.group_size), "loss/policy": loss.item(),
+                "policy/advantage_mean": float(stats.advantage_mean), "policy/grad_norm": grad_norm, **extra}

@@ -7,6 +7,7 @@ Run book
   python -m rayseq.train --config tune_configs/counting_quick.yaml rollout.num_workers=0  # in-process
   python -m rayseq.train run_dir=runs/x --resume            # continue from the last checkpoint
   python -m rayseq.train --print-config                     # the resolved config, then exit
+  python -m rayseq.train task.name=pairs task.data=DIR reward.fn=my_reward:polite   # your data and reward
   ray job submit --working-dir . -- python -m rayseq.train  # on a cluster (RAY_ADDRESS is joined)
 
 Outputs in ``runs/<name>/`` (or ``run_dir=``): config.yaml, metrics.parquet, tb/ (TensorBoard),
@@ -90,15 +91,19 @@ def main(argv=None) -> int:
         print("error: --resume needs run_dir=DIR", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from rayseq.data.dialogue import DataError
     from rayseq.distributed.driver import Interrupted, run_training
+    from rayseq.rewards.reward import RewardError
 
     try:
         summary = run_training(cfg, resume=args.resume)
     except Interrupted:
         print("interrupted: checkpoint written; continue with --resume", file=sys.stderr)
         return 130
-    except (FileExistsError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (FileExistsError, FileNotFoundError, DataError, RewardError) as exc:
+        # a reward function's error raised on a scorer actor arrives as Ray's RayTaskError, an instance of both
+        # that and the RewardError: its `cause` is the error itself, without the remote traceback
+        print(f"error: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)
         return 2
     print(format_table(summary))
     return 0

@@ -58,11 +58,9 @@ class Trainer:
         self.resume = resume
         self.report = report  # optional callback(metrics_row, trainer) per iteration (Tune)
         self._placement_group = placement_group
-        if cfg.task.name == "chitchat":
-            from rayseq.tasks.chitchat import ensure_prepared
-
-            ensure_prepared(cfg.task)
-        self.task = make_task(cfg.task)
+        if hasattr(cfg.task_class, "prepare_data"):  # e.g. pairs: task.prepare, once, before any actor reads it
+            cfg.task_class.prepare_data(cfg.task)
+        self.task = make_task(cfg.task, cfg.reward)
         self.rng = np.random.default_rng(cfg.seed)
         self.iteration = 0  # global iteration counter across stages (1-based after the first update)
         self.stage = "mle"
@@ -239,6 +237,8 @@ class Trainer:
                 request = (rt.learner("rollout_request", *request_args) if getattr(algo, "stateful_request", False)
                            else algo.rollout_request(*request_args))
                 rollout = rt.sample(prompts, request)
+                if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
+                    m.update(self.task.reward.metrics(rollout.term_scores))
                 t2 = time.perf_counter()
                 m.update(rt.learner("update", rollout, self.stage_iter))
                 t3 = time.perf_counter()

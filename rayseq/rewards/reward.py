@@ -183,7 +183,9 @@ def make_reward(task, reward_cfg) -> Reward | None:
 
     if reward_cfg is None or reward_cfg.is_task:
         return None
-    terms = [Term(name=t.metric_name, fn=registry.reward_function(t.fn, t.kwargs), weight=t.weight, kwargs=dict(t.kwargs),
-                  label=f"reward.terms[{i}] ({t.fn})" if reward_cfg.terms else f"reward.fn={t.fn}")
-             for i, t in enumerate(reward_cfg.resolved_terms)]
+    terms = []
+    for i, t in enumerate(reward_cfg.resolved_terms):
+        label = f"reward.terms[{i}] ({t.fn})" if reward_cfg.terms else f"reward.fn={t.fn}"
+        terms.append(Term(name=t.metric_name, fn=registry.reward_function(t.fn, t.kwargs), weight=t.weight,
+                          kwargs=dict(t.kwargs), label=label))
     return Reward(task, terms, reward_cfg.batch_size)

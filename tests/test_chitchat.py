@@ -100,3 +100,24 @@ def test_chatbot_trains_with_scorer_actors_and_serves(corpus, tmp_path):
     assert model.info["task"] == "chitchat"
     out = model.generate([GenRequest(text="hi there", max_tokens=10, temperature=0.0, top_k=0, n=1, seed=0)])
     assert out[0].replies[0].strip()
+
+
+def test_init_from_a_run_written_with_the_old_task_keys(corpus, tmp_path):
+    """A chitchat run pretrained before task.data_dir became task.data (and before test_seed / val_seed were read):
+    its checkpoint's config is read as this version reads it, so train.init_from accepts it."""
+    import io
+
+    import torch
+
+    pre = Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=0",
+                       f"run_dir={tmp_path / 'pre'}")).run()
+    ck = torch.load(pre["checkpoint"], weights_only=True)
+    old = ck["config"]["task"]
+    old["data_dir"] = old.pop("data")
+    del old["test_seed"], old["val_seed"]
+    buf = io.BytesIO()
+    torch.save(ck, buf)
+    Path(pre["checkpoint"]).write_bytes(buf.getvalue())
+    summary = Trainer(tiny(corpus, "rollout.num_workers=0", "train.iters=1", f"train.init_from={tmp_path / 'pre'}",
+                           f"run_dir={tmp_path / 'rl'}")).run()
+    assert summary["iterations"] == pre["iterations"] + 1

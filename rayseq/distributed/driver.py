@@ -118,7 +118,7 @@ class Trainer:
     def _init_from(self, rt, source: str) -> None:
         """Start the algorithm stage from a pretrained run (``train.init_from``)."""
         ck = load_checkpoint(resolve_checkpoint(source))
-        theirs = ck["config"]
+        theirs = config_to_dict(RunConfig.model_validate(ck["config"]))  # as this version reads it (task.data_dir)
         ours = config_to_dict(self.cfg)
         diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec]
                 if theirs.get(sec, {}).get(k) != ours[sec][k]]

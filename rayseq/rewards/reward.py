@@ -62,6 +62,7 @@ class Reward:
         self._task_rewards = task.rewards  # the task's own (the `task` term)
         self._kind = task.spec()["tokenizer"].get("kind", "words")
         self._ref_text: dict[int, list[str]] = {}  # key -> its references as text
+        self._prompt_text: dict[int, str] = {}  # key -> its input as text (a key names one input)
 
     def scores(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
         """score (B,) float32 = Σ_k w_k f_k, and term_scores (B, K) float32: each f_k, unweighted."""
@@ -137,7 +138,13 @@ class _Batch:
 
     @cached_property
     def prompts(self) -> list[str]:
-        return [self._text(self.src[i, : self.src_len[i]]) for i in range(len(self.lengths))]
+        if self.key is None:
+            return [self._text(self.src[i, : self.src_len[i]]) for i in range(len(self.lengths))]
+        cache = self.reward._prompt_text
+        for i, k in enumerate(self.key.tolist()):
+            if k not in cache:
+                cache[k] = self._text(self.src[i, : self.src_len[i]])
+        return [cache[k] for k in self.key.tolist()]
 
     @cached_property
     def replies(self) -> list[str]:

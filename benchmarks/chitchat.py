@@ -12,7 +12,7 @@ Run book (from the repository root)
 
 Same start for every algorithm of a seed: one run pretrains with MLE (``train.iters=0``), each algorithm
 starts from its checkpoint (``train.init_from``); the MLE row is that pretrained model. Runs are
-in-process, two at a time (benchmarks/_compare.py). The corpus is prepared into ``task.data_dir`` first.
+in-process, two at a time (benchmarks/_compare.py). The corpus is prepared into ``task.data`` first.
 
 Outputs in ``--out`` (default benchmarks/results): chitchat.md / .json, chitchat_algorithms.png (BLEU-2 per
 algorithm; the reward against distinct-2), chitchat_curves.png (validation BLEU-2 against iteration), sample

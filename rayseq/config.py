@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,10 +33,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+# old names of keys, still read: task.data_dir is task.data
+TASK_ALIASES = {"data_dir": "data"}
+
+
 class TaskConfig(_Section):
     name: str = Field(
-        "counting", description="Task: data + reward + evaluation; a built-in name (counting, oracle, chitchat) or "
-        "your own class as an import path package.module:Class.",
+        "counting", description="Task: data + reward + evaluation; a built-in name (counting, oracle, pairs, chitchat) "
+        "or your own class as an import path package.module:Class.",
     )
 
     @field_validator("name")
@@ -45,16 +50,20 @@ class TaskConfig(_Section):
         return v
     test_size: int = Field(
         2000, ge=100,
-        description="Held-out test inputs (counting), oracle samples (NLL-test), input groups (chitchat).",
+        description="Held-out test inputs (counting), oracle samples (NLL-test), prompts (pairs: of the prepared test "
+        "split).",
     )
-    test_seed: int = Field(2018, description="Seed of the held-out test set, independent of `seed`.")
+    test_seed: int = Field(
+        2018, description="Seed of the held-out test set (counting, oracle) and of the sampled replies of "
+        "test/reward, independent of `seed`.")
     val_size: int = Field(
-        2000, ge=1, description="Validation inputs (counting), oracle samples (NLL of held-out data) or input groups "
-        "(chitchat: of the prepared valid split) evaluated as val/* every train.eval_every iterations; everything "
+        2000, ge=1, description="Validation inputs (counting), oracle samples (NLL of held-out data) or prompts "
+        "(pairs: of the prepared valid split) evaluated as val/* every train.eval_every iterations; everything "
         "that selects (Tune, best/, ERPO interpolation's annealing) reads val/*, never test/*.",
     )
     val_seed: int = Field(
-        2019, description="Seed of the validation set (counting, oracle), independent of `seed` and test_seed.")
+        2019, description="Seed of the validation set (counting, oracle) and of the sampled replies of val/reward, "
+        "independent of `seed` and test_seed.")
     min_len: int = Field(1, ge=1, le=10, description="Counting: shortest input length N.")
     max_len: int = Field(10, ge=1, le=10, description="Counting: longest input length N.")
     oracle_path: str | None = Field(
@@ -67,17 +76,132 @@ class TaskConfig(_Section):
     num_train: int = Field(10000, ge=1, description="Oracle: training sequences sampled from the oracle.")
     data_seed: int = Field(88, description="Oracle: seed of the training sequences (SeqGAN's code uses 88).")
     eval_samples: int = Field(10000, ge=1, description="Oracle: generator samples scored by NLL-oracle.")
-    data_dir: str | None = Field(None, description="Chitchat: a dataset prepared by `python -m rayseq.data prepare`.")
-    source: str = Field("chitchat", description="Chitchat: what `prepare` reads when task.prepare is on.")
+    data: str | None = Field(
+        None, description="Pairs: a dataset prepared by `python -m rayseq.data prepare SOURCE --out DIR` (chitchat: "
+        "data/chitchat); the old name task.data_dir is read too.")
+    source: str | None = Field(
+        None, description="Pairs: what task.prepare prepares into task.data, e.g. jsonl:pairs.jsonl (chitchat: "
+        "chitchat, the chitchat-dataset corpus).")
     prepare: bool = Field(
-        False, description="Chitchat: prepare task.source into task.data_dir first if it holds no dataset."
+        False, description="Pairs: prepare task.source into task.data first if it holds no dataset."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return rename_aliases(data, TASK_ALIASES, "task") if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _check_lengths(self) -> TaskConfig:
         if self.min_len > self.max_len:
             raise ValueError(f"task.min_len={self.min_len} > task.max_len={self.max_len}")
+        if self.prepare and not self.source:
+            raise ValueError("task.prepare=true: set task.source, what to prepare into task.data (e.g. "
+                             "jsonl:pairs.jsonl)")
         return self
+
+
+def rename_aliases(section: dict, aliases: dict[str, str], where: str) -> dict:
+    """``section`` with old key names replaced by the current ones (an error if both are given)."""
+    if not any(old in section for old in aliases):
+        return section
+    out = dict(section)
+    for old, new in aliases.items():
+        if old in out:
+            if new in out:
+                raise ValueError(f"{where}.{old} is the old name of {where}.{new}; give one of them")
+            out[new] = out.pop(old)
+    return out
+
+
+_TERM_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class RewardTerm(_Section):
+    """One term w · f(prompts, replies, references, **kwargs) of reward.terms."""
+
+    fn: str = Field(description="A built-in reward (task, bleu, chrf, length) or your own function as an import path "
+                    "package.module:function taking (prompts, replies, references).")
+    weight: float = Field(1.0, description="Its weight w in the sum.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the function (bleu: "
+                                   "max_order; chrf: char_order, word_order, beta; length: target).")
+    name: str | None = Field(None, description="Logged as reward/<name>; default: the built-in's name or the "
+                             "function's.")
+
+    @field_validator("fn")
+    @classmethod
+    def _known_function(cls, v: str) -> str:
+        registry.reward_function(v, check_kwargs=False)  # ValueError naming what is wrong
+        return v
+
+    @model_validator(mode="after")
+    def _resolves(self) -> RewardTerm:
+        registry.reward_function(self.fn, self.kwargs)  # now with its kwargs
+        if not math.isfinite(self.weight):
+            raise ValueError(f"weight must be finite, got {self.weight}")
+        if self.name is not None and not _TERM_NAME.match(self.name):
+            raise ValueError(f"name {self.name!r}: letters, digits, '_', '.', '-' only (it names a metric)")
+        return self
+
+    @property
+    def metric_name(self) -> str:
+        return self.name or self.fn.rpartition(":")[2]
+
+
+class RewardConfig(_Section):
+    """The reward the algorithm maximises and val/reward, test/reward report: the task's own (``task``), one function
+    (``fn``, ``kwargs``) or a weighted sum (``terms``); functions take detokenised text (rayseq/rewards/library.py).
+    Any reward other than the task's is computed on the scorer actors (``scorer.*``; 0 scorers: the rollout workers).
+    """
+
+    fn: str = Field(
+        "task", description="A built-in reward: task (the task's own), bleu, chrf, length; or your own function as "
+        "an import path package.module:function(prompts, replies, references) -> floats.",
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of reward.fn (bleu: max_order; chrf: char_order, "
+        "word_order, beta; length: target).")
+    terms: list[RewardTerm] = Field(
+        default_factory=list, description="A weighted sum instead of reward.fn: a list of {fn, weight, kwargs, name}; "
+        "each term is logged as reward/<name>.")
+    batch_size: int | None = Field(
+        None, ge=1, description="Replies per call of a text reward function; None = all of a scorer's batch.")
+
+    @field_validator("fn")
+    @classmethod
+    def _known_function(cls, v: str) -> str:
+        registry.reward_function(v, check_kwargs=False)  # ValueError naming what is wrong
+        return v
+
+    @model_validator(mode="after")
+    def _resolves(self) -> RewardConfig:
+        if self.terms and (self.fn != "task" or self.kwargs):
+            raise ValueError("reward.terms: a weighted sum replaces reward.fn and reward.kwargs; give one or the other")
+        if not self.terms:
+            try:
+                registry.reward_function(self.fn, self.kwargs)
+            except ValueError as exc:
+                raise ValueError(f"reward.kwargs: {exc}") from None
+        names = [t.metric_name for t in self.resolved_terms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"reward.terms: more than one term is named {dup[0]!r}; give them names (name: ...)")
+        return self
+
+    @property
+    def resolved_terms(self) -> list[RewardTerm]:
+        """The terms of the sum: ``terms``, or ``fn`` with ``kwargs`` and weight 1."""
+        return list(self.terms) or [RewardTerm(fn=self.fn, kwargs=self.kwargs)]
+
+    @property
+    def is_task(self) -> bool:
+        """The task's own reward, unweighted (the default): nothing to compute besides the task's."""
+        terms = self.resolved_terms
+        return len(terms) == 1 and terms[0].fn == "task" and terms[0].weight == 1.0
+
+    def needing_references(self) -> list[str]:
+        """The built-in terms that compare replies with references (bleu, chrf)."""
+        return [t.fn for t in self.resolved_terms if t.fn in ("bleu", "chrf")]
 
 
 class ModelConfig(_Section):
@@ -292,13 +416,15 @@ class RunConfig(_Section):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     disc: DiscConfig = Field(default_factory=DiscConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
 
     @model_validator(mode="before")
     @classmethod
     def _resolve_algorithm(cls, data: Any) -> Any:
         """The chosen algorithm's section: its ``algo.<name>:`` keys, then its own defaults (``defaults`` of its
-        class, e.g. SeqGAN-PPO-dynamic's clip bounds) under what is given. Resolved once: the result holds
-        plain values, so the config a run writes and every actor rebuilds from it is the one the learner uses."""
+        class, e.g. SeqGAN-PPO-dynamic's clip bounds) under what is given; the same for the task (chitchat's corpus).
+        Resolved once: the result holds plain values, so the config a run writes and every actor rebuilds from it
+        is the one the learner uses."""
         if isinstance(data, dict) and isinstance(data.get("algo", {}), dict):
             algo = resolve_algo_section(data.get("algo", {}))
             model = algorithm_config_model(algo.get("name", AlgoConfig.model_fields["name"].default))
@@ -309,6 +435,8 @@ class RunConfig(_Section):
                     msg = _format_validation_error(err, prefix="algo.").removeprefix("invalid config: ")
                     raise ValueError(msg) from None
             data = {**data, "algo": algo}
+        if isinstance(data, dict) and isinstance(data.get("task", {}), dict):
+            data = {**data, "task": resolve_task_section(data.get("task", {}))}
         return data
 
     @model_validator(mode="after")
@@ -330,6 +458,11 @@ class RunConfig(_Section):
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")
+        needing = self.reward.needing_references()
+        if needing and not task.has_references:
+            raise ValueError(f"reward: {needing[0]} compares replies with reference replies; the {self.task.name} task "
+                             f"has none (tasks with references: "
+                             f"{', '.join(registry.names_with('task', has_references=True))})")
         return self
 
     @property
@@ -337,7 +470,19 @@ class RunConfig(_Section):
         """Scorer actors this run creates (0 when the rollout workers score: cheap task rewards)."""
         if self.rollout.num_workers == 0:
             return 0
-        return self.scorer.num_scorers if self.is_gan or self.task_class.scored_remotely else 0
+        return self.scorer.num_scorers if self.is_gan or self.rollouts_scored_remotely else 0
+
+    @property
+    def rollouts_scored_remotely(self) -> bool:
+        """Sampled rollouts are scored on the scorer actors (when there are any): the task's reward is expensive
+        (chitchat's BLEU against all references), or the reward is configured (user code, maybe a GPU model)."""
+        return self.task_class.scored_remotely or self.uses_reward_config
+
+    @property
+    def uses_reward_config(self) -> bool:
+        """The reward is ``reward.*`` rather than the task's own (not read by tasks without a reward and by the
+        adversarial algorithms, whose reward is the discriminator's)."""
+        return not self.reward.is_task and self.task_class.has_reward and not self.is_gan
 
     @property
     def algorithm(self):
@@ -374,7 +519,7 @@ def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
             msg = "unknown key"
         elif "input" in e and not isinstance(e["input"], dict):
             msg = f"{msg} (got {e['input']!r})"
-        lines.append(f"{key}: {msg}" if key else msg)
+        lines.append(f"{key}: {msg}" if key and not msg.startswith(key) else msg)  # a message may name its key
     return "invalid config: " + "; ".join(lines)
 
 
@@ -482,6 +627,19 @@ def resolve_algo_section(algo: dict) -> dict:
     return {**registry.algorithm_class(name).defaults, **given}
 
 
+def resolve_task_section(task: dict) -> dict:
+    """``task:`` as given -> old key names renamed (task.data_dir), over the task's ``defaults`` (chitchat's corpus).
+    Unknown names are left to validation."""
+    try:
+        given = rename_aliases(task, TASK_ALIASES, "task")
+    except ValueError:
+        return task  # both names: TaskConfig says so
+    name = given.get("name", TaskConfig.model_fields["name"].default)
+    if not registry.resolves("task", name):
+        return given
+    return {**registry.task_class(name).defaults, **given}
+
+
 def check_applicable(data: dict) -> None:
     """An explicitly given key that the chosen algorithm or task does not read is an error naming the key and
     the algorithm (task); defaults are fine. ``data``: the config as given (before defaults are filled in)."""
@@ -511,10 +669,19 @@ def check_applicable(data: dict) -> None:
     tname = task.get("name", TaskConfig.model_fields["name"].default)
     if registry.resolves("task", tname):
         reads = ("name", *registry.task_class(tname).params)
-        for key in task:
+        for given in task:
+            key = TASK_ALIASES.get(given, given)
             if key in TaskConfig.model_fields and key not in reads:
-                raise ConfigError(f"task.{key}: task.name={tname} does not read this key; {tname} reads "
+                raise ConfigError(f"task.{given}: task.name={tname} does not read this key; {tname} reads "
                                   f"{', '.join(reads)}")
+        reward = data.get("reward") if isinstance(data.get("reward"), dict) else {}
+        if reward and not registry.task_class(tname).has_reward:
+            raise ConfigError(f"reward.{next(iter(reward))}: task.name={tname} has no reward (its sequences are scored "
+                              "by a discriminator); reward.* applies to tasks with one: "
+                              f"{', '.join(registry.names_with('task', has_reward=True))}")
+        if reward and registry.resolves("algo", name) and registry.algorithm_class(name).adversarial:
+            raise ConfigError(f"reward.{next(iter(reward))}: algo.name={name} learns from its discriminator, not from "
+                              "reward.*")
 
 
 def build_config(data: dict | None = None, overrides: list[str] | None = None) -> RunConfig:
@@ -538,10 +705,17 @@ def config_to_dict(cfg: RunConfig) -> dict:
     algo = registry.algorithm_class(cfg.algo.name)
     reads = set(declared_algo_keys(cfg.algo.name))
     d["algo"] = {k: v for k, v in d["algo"].items() if k in reads}
-    task_reads = {"name", *registry.task_class(cfg.task.name).params}
+    task_cls = registry.task_class(cfg.task.name)
+    task_reads = {"name", *task_cls.params}
     d["task"] = {k: v for k, v in d["task"].items() if k in task_reads}
     if not algo.adversarial:
         del d["disc"]
+    if algo.adversarial or not task_cls.has_reward:
+        del d["reward"]
+    elif cfg.reward.terms:
+        d["reward"] = {"terms": d["reward"]["terms"], "batch_size": cfg.reward.batch_size}
+    else:
+        del d["reward"]["terms"]
     return d
 
 

@@ -1,4 +1,5 @@
-"""Names of the built-in algorithms and tasks, and the classes behind them; or a user's own, by import path.
+"""Names of the built-in algorithms, tasks and reward functions, and what is behind them; or a user's own, by
+import path.
 
 A name resolves to a class that is imported on first use, so this foundation module imports nothing above
 it: configs validate names here (a built-in name, or ``package.module:Name`` for user code that need not be
@@ -13,14 +14,20 @@ What a class declares (class attributes):
   ``adversarial`` — trains SeqGAN's discriminator (reads ``disc.*``); ``monte_carlo`` — its Q comes from
   SeqGAN's Monte-Carlo search with a rollout policy G_β; ``uses_critic`` — the learner keeps a critic V_ψ;
   ``needs_references`` — needs a task with reference replies; ``needs_task_reward`` — needs a task reward.
-- tasks: ``params`` — the ``task.*`` keys the task reads besides ``name``; ``has_reward`` — a task reward
-  exists; ``has_references`` — inputs have reference replies (BLEU increments ΔR are defined);
+- tasks: ``params`` — the ``task.*`` keys the task reads besides ``name``; ``defaults`` (optional) — the task's
+  own values of ``task.*`` keys (chitchat's corpus), resolved into the config like an algorithm's; ``has_reward``
+  — a task reward exists; ``has_references`` — inputs have reference replies (BLEU increments ΔR are defined);
   ``scored_remotely`` — the reward is expensive enough for the scorer actors.
+
+Reward functions (``reward.fn``, ``reward.terms[].fn``) are functions ``fn(prompts, replies, references, **kwargs)
+-> Sequence[float]`` on text (:mod:`rayseq.rewards.reward`): a built-in name of :data:`REWARDS` or
+``package.module:function``.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 
 ALGORITHMS: dict[str, str] = {
     "mle": "rayseq.algos.mle:MLE",
@@ -48,8 +55,16 @@ ALGORITHMS: dict[str, str] = {
 TASKS: dict[str, str] = {
     "counting": "rayseq.tasks.counting:CountingTask",
     "oracle": "rayseq.tasks.oracle:OracleTask",
+    "pairs": "rayseq.tasks.pairs:PairsTask",
     "chitchat": "rayseq.tasks.chitchat:ChitchatTask",
 }
+REWARDS: dict[str, str] = {
+    "task": "rayseq.rewards.library:task",
+    "bleu": "rayseq.rewards.library:bleu",
+    "chrf": "rayseq.rewards.library:chrf",
+    "length": "rayseq.rewards.library:length",
+}
+REWARD_ARGS = ("prompts", "replies", "references")  # what a reward function is called with, in this order
 # algo.* keys every algorithm reads: its name, the learning rate of the algorithm stage, the gradient clip
 COMMON_ALGO_KEYS = ("name", "lr", "max_grad_norm")
 
@@ -67,10 +82,9 @@ def is_import_path(name: str) -> bool:
     return ":" in name
 
 
-def _load(kind: str, table: dict[str, str], name: str):
-    """The class a built-in name or a ``package.module:Name`` import path names. ValueError saying what is wrong
-    (the caller names the key: ``algo.name`` / ``task.name``)."""
-    what = KINDS[kind]
+def _import(what: str, table: dict[str, str], name: str):
+    """(the object a built-in name or a ``package.module:Name`` import path names, its attribute name). ValueError
+    saying what is wrong (the caller names the key)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"expected a built-in name or package.module:Name, got {name!r}")
     if is_import_path(name):
@@ -84,14 +98,23 @@ def _load(kind: str, table: dict[str, str], name: str):
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        raise ValueError(f"{name}: module {exc.name!r} not found (run from the folder that holds "
-                         f"{module.split('.')[0]!r}, or install it)") from None
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            raise ValueError(f"{name}: module {exc.name!r} not found (run from the folder that holds "
+                             f"{module.split('.')[0]!r}, or install it)") from None
+        raise ValueError(f"{name}: importing {module!r} failed: {exc}") from exc  # a module it imports is missing
     except Exception as exc:  # the user's module raised while importing: say so, not where
         raise ValueError(f"{name}: importing {module!r} failed: {type(exc).__name__}: {exc}") from exc
     try:
-        cls = getattr(mod, attr)
+        return getattr(mod, attr), attr
     except AttributeError:
         raise ValueError(f"{name}: module {module!r} has no attribute {attr!r}") from None
+
+
+def _load(kind: str, table: dict[str, str], name: str):
+    """The class a built-in name or a ``package.module:Name`` import path names. ValueError saying what is wrong
+    (the caller names the key: ``algo.name`` / ``task.name``)."""
+    what = KINDS[kind]
+    cls, attr = _import(what, table, name)
     missing = [a for a in REQUIRED[kind] if not hasattr(cls, a)]
     if not isinstance(cls, type) or missing:
         why = "not a class" if not isinstance(cls, type) else f"it lacks {', '.join(missing)}"
@@ -108,6 +131,38 @@ def algorithm_class(name: str):
 def task_class(name: str):
     """The class of task ``name``: a key of :data:`TASKS` or an import path ``package.module:Class``."""
     return _load("task", TASKS, name)
+
+
+def reward_function(name: str, kwargs: dict | None = None, *, check_kwargs: bool = True):
+    """The function a reward name (a key of :data:`REWARDS` or ``package.module:function``) names, checked to take
+    ``(prompts, replies, references)`` and the keyword arguments ``kwargs`` (``check_kwargs=False``: only the three
+    positional arguments; what ``kwargs`` must give is left to a later call): ValueError saying what is wrong."""
+    fn, attr = _import("reward function", REWARDS, name)
+    if isinstance(fn, type) or not callable(fn):
+        raise ValueError(f"{name}: {attr} is not a function (a reward is fn(prompts, replies, references) -> "
+                         "Sequence[float])")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: it will be called and checked
+        return fn
+    try:
+        if check_kwargs:
+            sig.bind(*REWARD_ARGS, **(kwargs or {}))
+        else:
+            sig.bind_partial(*REWARD_ARGS)
+    except TypeError as exc:
+        given = "".join(f", {k}=..." for k in kwargs or {})
+        bare = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=sig.empty)
+        raise ValueError(f"{name}: {attr}{bare} cannot be called as {attr}(prompts, replies, references{given}): "
+                         f"{exc}") from None
+    check = getattr(fn, "check_kwargs", None)  # a built-in's check of its keyword arguments' values
+    if check is not None and check_kwargs:
+        try:
+            check(**(kwargs or {}))
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    return fn
 
 
 def resolves(kind: str, name) -> bool:

@@ -9,6 +9,7 @@ Run book
                                                             # run's own config (Ctrl-C prints this command)
   python -m rayseq.train run_dir=runs/x --resume train.iters=400   # ... and a longer algorithm stage
   python -m rayseq.train --print-config                     # the resolved config, then exit
+  python -m rayseq.train task.name=pairs task.data=DIR reward.fn=my_reward:polite   # your data and reward
   ray job submit --working-dir . -- python -m rayseq.train  # on a cluster (RAY_ADDRESS is joined)
 
 Outputs in ``runs/<name>/`` (or ``run_dir=``; printed when the run starts): config.yaml, metrics.parquet,
@@ -180,7 +181,9 @@ def main(argv=None) -> int:
     if not args.resume and (warning := relative_run_dir_warning(cfg.run_dir)):
         print(warning, file=sys.stderr)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from rayseq.data.dialogue import DataError
     from rayseq.distributed.driver import Interrupted, Trainer
+    from rayseq.rewards.reward import RewardError
 
     trainer = None
     try:
@@ -208,8 +211,10 @@ def main(argv=None) -> int:
         else:
             print("interrupted before the first checkpoint: nothing to resume", file=sys.stderr)
         return 130
-    except (FileExistsError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (FileExistsError, FileNotFoundError, DataError, RewardError) as exc:
+        # a reward function's error raised on a scorer actor arrives as Ray's RayTaskError, an instance of both
+        # that and the RewardError: its `cause` is the error itself, without the remote traceback
+        print(f"error: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)
         return 2
     print(format_table(summary))
     return 0

@@ -109,15 +109,12 @@ def run_experiment(exp: Experiment, *, resume: bool = False):
     from rayseq.storage import RunStore
 
     # trials run in the worker's working directory (the repository, or the job's working_dir copy), not
-    # Tune's trial folder, so relative paths of the run config (task.data_dir, ...) mean what they say
+    # Tune's trial folder, so relative paths of the run config (task.data, ...) mean what they say
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
     if exp.search.seed is not None:
         random.seed(exp.search.seed)  # PBT's explore draws from `random` in this process
     base = exp.base
-    if base.task.name == "chitchat" and base.task.prepare:
-        from rayseq.tasks.chitchat import ensure_prepared
-
-        ensure_prepared(base.task)  # once, here, rather than by concurrent trials
+    base.task_class.prepare_data(base.task)  # e.g. pairs' task.prepare: once, here, rather than by concurrent trials
     init_ray()
     trainable = make_trainable(exp)
     if resume:

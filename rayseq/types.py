@@ -88,6 +88,7 @@ class Rollout:
     greedy_tokens: np.ndarray | None = None  # (B, T') int64 SCST: the greedy reply to the same input
     greedy_mask: np.ndarray | None = None  # (B, T') float32 its real tokens
     baseline_score: np.ndarray | None = None  # (B,) float32 SCST: the greedy reply's reward r(ŷ^g)
+    term_scores: np.ndarray | None = None  # (B, K) float32 each term f_k of a configured reward, unweighted
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])

@@ -70,3 +70,21 @@ def corpus(tmp_path_factory) -> Path:
     prepare(f"jsonl:{write_corpus(d / 'pairs.jsonl')}", out,
             PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
     return out
+
+
+def readme_own_data_example(root: Path) -> dict:
+    """README's "Train on your own data and reward" section: its files (``pairs.jsonl``, ``my_reward.py``) and its
+    two commands as argument lists (``local``: python -m rayseq.train ...; ``job``: ray job submit ...), so that the
+    tests run what the README says."""
+    import re
+    import shlex
+
+    text = (root / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Train on your own data and reward\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
+    files = {"pairs.jsonl": next(b for lang, b in blocks if lang == "json"),
+             "my_reward.py": next(b for lang, b in blocks if lang == "python")}
+    commands = [shlex.split(b.replace("\\\n", " ")) for lang, b in blocks if lang == "bash"]
+    local = next(c for c in commands if c[:3] == ["python", "-m", "rayseq.train"])
+    job = next(c for c in commands if c[:3] == ["ray", "job", "submit"])
+    return {"files": files, "local": local, "job": job}

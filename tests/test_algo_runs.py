@@ -46,7 +46,7 @@ def tiny(corpus: Path, name: str, **extra) -> dict:
     import copy
 
     d = copy.deepcopy(TINY)
-    d["task"]["data_dir"] = str(corpus)
+    d["task"]["data"] = str(corpus)
     d["algo"]["name"] = name
     if name == "seqgan_critic":
         d["disc"] = dict(SMALL_D)

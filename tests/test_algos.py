@@ -157,7 +157,7 @@ def test_mixer_forces_len_minus_delta_tokens_of_each_reference(corpus, delta):
     then samples; before, every row forced max_len − δ = 20 − δ tokens (its padding included)."""
     from rayseq.types import RolloutRequest
 
-    cfg = tiny_config("task.name=chitchat", f"task.data_dir={corpus}", "algo.name=mixer", "task.test_size=100")
+    cfg = tiny_config("task.name=chitchat", f"task.data={corpus}", "algo.name=mixer", "task.test_size=100")
     d = config_to_dict(cfg)
     learner, worker = Learner(d), RolloutWorker(d)
     worker.set_weights(learner.get_weights(), 0)

@@ -18,7 +18,7 @@ from tests.conftest import write_corpus
 
 def tiny(corpus: Path, *extra: str):
     return build_config(None, [
-        "task.name=chitchat", f"task.data_dir={corpus}", "task.test_size=100", "model.emb_dim=16",
+        "task.name=chitchat", f"task.data={corpus}", "task.test_size=100", "model.emb_dim=16",
         "model.hidden_dim=32", "train.pretrain_iters=30", "train.pretrain_batch_size=32", "train.pretrain_lr=1e-2",
         "train.iters=4", "train.batch_size=32", "train.eval_every=2", "progress=false", "algo.name=reinforce",
         *extra,
@@ -62,7 +62,7 @@ def test_distinct_and_self_bleu_by_hand():
 
 def test_missing_dataset_names_the_prepare_command(tmp_path):
     with pytest.raises(FileNotFoundError, match="python -m rayseq.data prepare chitchat --out"):
-        ChitchatTask(build_config(None, ["task.name=chitchat", f"task.data_dir={tmp_path / 'none'}"]).task)
+        ChitchatTask(build_config(None, ["task.name=chitchat", f"task.data={tmp_path / 'none'}"]).task)
 
 
 def test_task_prepare_builds_the_dataset_once(tmp_path):
@@ -71,7 +71,7 @@ def test_task_prepare_builds_the_dataset_once(tmp_path):
                "train.pretrain_iters=2", "train.iters=0", f"run_dir={tmp_path / 'run'}")
     summary = Trainer(cfg).run()
     assert (tmp_path / "auto" / "manifest.json").is_file()
-    names = ("bleu2", "distinct1", "distinct2", "self_bleu2", "reply_len", "sentence_bleu2")
+    names = ("bleu2", "distinct1", "distinct2", "self_bleu2", "reply_len", "sentence_bleu2", "reward")
     assert set(summary["metrics"]) == {f"{split}/{k}" for split in ("val", "test") for k in names}
     assert [p["input"] for p in summary["details"]["paper_prompts"]][:2] == ["what can i do for you .",
                                                                               "go , go , go !"]
@@ -100,3 +100,24 @@ def test_chatbot_trains_with_scorer_actors_and_serves(corpus, tmp_path):
     assert model.info["task"] == "chitchat"
     out = model.generate([GenRequest(text="hi there", max_tokens=10, temperature=0.0, top_k=0, n=1, seed=0)])
     assert out[0].replies[0].strip()
+
+
+def test_init_from_a_run_written_with_the_old_task_keys(corpus, tmp_path):
+    """A chitchat run pretrained before task.data_dir became task.data (and before test_seed / val_seed were read):
+    its checkpoint's config is read as this version reads it, so train.init_from accepts it."""
+    import io
+
+    import torch
+
+    pre = Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=0",
+                       f"run_dir={tmp_path / 'pre'}")).run()
+    ck = torch.load(pre["checkpoint"], weights_only=True)
+    old = ck["config"]["task"]
+    old["data_dir"] = old.pop("data")
+    del old["test_seed"], old["val_seed"]
+    buf = io.BytesIO()
+    torch.save(ck, buf)
+    Path(pre["checkpoint"]).write_bytes(buf.getvalue())
+    summary = Trainer(tiny(corpus, "rollout.num_workers=0", "train.iters=1", f"train.init_from={tmp_path / 'pre'}",
+                           f"run_dir={tmp_path / 'rl'}")).run()
+    assert summary["iterations"] == pre["iterations"] + 1

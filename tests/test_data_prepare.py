@@ -117,11 +117,37 @@ def test_jsonl_and_tsv(tmp_path):
         {"input": "How?", "reply": "Fine", "conv_id": 7},
     ]
     raw, _, _ = load_source(f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}", opts())
-    # no conv id: each line is its own conversation
-    assert raw == [RawPair("a", "Hi", "Hello"), RawPair("line-2", "Yo", "Sup"), RawPair("7", "How?", "Fine")]
+    # no conv id: the conversation of its prompt (as tokenised)
+    assert raw == [RawPair("a", "Hi", "Hello"), RawPair("prompt:yo", "Yo", "Sup"), RawPair("7", "How?", "Fine")]
     (tmp_path / "p.tsv").write_text("Hi\tHello\ta\n\nYo\tSup\nHow?\tFine\t7\n", encoding="utf-8")
     raw, _, _ = load_source(f"tsv:{tmp_path / 'p.tsv'}", opts())
-    assert raw == [RawPair("a", "Hi", "Hello"), RawPair("line-3", "Yo", "Sup"), RawPair("7", "How?", "Fine")]
+    assert raw == [RawPair("a", "Hi", "Hello"), RawPair("prompt:yo", "Yo", "Sup"), RawPair("7", "How?", "Fine")]
+
+
+def test_jsonl_prompt_field_and_its_errors(tmp_path):
+    rows = [{"prompt": "Hi!", "reply": "Hello"}, {"input": "hi !", "reply": "Hey"}]
+    raw, _, _ = load_source(f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}", opts())
+    # "prompt" and "input" name the same field; the same prompt (as tokenised) is one conversation
+    assert raw == [RawPair("prompt:hi !", "Hi!", "Hello"), RawPair("prompt:hi !", "hi !", "Hey")]
+    for row, msg in (({"prompt": "a", "input": "a", "reply": "b"}, "both 'prompt' and 'input'"),
+                     ({"reply": "b"}, "missing field 'prompt' (or 'input')"),
+                     ({"prompt": "a"}, "missing field 'reply'")):
+        with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'bad.jsonl'}:1: {msg}")):
+            load_source(f"jsonl:{write_jsonl(tmp_path / 'bad.jsonl', [row])}", opts())
+
+
+def test_a_prompts_replies_stay_in_one_split(tmp_path):
+    """A user file where every prompt has several replies and no conversation ids: each prompt goes to one split
+    whole, so valid and test keep inputs (split by row, every held-out prompt would also be a training input and
+    be dropped) and a training prompt keeps all its references."""
+    colours = ["red", "green", "blue", "black", "white"]
+    rows = [{"prompt": f"{colours[k % 5]} or {colours[k // 5]} ?", "reply": f"{colours[j]} , i think"}
+            for k in range(20) for j in range(3)]
+    data = prep(tmp_path, f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}", valid_frac=0.1, test_frac=0.1)
+    counts = data.manifest["counts"]
+    assert [counts[s]["groups"] for s in dlg.SPLITS] == [16, 2, 2]
+    assert all(counts[s]["dropped_seen_in_train"]["pairs"] == 0 for s in dlg.HELD_OUT)
+    assert [len(r) for r in data.splits["train"].references()] == [3] * 16
 
 
 # --------------------------------------------------------------------------------- processing

@@ -21,7 +21,7 @@ from rayseq.tasks.chitchat import ChitchatTask
 
 
 def setup(corpus, *extra):
-    cfg = build_config(None, ["task.name=chitchat", f"task.data_dir={corpus}", "task.test_size=100",
+    cfg = build_config(None, ["task.name=chitchat", f"task.data={corpus}", "task.test_size=100",
                               "model.emb_dim=16", "model.hidden_dim=32", "progress=false", *extra])
     task = ChitchatTask(cfg.task)
     torch.manual_seed(0)
@@ -114,7 +114,7 @@ def test_spg_with_a_large_reward_scale_finds_reference_words(corpus):
 
 
 def test_annealing_schedule_by_hand():
-    cfg = build_config(None, ["task.name=chitchat", "task.data_dir=x", "algo.name=erpo_interpolation"]).algo
+    cfg = build_config(None, ["task.name=chitchat", "task.data=x", "algo.name=erpo_interpolation"]).algo
     a = ERPOInterpolation(cfg)
     assert a.lambdas == [0.04, 0.0, 0.96]
     grew = [a.anneal() for _ in range(6)]
@@ -127,7 +127,7 @@ def test_annealing_schedule_by_hand():
 
 
 def test_a_drop_in_validation_reward_restores_the_weights_and_anneals(corpus):
-    cfg = build_config(None, ["task.name=chitchat", f"task.data_dir={corpus}", "task.test_size=100",
+    cfg = build_config(None, ["task.name=chitchat", f"task.data={corpus}", "task.test_size=100",
                               "model.emb_dim=16", "model.hidden_dim=32", "algo.name=erpo_interpolation"])
     from rayseq.config import config_to_dict
 

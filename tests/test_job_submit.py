@@ -37,6 +37,9 @@ def ray_head():
         pytest.skip(f"ray CLI not found next to {sys.executable}")
     env = dict(os.environ, RAY_AUTH_MODE="token")
     env.pop("RAY_ADDRESS", None)
+    # rayseq as installed on a cluster: this checkout, ahead of an editable install of another one, for jobs whose
+    # working dir is not the repository (a user's folder with only their data and reward)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
     temp_dir = tempfile.mkdtemp(prefix="rsq", dir="/tmp")  # short: Ray's socket paths live below it
     gcs, dash = free_port(), free_port()
@@ -72,14 +75,15 @@ def ray_head():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def submit(address: str, env: dict, *cmd: str, wait_s: float = 120) -> subprocess.CompletedProcess:
-    """`ray job submit --working-dir <repo> -- cmd`. The head answers `ray job list` before its job agent has
-    registered; until then a submission is refused with "No available agent" (HTTP 500, no job created), so
-    that one answer is retried."""
+def submit(address: str, env: dict, *cmd: str, wait_s: float = 120, working_dir: Path = ROOT,
+           cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir <repo> -- cmd` (run from ``cwd``). The head answers `ray job list` before its
+    job agent has registered; until then a submission is refused with "No available agent" (HTTP 500, no job
+    created), so that one answer is retried."""
     deadline = time.monotonic() + wait_s
     while True:
-        r = subprocess.run([RAY, "job", "submit", "--address", address, "--working-dir", str(ROOT), "--", *cmd],
-                           env=env, capture_output=True, text=True, timeout=900)
+        r = subprocess.run([RAY, "job", "submit", "--address", address, "--working-dir", str(working_dir), "--",
+                            *cmd], env=env, capture_output=True, text=True, timeout=900, cwd=cwd)
         if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr or time.monotonic() > deadline:
             return r
         time.sleep(3)
@@ -137,3 +141,28 @@ def test_job_with_a_relative_run_dir_says_where_it_writes(ray_head):
     assert "\r" not in out
     progress = [line for line in out.splitlines() if line.startswith(("MLE pretraining ", "ppo_dynamic "))]
     assert len(progress) == 2 and progress[0].startswith("MLE pretraining 20/20 100%"), out[-4000:]
+
+
+def test_job_submit_trains_on_your_own_data_and_reward(ray_head, tmp_path):
+    """README's own-data example as a job: the user's folder (pairs.jsonl, my_reward.py, nothing else) is the
+    working dir; the job prepares the data there, and my_reward imports on the learner and the scorer actor."""
+    from tests.conftest import readme_own_data_example
+    from tests.test_rewards import TINY_CLI, check_readme_run
+
+    address, env = ray_head
+    example = readme_own_data_example(ROOT)
+    project = tmp_path / "project"
+    project.mkdir()
+    for name, content in example["files"].items():
+        (project / name).write_text(content)
+    cmd = example["job"]
+    assert cmd[cmd.index("--working-dir") + 1] == "."
+    entrypoint = cmd[cmd.index("--") + 1 :]
+    run_dir = tmp_path / "pairs-run"
+    # learner + 2 workers + 1 scorer = 2 CPUs, what the test head offers
+    r = submit(address, env, *entrypoint, *TINY_CLI, "learner.num_cpus=0.5", f"run_dir={run_dir}",
+               working_dir=Path("."), cwd=project)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    check_readme_run(run_dir)
+    assert not (project / "data").exists()  # prepared inside the job's copy of the folder, not here

@@ -140,7 +140,7 @@ def test_val_metrics_match_the_tasks(corpus):
                 build_config({"task": {"name": "oracle", "vocab_size": 30, "oracle_hidden": 8, "seq_len": 6,
                                        "num_train": 20, "eval_samples": 20, "test_size": 100, "val_size": 50},
                               "model": {"cell": "lstm", "emb_dim": 8, "hidden_dim": 8}, "algo": {"name": "mle"}}),
-                build_config({"task": {"name": "chitchat", "data_dir": str(corpus), "test_size": 100},
+                build_config({"task": {"name": "chitchat", "data": str(corpus), "test_size": 100},
                               "model": {"emb_dim": 8, "hidden_dim": 8}})):
         task = make_task(cfg.task)
         for split in ("val", "test"):

@@ -11,7 +11,8 @@ Run book (times on the 2-core project machine):
     python -m rayseq.data prepare opensubtitles:en.txt.gz --out data/os --max-conv-turns 50
     # Cornell Movie-Dialogs (the folder holding movie_lines.txt and movie_conversations.txt)
     python -m rayseq.data prepare cornell:cornell_movie_dialogs_corpus --out data/cornell
-    # your own pairs: {"input": ..., "reply": ..., "conv_id": ...} a line, or input<TAB>reply[<TAB>conv_id]
+    # your own pairs: {"prompt": ..., "reply": ..., "conv_id": ...} a line ("input" works for "prompt"), or
+    # prompt<TAB>reply[<TAB>conv_id]; rows with the same prompt are its references (train with task.name=pairs)
     python -m rayseq.data prepare jsonl:pairs.jsonl --out data/mine
     python -m rayseq.data prepare tsv:pairs.tsv --out data/mine --overwrite
     # longer context: the previous 2 utterances, the last 40 tokens of them
@@ -20,7 +21,8 @@ Run book (times on the 2-core project machine):
 The output (vocab.json, manifest.json, {train,valid,test}/part-00000.parquet) is read back with
 ``rayseq.data.DialogueData.load(DIR)``; manifest.json has the counts, drops and <unk> rate. valid and
 test hold no training input: their pairs whose input also occurs in train are dropped (the output says
-how many). A dataset of format v1 (older rayseq) must be prepared again with --overwrite. Bad input
+how many). Rows without a conversation id are grouped by prompt, so a prompt's replies stay in one split; a
+warning says when valid or test is empty (training needs both: more prompts, or larger --valid-frac/--test-frac). A dataset of format v1 (older rayseq) must be prepared again with --overwrite. Bad input
 exits with status 2 and ``error: FILE:LINE: ...``; nothing is left behind on failure.
 """
 
@@ -81,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
             f"  unk {100 * n['unk_rate']:.2f}%"
             + (f"  (dropped {seen['pairs']} pairs / {seen['inputs']} inputs also in train)" if seen else "")
         )
-        if seen and seen["pairs"] and not n["pairs"]:
-            print(f"  warning: {s} is empty: every one of its inputs is also a training input", file=sys.stderr)
+        if seen is not None and not n["pairs"]:
+            why = ("every one of its inputs is also a training input" if seen["pairs"] else
+                   f"no conversation (or prompt) was drawn for it from {m['raw_conversations']}")
+            print(f"  warning: {s} is empty ({why}); training needs valid and test inputs: add prompts, or raise "
+                  "--valid-frac / --test-frac", file=sys.stderr)
     print(f"  vocab {m['vocab']['size']}  dropped {m['dropped']}  truncated {m['truncated']}")
     return 0
 

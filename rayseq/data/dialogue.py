@@ -34,7 +34,10 @@ Sources (``SOURCE`` of ``python -m rayseq.data prepare``):
   utterance a line, blank lines end a conversation; ``.gz`` works too;
 - ``cornell:DIR``: Cornell Movie-Dialogs (Danescu-Niculescu-Mizil & Lee, 2011), ``movie_lines.txt``
   and ``movie_conversations.txt``;
-- ``jsonl:PATH`` (``{"input", "reply", "conv_id"?}`` a line) and ``tsv:PATH`` (input, reply, conv id?).
+- ``jsonl:PATH`` (``{"prompt", "reply", "conv_id"?}`` a line; ``input`` is the same as ``prompt``) and
+  ``tsv:PATH`` (prompt, reply, conv id?). Several rows with the same prompt are its references. A row without a
+  conversation id belongs to the conversation of its prompt (:func:`prompt_conversation`), so the split keeps
+  every reply to a prompt together.
 
 Math/data layer: numpy, pyarrow, tqdm (and PyYAML for chatterbot); never Ray.
 """
@@ -343,20 +346,32 @@ def load_jsonl(path: Path, opts: PrepareOptions) -> list[RawPair]:
             raise DataError(f"{where}: bad JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(obj, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        for field in ("input", "reply"):
+        if "prompt" in obj and "input" in obj:
+            raise DataError(f"{where}: both 'prompt' and 'input' (they name the same field; keep one)")
+        name = "input" if "input" in obj else "prompt"
+        for field in (name, "reply"):
             if field not in obj:
-                raise DataError(f"{where}: missing field {field!r}")
+                raise DataError(f"{where}: missing field {field!r}" + (" (or 'input')" if field == "prompt" else ""))
             if not isinstance(obj[field], str):
                 raise DataError(f"{where}: field {field!r} must be a string, got {type(obj[field]).__name__}")
         conv_id = obj.get("conv_id")
         if conv_id is None:
-            conv_id = f"line-{lineno}"  # no conv id: each line is its own conversation
+            conv_id = prompt_conversation(obj[name], opts)
         elif isinstance(conv_id, (str, int)) and not isinstance(conv_id, bool):
             conv_id = str(conv_id)
         else:
             raise DataError(f"{where}: field 'conv_id' must be a string or an integer, got {type(conv_id).__name__}")
-        pairs.append(RawPair(conv_id, obj["input"], obj["reply"]))
+        pairs.append(RawPair(conv_id, obj[name], obj["reply"]))
     return pairs
+
+
+def prompt_conversation(prompt: str, opts: PrepareOptions) -> str:
+    """The conversation id of a pair given without one: its prompt as the model will see it (tokenised, the last
+    ``max_src_len`` tokens). So every reply to one prompt lands in the same split: train keeps all the references
+    of its prompts, and valid/test get whole prompts (a prompt whose rows were scattered over the splits would be
+    dropped from valid/test as a training input, which empties them on a file where every prompt has several
+    replies)."""
+    return "prompt:" + " ".join(tokenize(prompt, **TOKENIZER)[-opts.max_src_len :])
 
 
 def load_tsv(path: Path, opts: PrepareOptions) -> list[RawPair]:
@@ -369,7 +384,7 @@ def load_tsv(path: Path, opts: PrepareOptions) -> list[RawPair]:
             raise DataError(f"{path}:{lineno}: no tab (expected input<TAB>reply[<TAB>conv_id])")
         if len(fields) > 3:
             raise DataError(f"{path}:{lineno}: {len(fields)} tab-separated fields (expected 2 or 3)")
-        conv_id = fields[2].strip() if len(fields) == 3 and fields[2].strip() else f"line-{lineno}"
+        conv_id = fields[2].strip() if len(fields) == 3 and fields[2].strip() else prompt_conversation(fields[0], opts)
         pairs.append(RawPair(conv_id, fields[0], fields[1]))
     return pairs
 

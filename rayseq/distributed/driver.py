@@ -60,11 +60,8 @@ class Trainer:
         self.resume = resume
         self.report = report  # optional callback(metrics_row, trainer) per iteration (Tune)
         self._placement_group = placement_group
-        if cfg.task.name == "chitchat":
-            from rayseq.tasks.chitchat import ensure_prepared
-
-            ensure_prepared(cfg.task)
-        self.task = make_task(cfg.task)
+        cfg.task_class.prepare_data(cfg.task)  # e.g. pairs' task.prepare: once, before any actor reads the data
+        self.task = make_task(cfg.task, cfg.reward)
         self.rng = np.random.default_rng(cfg.seed)
         self.iteration = 0  # global iteration counter across stages (1-based after the first update)
         self.stage = "mle"
@@ -135,7 +132,7 @@ class Trainer:
     def _init_from(self, rt, source: str) -> None:
         """Start the algorithm stage from a pretrained run (``train.init_from``)."""
         ck = load_checkpoint(resolve_checkpoint(source))
-        theirs = ck["config"]
+        theirs = config_to_dict(RunConfig.model_validate(ck["config"]))  # as this version reads it (task.data_dir)
         ours = config_to_dict(self.cfg)
         diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec]
                 if theirs.get(sec, {}).get(k) != ours[sec][k]]
@@ -312,6 +309,8 @@ class Trainer:
             request = (rt.learner("rollout_request", *request_args) if algo.stateful_request
                        else algo.rollout_request(*request_args))
             rollout = rt.sample(prompts, request)
+            if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
+                m.update(self.task.reward.metrics(rollout.term_scores))
             t2 = time.perf_counter()
             m.update(self._score(rt, algo, rollout, seed))
             t3 = time.perf_counter()

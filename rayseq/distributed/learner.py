@@ -44,7 +44,7 @@ class Learner:
             raise RuntimeError(f"learner.device={c.learner.device} with learner.num_gpus={c.learner.num_gpus}, but "
                                "no CUDA device is visible to the learner; use learner.device=cpu")
         self.device = torch.device("cuda" if use_cuda else "cpu")
-        self.task = make_task(c.task)
+        self.task = make_task(c.task, c.reward)
         generator = make_generator(c, self.task).to(self.device)
         baseline = ValueBaseline(c.model.hidden_dim).to(self.device)
         self.state = LearnerState(
@@ -250,7 +250,7 @@ def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu")
 
     ck = load_checkpoint(location)
     cfg = RunConfig.model_validate(ck["config"])
-    task = make_task(cfg.task)
+    task = make_task(cfg.task, cfg.reward)
     generator = make_generator(cfg, task).to(device)
     generator.load_state_dict(ck["learner"]["generator"])
     return task.evaluate(generator, device, split=split)

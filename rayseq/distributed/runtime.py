@@ -186,7 +186,7 @@ class RayRuntime:
         self.disc_version = -1
         self._disc_ref = None
         self.restarts = 0
-        self._score_remotely = cfg.task_class.scored_remotely and m > 0
+        self._score_remotely = cfg.rollouts_scored_remotely and m > 0
 
     def learner(self, method: str, *args):
         return self._ray.get(getattr(self._learner, method).remote(*args))

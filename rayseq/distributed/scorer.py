@@ -1,5 +1,6 @@
 """ScorerActor: scores rollouts with the task reward when it is expensive (chitchat's BLEU-2 against all
-references), and turns SeqGAN's Monte-Carlo continuations into Q values with its discriminator copy.
+references) or configured (``reward.*``: functions on text, user code, maybe a model on the scorer's GPU), and
+turns SeqGAN's Monte-Carlo continuations into Q values with its discriminator copy.
 
 D's weights arrive through the object store after each d-step (one ``ray.put`` per discriminator
 version, like the generator's). Scoring is large batched forward passes (``scorer.batch_size``).
@@ -27,7 +28,7 @@ class ScorerActor:
         self.index = index
         torch.set_num_threads(self.cfg.scorer.torch_threads)
         self.device = torch.device("cuda" if self.cfg.scorer.num_gpus_per_scorer > 0 else "cpu")
-        self.task = make_task(self.cfg.task)
+        self.task = make_task(self.cfg.task, self.cfg.reward)  # with a configured reward: its functions run here
         self.disc = make_discriminator(self.cfg, self.task).to(self.device).eval() if self.cfg.is_gan else None
         self.disc_version = -1
         self.loads = 0
@@ -49,7 +50,8 @@ class ScorerActor:
         return self.disc_version
 
     def score_rollout(self, rollout: Rollout) -> Rollout:
-        """The task's reward (chitchat: BLEU-2 against the input's references) for sampled rollouts."""
+        """The reward (the task's, e.g. BLEU-2 against the input's references, or the configured one) of sampled
+        rollouts."""
         t0 = time.perf_counter()
         out = score_rollout(self.task, rollout)
         out.info = {**out.info, "score_s": time.perf_counter() - t0}

@@ -13,6 +13,7 @@ from rayseq.algos.erpo import erpo_sample
 from rayseq.config import RunConfig
 from rayseq.distributed.learner import make_generator
 from rayseq.rewards.mc_search import mc_search
+from rayseq.rewards.terminal import terminal_rewards
 from rayseq.tasks import make_task
 from rayseq.types import MCBatch, PromptBatch, Rollout, RolloutRequest, to_torch
 
@@ -36,7 +37,7 @@ class RolloutWorker:
         self.index = index
         torch.set_num_threads(self.cfg.rollout.torch_threads)
         self.device = torch.device("cuda" if self.cfg.rollout.num_gpus_per_worker > 0 else "cpu")
-        self.task = make_task(self.cfg.task)
+        self.task = make_task(self.cfg.task, self.cfg.reward)
         self.generator = make_generator(self.cfg, self.task).to(self.device)
         self.generator.eval()
         # SeqGAN's G_β when it differs from G_θ (rollout_update_rate > 0); built now, not on the first
@@ -123,10 +124,17 @@ class RolloutWorker:
 
 
 def score_rollout(task, rollout: Rollout) -> Rollout:
-    """Fill ``rewards`` (B, T) and ``score`` (B,) with the task's reward (in place; returns it), and SCST's
+    """Fill ``rewards`` (B, T) and ``score`` (B,) with the task's reward (in place; returns it), ``term_scores``
+    (B, K) with each term of a configured reward (``task.reward``, see :func:`rayseq.tasks.make_task`), and SCST's
     ``baseline_score`` (the greedy reply's reward) when the rollout carries greedy replies."""
-    rollout.rewards, rollout.score = task.rewards(rollout.src, rollout.src_len, rollout.tokens, rollout.token_mask,
-                                                  key=rollout.key)
+    reward = getattr(task, "reward", None)
+    if reward is not None:
+        rollout.score, rollout.term_scores = reward.scores(rollout.src, rollout.src_len, rollout.tokens,
+                                                           rollout.token_mask, key=rollout.key)
+        rollout.rewards = terminal_rewards(rollout.score, rollout.token_mask)
+    else:
+        rollout.rewards, rollout.score = task.rewards(rollout.src, rollout.src_len, rollout.tokens,
+                                                      rollout.token_mask, key=rollout.key)
     if rollout.greedy_tokens is not None:
         _, rollout.baseline_score = task.rewards(rollout.src, rollout.src_len, rollout.greedy_tokens,
                                                  rollout.greedy_mask, key=rollout.key)

@@ -38,6 +38,9 @@ def task_help(task: str, max_src_len: int) -> str:
         return ("Chit-chat: a small sequence-to-sequence model trained on short dialogue turns; say something "
                 f"and it answers in one turn, without memory of earlier turns. {UNK_SHOWN} stands for a word "
                 "outside its vocabulary.")
+    if task == "pairs":
+        return ("A sequence-to-sequence model trained on prompt and reply pairs, then on a reward: send a prompt and "
+                f"it replies, without memory of earlier turns. {UNK_SHOWN} stands for a word outside its vocabulary.")
     return f"A sequence generator trained on the {task} task."
 
 

@@ -85,7 +85,8 @@ class Task:
 
     Optional, with defaults: ``conditional`` (the generator reads an input), ``banned_ids`` (tokens never emitted
     besides <pad>/<bos>), traits ``has_reward``, ``has_references``, ``scored_remotely`` (see rayseq.registry),
-    ``spec()`` (what serving needs, stored in checkpoints).
+    ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``prepare_data(task_cfg)`` (called once
+    by the driver before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints).
     """
 
     name = ""
@@ -94,6 +95,12 @@ class Task:
     banned_ids: tuple[int, ...] = ()
     has_reward, has_references, scored_remotely = True, False, False
     tokenizer = {"kind": "words", "lowercase": True}  # how serving turns text into this task's tokens
+    defaults: dict = {}
+
+    @classmethod
+    def prepare_data(cls, cfg) -> bool:
+        """Prepare the task's data once, before any actor builds the task; True if it did something."""
+        return False
 
     def spec(self) -> dict:
         """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""

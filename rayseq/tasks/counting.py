@@ -7,6 +7,8 @@ Evaluation on a validation set of ``val_size`` inputs drawn with ``val_seed`` (`
 ``train.eval_every`` iterations: what selects) and on a held-out test set of ``test_size`` inputs drawn with
 ``test_seed`` (``test/*``, once at the end: what is reported), the same metrics on each:
 - ``precision``: share of correct greedy outputs (``precision_sampled``: temperature-1 samples),
+- ``reward``: mean reward of those samples: the task's own (then it equals ``precision_sampled``) or the
+  configured one (``reward.*``),
 - the distribution of y_1 for each N (exact, from the model's first-step softmax restricted to digits
   and renormalised) against the ground truth, uniform over 0..N−1: total-variation distance
   ``y1_tv_n{N}`` and its mean over N ``y1_tv``,
@@ -145,14 +147,16 @@ class CountingTask(Task):
         src_all = torch.from_numpy(inputs).to(device)
         len_all = torch.from_numpy(lengths).to(device)
         gen = torch.Generator(device=device).manual_seed(self.cfg.val_seed if split == "val" else self.cfg.test_seed)
-        correct, correct_s, digit_probs = [], [], []
+        correct, correct_s, reward, digit_probs = [], [], [], []
         for a in range(0, len(lengths), batch_size):
             src, sl = src_all[a : a + batch_size], len_all[a : a + batch_size]
             g = generator.sample(src, sl, TARGET_LEN, greedy=True)
             s = generator.sample(src, sl, TARGET_LEN, generator=gen)
             np_src, np_len = inputs[a : a + batch_size], lengths[a : a + batch_size]
+            s_tokens, s_mask = s.tokens.cpu().numpy(), s.token_mask.cpu().numpy()
             correct.append(self.score(np_src, np_len, g.tokens.cpu().numpy(), g.token_mask.cpu().numpy()))
-            correct_s.append(self.score(np_src, np_len, s.tokens.cpu().numpy(), s.token_mask.cpu().numpy()))
+            correct_s.append(self.score(np_src, np_len, s_tokens, s_mask))
+            reward.append(self.rewards(np_src, np_len, s_tokens, s_mask)[1])  # the configured reward
             p = generator.first_step_logprobs(src, sl).exp()[:, self.digit0 : self.digit0 + 10]
             digit_probs.append((p / p.sum(-1, keepdim=True)).cpu().numpy())
         generator.train(was_training)
@@ -160,6 +164,7 @@ class CountingTask(Task):
         metrics = {
             "precision": float(np.concatenate(correct).mean()),
             "precision_sampled": float(np.concatenate(correct_s).mean()),
+            "reward": float(np.concatenate(reward).mean()),
         }
         details = {"y1_dist": {}, "y1_truth": {}}
         tvs = []
@@ -183,5 +188,6 @@ class CountingTask(Task):
         """The ``<split>/*`` metrics :meth:`evaluate` reports for the task config ``cfg`` (Tune checks a search's
         metric against them before any trial starts)."""
         ns = range(cfg.min_len, cfg.max_len + 1)
-        names = ["precision", "precision_sampled", "y1_tv", *[f"y1_tv_n{n}" for n in ns], *[f"y1_var_n{n}" for n in ns]]
+        names = ["precision", "precision_sampled", "reward", "y1_tv", *[f"y1_tv_n{n}" for n in ns],
+                 *[f"y1_var_n{n}" for n in ns]]
         return [f"{split}/{k}" for k in names]

@@ -1,0 +1,198 @@
+"""A run's configured reward: a weighted sum of reward functions on detokenised text, batched.
+
+    R(x, y) = Σ_k w_k · f_k(prompts, replies, references)        (``reward.terms``; ``reward.fn`` is one term, w = 1)
+
+Each f_k is a built-in (:mod:`rayseq.rewards.library`: ``task``, ``bleu``, ``chrf``, ``length``) or a user's
+``package.module:function`` with the contract in that module's docstring. :class:`Reward` has the task's
+``rewards(src, src_len, tokens, token_mask, key)`` contract, so :func:`rayseq.tasks.make_task` installs it as the
+task's reward: rollout scoring (on the ScorerActors, which may hold a GPU), SCST's greedy baseline, RAML's
+weights, ERPO interpolation's validation reward and ``val/reward`` / ``test/reward`` all use it. It turns token ids
+into text with the task's vocabulary and tokenizer (:func:`rayseq.data.text.detokenize`), calls each function on
+``reward.batch_size`` rows at a time, checks what comes back (B finite floats) and keeps every term's unweighted
+values for logging (``reward/<name>``). ``task`` and ``bleu`` skip the text: they run on the token ids (the task's
+own reward; the vectorised BLEU, :func:`rayseq.rewards.bleu.sentence_bleu_padded`).
+
+A function that raises, or returns the wrong number of values or a NaN / infinite one, stops the run at the first
+batch with a :class:`RewardError` naming the function, the batch size and what came back.
+
+Math layer: numpy only; never Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from rayseq.data.text import detokenize
+from rayseq.rewards import library
+from rayseq.rewards.bleu import sentence_bleu_padded
+from rayseq.rewards.terminal import terminal_rewards
+
+
+class RewardError(ValueError):
+    """A reward function raised, or returned something that is not one finite float per reply; names it."""
+
+
+@dataclass(frozen=True)
+class Term:
+    """One f_k of the sum."""
+
+    name: str  # logged as reward/<name>
+    fn: Callable  # fn(prompts, replies, references, **kwargs) -> Sequence[float]
+    weight: float = 1.0  # w_k
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""  # how errors name it, e.g. "reward.fn=my_reward:polite"
+
+
+class Reward:
+    """R = Σ_k w_k f_k for one task (module docstring). ``task.rewards`` is read here, before
+    :func:`rayseq.tasks.make_task` replaces it with this object: it is the ``task`` term."""
+
+    def __init__(self, task, terms: Sequence[Term], batch_size: int | None = None):
+        if not terms:
+            raise ValueError("a reward needs at least one term")
+        self.task = task
+        self.terms = list(terms)
+        self.names = [t.name for t in self.terms]
+        self.weights = np.array([t.weight for t in self.terms], dtype=np.float64)
+        self.batch_size = batch_size
+        self._task_rewards = task.rewards  # the task's own (the `task` term)
+        self._kind = task.spec()["tokenizer"].get("kind", "words")
+        self._ref_text: dict[int, list[str]] = {}  # key -> its references as text
+        self._prompt_text: dict[int, str] = {}  # key -> its input as text (a key names one input)
+
+    def scores(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
+        """score (B,) float32 = Σ_k w_k f_k, and term_scores (B, K) float32: each f_k, unweighted."""
+        batch = _Batch(self, src, src_len, tokens, token_mask, key)
+        term_scores = np.stack([self._term(t, batch) for t in self.terms], axis=1)  # (B, K) float64
+        return (term_scores @ self.weights).astype(np.float32), term_scores.astype(np.float32)
+
+    def __call__(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
+        """The task's ``rewards`` contract: per-token rewards (B, T), R on each reply's last token, and R (B,)."""
+        score, _ = self.scores(src, src_len, tokens, token_mask, key)
+        return terminal_rewards(score, token_mask), score
+
+    def metrics(self, term_scores: np.ndarray) -> dict[str, float]:
+        """``reward/<name>``: each term's mean over a batch (term_scores (B, K) of :meth:`scores`)."""
+        return {f"reward/{n}": float(term_scores[:, k].mean()) for k, n in enumerate(self.names)}
+
+    # -- one term ---------------------------------------------------------------------------------
+    def _term(self, term: Term, b: _Batch) -> np.ndarray:
+        """(B,) float64 values of f_k on the batch, checked."""
+        B = len(b.lengths)
+        if term.fn is library.task:
+            return self._checked(term, self._task_rewards(b.src, b.src_len, b.tokens, b.token_mask, key=b.key)[1], B,
+                                 b, 0)
+        if term.fn is library.bleu:  # the vectorised path, on ids
+            return self._checked(term, sentence_bleu_padded(b.tokens, b.lengths, b.reference_ids, **term.kwargs), B,
+                                 b, 0)
+        step = self.batch_size or max(B, 1)
+        parts = []
+        for a in range(0, B, step):
+            rows = slice(a, min(a + step, B))
+            args = (b.prompts[rows], b.replies[rows], b.references[rows])
+            try:
+                out = term.fn(*args, **term.kwargs)
+            except Exception as exc:  # the user's code: say which term and on what, then its own message
+                raise RewardError(f"{term.label} raised {type(exc).__name__} on a batch of {len(args[1])} replies: "
+                                  f"{exc}") from exc
+            parts.append(self._checked(term, out, len(args[1]), b, a))
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    @staticmethod
+    def _checked(term: Term, out, n: int, b: _Batch, first: int) -> np.ndarray:
+        """``out`` as (n,) float64 if it is n finite numbers, else a RewardError saying what came back."""
+        try:
+            values = np.asarray(out, dtype=np.float64)
+        except (TypeError, ValueError):
+            values = None
+        if values is None or values.shape != (n,):
+            raise RewardError(f"{term.label} returned {_describe(out)} for a batch of {n} replies; a reward function "
+                              f"returns one float per reply ({n} here)")
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            i = int(bad[0])
+            raise RewardError(f"{term.label} returned {values[i]} for reply {i} of a batch of {n} "
+                              f"({b.replies[first + i]!r}); rewards must be finite ({len(bad)} of {n} are NaN or "
+                              "infinite)")
+        return values
+
+
+class _Batch:
+    """A batch of replies as ids and, computed when a term asks, as text."""
+
+    def __init__(self, reward: Reward, src, src_len, tokens, token_mask, key):
+        self.reward, self.src, self.src_len, self.tokens, self.token_mask, self.key = (
+            reward, src, src_len, tokens, token_mask, key)
+        eos = reward.task.specials.eos
+        length = (np.asarray(token_mask) > 0).sum(1)
+        last = np.asarray(tokens)[np.arange(len(length)), np.maximum(length - 1, 0)] if tokens.shape[1] else length
+        self.lengths = (length - ((length > 0) & (last == eos))).astype(np.int64)  # (B,) without the EOS
+
+    def _text(self, ids) -> str:
+        task = self.reward.task
+        return detokenize(task.vocab.decode(ids), self.reward._kind)
+
+    @cached_property
+    def prompts(self) -> list[str]:
+        if self.key is None:
+            return [self._text(self.src[i, : self.src_len[i]]) for i in range(len(self.lengths))]
+        cache = self.reward._prompt_text
+        for i, k in enumerate(self.key.tolist()):
+            if k not in cache:
+                cache[k] = self._text(self.src[i, : self.src_len[i]])
+        return [cache[k] for k in self.key.tolist()]
+
+    @cached_property
+    def replies(self) -> list[str]:
+        return [self._text(self.tokens[i, : self.lengths[i]]) for i in range(len(self.lengths))]
+
+    @cached_property
+    def reference_ids(self) -> list[list[np.ndarray]]:
+        task = self.reward.task
+        if self.key is None or not getattr(task, "has_references", False):
+            return [[] for _ in range(len(self.lengths))]
+        return task.references(self.key)
+
+    @cached_property
+    def references(self) -> list[list[str]]:
+        if self.key is None or not getattr(self.reward.task, "has_references", False):
+            return [[] for _ in range(len(self.lengths))]
+        cache = self.reward._ref_text
+        out = []
+        for k, refs in zip(self.key.tolist(), self.reference_ids):
+            if k not in cache:
+                cache[k] = [self._text(r) for r in refs]
+            out.append(cache[k])
+        return out
+
+
+def _describe(out) -> str:
+    """What a reward function returned, for an error message."""
+    if out is None:
+        return "None"
+    shape = getattr(out, "shape", None)
+    if shape is not None and len(shape) != 1:
+        return f"an array of shape {tuple(shape)}"
+    try:
+        return f"{len(out)} values ({type(out).__name__})"
+    except TypeError:
+        return f"a {type(out).__name__} ({out!r})"
+
+
+def make_reward(task, reward_cfg) -> Reward | None:
+    """The configured reward of ``task`` (``reward_cfg`` a :class:`rayseq.config.RewardConfig`), or None when it is
+    the task's own (``reward.fn=task``, the default): then nothing changes."""
+    from rayseq import registry
+
+    if reward_cfg is None or reward_cfg.is_task:
+        return None
+    terms = []
+    for i, t in enumerate(reward_cfg.resolved_terms):
+        label = f"reward.terms[{i}] ({t.fn})" if reward_cfg.terms else f"reward.fn={t.fn}"
+        terms.append(Term(name=t.metric_name, fn=registry.reward_function(t.fn, t.kwargs), weight=t.weight,
+                          kwargs=dict(t.kwargs), label=label))
+    return Reward(task, terms, reward_cfg.batch_size)

@@ -1,0 +1,271 @@
+"""Conditional generation on text pairs: a reply to each prompt, rewarded against the prompt's references.
+
+Data: a dataset prepared by ``python -m rayseq.data prepare SOURCE --out DIR`` (``task.data``), e.g. your own
+``jsonl:FILE`` of ``{"prompt", "reply"}`` rows (:mod:`rayseq.data.dialogue`). Rows with the same prompt are its
+references (one-to-many); ``task.prepare=true`` prepares ``task.source`` into ``task.data`` first when it holds no
+dataset. The ``chitchat`` task (:mod:`rayseq.tasks.chitchat`) is this task on the chit-chat corpus.
+
+Reward: the task's own is sentence BLEU-2 of the sampled reply against ALL references of its prompt, the reward
+of Tuan et al. (2018, Sec. 5.2) for their chatbot, vectorised (:func:`rayseq.rewards.bleu.sentence_bleu_padded`,
+equal to sacrebleu's ``sentence_score`` with effective order) and given at the reply's last token; computed on
+ScorerActors. ``reward.fn`` / ``reward.terms`` replace it (:mod:`rayseq.rewards.reward`).
+
+Inputs have keys (``PromptBatch.key``) that name their reference group across the splits: training groups are
+0..G−1, the validation groups follow, then the test groups, so the reward scores a reply to any input.
+
+Evaluation on the first ``val_size`` prompts (input groups) of the prepared ``valid`` split (``val/*``, every
+``train.eval_every`` iterations: what selects, e.g. ERPO interpolation's annealing and Tune) and on the first
+``test_size`` of the ``test`` split (``test/*``, once at the end: what is reported); ``prepare`` keeps both free of
+training inputs. The same metrics on each, of greedy replies unless said:
+- ``bleu2``: corpus BLEU-2 (sacrebleu) against every reference of each input, in [0, 100];
+- ``sentence_bleu2``: mean sentence BLEU-2 (the task's own reward), in [0, 1];
+- ``reward``: mean reward (the configured one, ``reward.*``) of temperature-1 SAMPLED replies, drawn with
+  ``val_seed`` / ``test_seed`` so that every evaluation draws the same numbers;
+- ``distinct1``, ``distinct2``: distinct uni/bigrams over all replies / their count (Li et al. 2016);
+- ``self_bleu2``: mean BLEU-2 of a reply against the other replies (Zhu et al. 2018; lower = more
+  diverse), on up to 500 replies;
+- ``reply_len``: mean reply length in tokens (EOS excluded);
+- in the summary's ``details`` (test only): sample replies with their references, and replies to the task's
+  ``example_prompts`` (chitchat: the inputs of the paper's Supplement Table 2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rayseq.data.dataset import DialogueData, encode_text
+from rayseq.data.dialogue import DataError
+from rayseq.data.text import detokenize
+from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
+from rayseq.tasks.base import Task, task_spec
+from rayseq.types import PromptBatch
+
+SELF_BLEU_REPLIES = 500
+HELD_OUT = {"val": "valid", "test": "test"}  # evaluation split -> prepared split
+
+
+class PairsTask(Task):
+    name = "pairs"
+    params = ("data", "source", "prepare", "test_size", "val_size", "test_seed", "val_seed")
+    has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
+    scored_remotely = True  # against all references of an input: worth the scorer actors
+    example_prompts: tuple[str, ...] = ()  # replies to these are in the test details
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        if not cfg.data:
+            raise ValueError("task.data: set it to a prepared dataset (python -m rayseq.data prepare jsonl:FILE --out "
+                             "DIR, then task.data=DIR; or task.source=jsonl:FILE task.prepare=true task.data=DIR)")
+        if not (Path(cfg.data) / "manifest.json").is_file():
+            source = cfg.source or "jsonl:FILE"
+            raise FileNotFoundError(
+                f"task.data={cfg.data}: no prepared dataset there; run "
+                f"`python -m rayseq.data prepare {source} --out {cfg.data}` (or set task.source and task.prepare=true)"
+            )
+        self.data = DialogueData.load(cfg.data)
+        self.vocab = self.data.vocab
+        self.specials = self.vocab.specials
+        self.max_src_len = self.data.max_src_len
+        self.max_tgt_len = self.data.max_tgt_len + 1  # + EOS
+        self.train = self.data.splits["train"]
+        self.train_refs = self.train.references()  # per training group: its replies (the BLEU references)
+        self._refs = list(self.train_refs)  # per key: the references of every split's groups, train first
+        self._held_out = {}  # split -> (inputs (n, S), lengths (n,), references of each input, keys (n,))
+        for split, size in (("val", cfg.val_size), ("test", cfg.test_size)):
+            part = self.data.splits[HELD_OUT[split]]
+            n = min(size, part.num_groups)
+            if n == 0:
+                raise DataError(
+                    f"task.data={cfg.data}: the {HELD_OUT[split]} split is empty, and training evaluates on it "
+                    f"({'val/*' if split == 'val' else 'test/*'}); prepare the data with more prompts or a larger "
+                    f"--{HELD_OUT[split]}-frac (see counts in {Path(cfg.data) / 'manifest.json'})")
+            src, src_len = part.group_inputs()
+            refs = part.references()[:n]
+            keys = np.arange(len(self._refs), len(self._refs) + n, dtype=np.int64)
+            self._refs += refs
+            self._held_out[split] = (src[:n], src_len[:n], refs, keys)
+
+    def split(self, split: str) -> tuple[np.ndarray, np.ndarray, list]:
+        """``val`` or ``test``: inputs (n, S), lengths (n,) and each input's references."""
+        if split not in self._held_out:
+            raise ValueError(f"split must be one of {tuple(self._held_out)}, got {split!r}")
+        return self._held_out[split][:3]
+
+    def spec(self) -> dict:
+        """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
+        return task_spec(self, self.data.tokenizer)
+
+    @classmethod
+    def prepare_data(cls, cfg) -> bool:
+        """``task.prepare``: prepare ``task.source`` into ``task.data`` if it holds no dataset yet (the driver calls
+        this once, before any actor loads the data). Returns True if it prepared."""
+        if not (cfg.prepare and cfg.data) or (Path(cfg.data) / "manifest.json").is_file():
+            return False
+        if not cfg.source:
+            raise ValueError(f"task.prepare=true: set task.source (what to prepare into task.data={cfg.data}, e.g. "
+                             "jsonl:pairs.jsonl)")
+        from rayseq.data.dialogue import PrepareOptions, prepare
+
+        prepare(cfg.source, cfg.data, PrepareOptions(quiet=True))
+        return True
+
+    # -- data -------------------------------------------------------------------------------------
+    def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> PromptBatch:
+        """``n`` training pairs drawn uniformly; ``key`` = the input's reference group; targets end in EOS."""
+        idx = rng.integers(0, len(self.train), size=n)
+        s = self.train
+        batch = PromptBatch(s.src[idx], s.src_len[idx], key=s.group[idx])
+        if with_targets:
+            tgt = np.zeros((n, self.max_tgt_len), dtype=np.int64)
+            tgt[:, : s.tgt.shape[1]] = s.tgt[idx]
+            tgt[np.arange(n), s.tgt_len[idx]] = self.specials.eos
+            batch.tgt, batch.tgt_len = tgt, s.tgt_len[idx] + 1
+        return batch
+
+    # -- reward -----------------------------------------------------------------------------------
+    def references(self, key) -> list[list[np.ndarray]]:
+        """The reference replies (id arrays, no EOS) of each input in ``key`` (a training group, or a held-out
+        input's key from :meth:`split_keys`): the reward's references."""
+        return [self._refs[int(k)] for k in key]
+
+    def split_keys(self, split: str) -> np.ndarray:
+        """(n,) the keys of the ``val`` or ``test`` inputs of :meth:`split` (their references for the reward)."""
+        return self._held_out[split][3]
+
+    def reply_lengths(self, tokens: np.ndarray, token_mask: np.ndarray) -> np.ndarray:
+        """(B,) reply length without the EOS."""
+        length = (token_mask > 0).sum(1)
+        ended = (length > 0) & (tokens[np.arange(len(tokens)), np.maximum(length - 1, 0)] == self.specials.eos)
+        return (length - ended).astype(np.int64)
+
+    def rewards(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
+        """BLEU-2 of each reply against all references of its input."""
+        if key is None:
+            raise ValueError(f"{self.name} rewards need PromptBatch.key (the input's reference group)")
+        refs = self.references(key)
+        score = sentence_bleu_padded(tokens, self.reply_lengths(tokens, token_mask), refs, max_order=2)
+        score = score.astype(np.float32)
+        return terminal_rewards(score, token_mask), score
+
+    # -- evaluation -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, generator, src: np.ndarray, src_len: np.ndarray, device="cpu", *, seed: int | None = None,
+               batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
+        """One reply per input, greedy (``seed`` None) or sampled at temperature 1 from a generator seeded with
+        ``seed``: tokens (n, max_tgt_len) int64 and their token mask (n, max_tgt_len) float32."""
+        gen = None if seed is None else torch.Generator(device=device).manual_seed(int(seed))
+        tokens = np.zeros((len(src), self.max_tgt_len), dtype=np.int64)
+        mask = np.zeros((len(src), self.max_tgt_len), dtype=np.float32)
+        for a in range(0, len(src), batch_size):
+            s = generator.sample(torch.from_numpy(src[a : a + batch_size]).to(device),
+                                 torch.from_numpy(src_len[a : a + batch_size]).to(device), self.max_tgt_len,
+                                 greedy=seed is None, generator=gen)
+            t = s.tokens.shape[1]
+            tokens[a : a + batch_size, :t] = s.tokens.cpu().numpy()
+            mask[a : a + batch_size, :t] = s.token_mask.cpu().numpy()
+        return tokens, mask
+
+    def greedy_replies(self, generator, src: np.ndarray, src_len: np.ndarray, device="cpu") -> list[np.ndarray]:
+        """The greedy reply (ids, no EOS) to each input."""
+        tokens, mask = self.decode(generator, src, src_len, device)
+        lens = self.reply_lengths(tokens, mask)
+        return [tokens[i, : lens[i]] for i in range(len(tokens))]
+
+    def reply_text(self, ids: np.ndarray) -> str:
+        return detokenize(self.vocab.decode(ids), self.data.tokenizer.get("kind", "words"))
+
+    @torch.no_grad()
+    def validation_reward(self, generator, device="cpu") -> float:
+        """Mean reward of greedy replies to the validation inputs (with the task's own reward: sentence BLEU-2
+        against their references, ``val/sentence_bleu2``): the validation-set reward the interpolation
+        algorithm anneals on."""
+        src, src_len, _ = self.split("val")
+        was_training = generator.training
+        generator.eval()
+        tokens, mask = self.decode(generator, src, src_len, device)
+        generator.train(was_training)
+        return float(self.rewards(src, src_len, tokens, mask, key=self.split_keys("val"))[1].mean())
+
+    @classmethod
+    def metric_names(cls, cfg, split: str) -> list[str]:
+        return [f"{split}/{k}" for k in ("bleu2", "sentence_bleu2", "reward", "distinct1", "distinct2", "self_bleu2",
+                                          "reply_len")]
+
+    @torch.no_grad()
+    def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
+        """``<split>/*`` metrics (module docstring); details (sample replies, example prompts) on test only."""
+        src, src_len, refs = self.split(split)
+        was_training = generator.training
+        generator.eval()
+        replies = self.greedy_replies(generator, src, src_len, device)
+        sampled, sampled_mask = self.decode(generator, src, src_len, device,
+                                            seed=self.cfg.val_seed if split == "val" else self.cfg.test_seed)
+        _, reward = self.rewards(src, src_len, sampled, sampled_mask, key=self.split_keys(split))
+        metrics = {**self._metrics(split, replies, refs), f"{split}/reward": float(np.mean(reward))}
+        if split != "test":
+            generator.train(was_training)
+            return metrics, {}
+        details = {
+            "test_samples": [
+                {"input": self.reply_text(src[i, : src_len[i]]),
+                 "reply": self.reply_text(replies[i]),
+                 "references": [self.reply_text(r) for r in refs[i][:3]]}
+                for i in range(min(8, len(replies)))
+            ],
+        }
+        if self.example_prompts:
+            prompts = [encode_text(p, self.vocab, self.data.tokenizer, self.max_src_len) for p in self.example_prompts]
+            p_src = np.zeros((len(prompts), self.max_src_len), dtype=np.int64)
+            for i, p in enumerate(prompts):
+                p_src[i, : len(p)] = p
+            p_len = np.array([max(len(p), 1) for p in prompts], dtype=np.int64)
+            answers = self.greedy_replies(generator, p_src, p_len, device)
+            details["paper_prompts"] = [{"input": p, "reply": self.reply_text(r)}
+                                        for p, r in zip(self.example_prompts, answers)]
+        generator.train(was_training)
+        return metrics, details
+
+    @staticmethod
+    def _metrics(split: str, replies: list[np.ndarray], refs: list) -> dict:
+        padded, lens = _pad(replies)
+        metrics = {
+            "bleu2": 100.0 * corpus_bleu(replies, refs, max_order=2),
+            "sentence_bleu2": float(sentence_bleu_padded(padded, lens, refs, max_order=2).mean()),
+            "distinct1": distinct_n(replies, 1),
+            "distinct2": distinct_n(replies, 2),
+            "self_bleu2": self_bleu(replies[:SELF_BLEU_REPLIES]),
+            "reply_len": float(lens.mean()) if len(lens) else 0.0,
+        }
+        return {f"{split}/{k}": v for k, v in metrics.items()}
+
+
+def ensure_prepared(cfg) -> bool:
+    """``task.prepare`` of a pairs-like task config (:meth:`PairsTask.prepare_data`)."""
+    return PairsTask.prepare_data(cfg)
+
+
+def _pad(replies: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Replies -> ((n, longest) int64 right-padded with 0, (n,) lengths)."""
+    lens = np.array([len(r) for r in replies], dtype=np.int64)
+    padded = np.zeros((len(replies), max(int(lens.max(initial=0)), 1)), dtype=np.int64)
+    for i, r in enumerate(replies):
+        padded[i, : len(r)] = r
+    return padded, lens
+
+
+def distinct_n(replies: list[np.ndarray], n: int) -> float:
+    """Distinct n-grams over all replies / total n-grams (0 when there are none)."""
+    grams = [tuple(r[i : i + n].tolist()) for r in replies for i in range(len(r) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def self_bleu(replies: list[np.ndarray]) -> float:
+    """Mean sentence BLEU-2 of each reply against all the others (needs >= 2 replies)."""
+    if len(replies) < 2:
+        return 0.0
+    padded, lens = _pad(replies)
+    refs = [[r for j, r in enumerate(replies) if j != i] for i in range(len(replies))]
+    return float(sentence_bleu_padded(padded, lens, refs, max_order=2).mean())

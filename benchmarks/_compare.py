@@ -45,9 +45,12 @@ def _config_data(args: list[str]) -> dict:
 
 
 def run_all(config: str, overrides: list[str], algos: list[str], seeds: list[int], out: Path, *,
-            pretrain_algo: str, jobs: int = 2, fresh: bool = False) -> dict[tuple[str, int], Path]:
-    """Pretrain per seed into ``out/pretrain-s<seed>``, then each algorithm into ``out/<algo>-s<seed>``.
-    Returns {(algo, seed): run dir}; the pretrained model is (algo "mle", seed) for the table's MLE row."""
+            pretrain_algo: str, jobs: int = 2, fresh: bool = False,
+            variants: dict[str, list[str]] | None = None) -> dict[tuple[str, int], Path]:
+    """Pretrain per seed into ``out/pretrain-s<seed>``, then each algorithm into ``out/<algo>-s<seed>`` (and each
+    of ``variants``, label -> overrides such as ``["algo.name=ppo", "algo.kl_coef=0.1"]``, into
+    ``out/<label>-s<seed>``). Returns {(algo or label, seed): run dir}; the pretrained model is (algo "mle", seed)
+    for the table's MLE row."""
     import multiprocessing
 
     base = [f"--config={config}", *overrides, *IN_PROCESS]
@@ -68,13 +71,13 @@ def run_all(config: str, overrides: list[str], algos: list[str], seeds: list[int
         for f in pre.values():
             f.result()
         futs = []
+        runs = {a: [f"algo.name={a}"] for a in algos} | dict(variants or {})
         for s in seeds:
-            for a in algos:
+            for a, extra in runs.items():
                 d = out / f"{a}-s{s}"
                 dirs[(a, s)] = d
                 if pending(d):
-                    args = [*base, f"seed={s}", f"algo.name={a}", f"train.init_from={out / f'pretrain-s{s}'}",
-                            f"name={a}-s{s}"]
+                    args = [*base, f"seed={s}", *extra, f"train.init_from={out / f'pretrain-s{s}'}", f"name={a}-s{s}"]
                     futs.append(pool.submit(_train, args, str(d)))
         for f in futs:
             f.result()

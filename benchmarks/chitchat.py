@@ -33,7 +33,7 @@ from benchmarks._report import write_report  # noqa: E402
 
 # ERPO Table 1's rows first ("mle" = MLE continued for the algorithm stage's budget), then the rest
 ALGOS = ["mle", "raml", "spg", "mixer", "scheduled_sampling", "erpo_interpolation", "data_noising", "scst",
-         "actor_critic", "reinforce", "ppo", "ppo_dynamic"]
+         "actor_critic", "reinforce", "ppo", "ppo_dynamic", "grpo", "rloo", "grpo_dynamic"]
 PAPER = {"pretrained": 9.62, "reinforce": 14.29, "ppo": 14.12, "ppo_dynamic": 14.73}  # Tuan et al. Table 2, BLEU-2
 ERPO = {"pretrained": 26.44, "raml": 27.22, "spg": 26.62, "mixer": 26.53, "scheduled_sampling": 26.76,
         "erpo_interpolation": 27.82}  # Tan et al. Table 1 (IWSLT'14 BLEU; their MLE is trained to convergence)

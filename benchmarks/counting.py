@@ -58,9 +58,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ALGOS = ("mle", "reinforce", "mixer", "ppo", "ppo_dynamic", "mixer_ppo", "mixer_ppo_dynamic")
-ALGOS = (*DEFAULT_ALGOS, "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic")
+ALGOS = (*DEFAULT_ALGOS, "seqgan", "seqgan_ppo", "seqgan_ppo_dynamic", "grpo", "rloo", "grpo_dynamic")
 LABELS = {"mle": "MLE", "reinforce": "REINFORCE", "mixer": "MIXER", "ppo": "PPO", "ppo_dynamic": "PPO-dynamic",
-          "mixer_ppo": "MIXER-PPO", "mixer_ppo_dynamic": "MIXER-PPO-dynamic",
+          "mixer_ppo": "MIXER-PPO", "mixer_ppo_dynamic": "MIXER-PPO-dynamic", "grpo": "GRPO", "rloo": "RLOO",
+          "grpo_dynamic": "GRPO-dynamic",
           "seqgan": "SeqGAN", "seqgan_ppo": "SeqGAN-PPO", "seqgan_ppo_dynamic": "SeqGAN-PPO-dynamic"}
 # Tuan et al. (2018) Table 1, precision (%): the upper block (REINFORCE, PPO, PPO-dynamic), the middle one
 # (MIXER original, with PPO, with PPO-dynamic) and the lower one (SeqGAN with the policy gradient, PPO, PPO-dynamic).
@@ -187,8 +188,8 @@ def summarize(runs: list[dict], algos: list[str]) -> dict:
                 for n in sorted(rs[0]["y1_var_per_n"])
                 if all(n in r["y1_var_per_n"] for r in rs)
             },
-            "paper_precision_pct": PAPER_PRECISION[a],
-            "diff_vs_paper_pct": statistics.fmean(prec) - PAPER_PRECISION[a],
+            "paper_precision_pct": PAPER_PRECISION.get(a),  # GRPO, RLOO: after the paper, no figure
+            "diff_vs_paper_pct": (statistics.fmean(prec) - PAPER_PRECISION[a]) if a in PAPER_PRECISION else None,
         }
     return out
 
@@ -214,9 +215,14 @@ def precision_table(summary: dict, runs: list[dict]) -> str:
             f"| {LABELS[a]} | {fmt(s['precision_pct'])} | {fmt(s['precision_sampled_pct'])} "
             f"| {fmt(s['y1_tv'], digits=3)} | {fmt(s['y1_tv_n5'], digits=3)} "
             f"| {statistics.fmean(100 * r['pretrain_precision'] for r in rs):.2f} "
-            f"| {s['wall_s_median']:.0f} | {s['paper_precision_pct']:.2f} | {s['diff_vs_paper_pct']:+.2f} |"
+            f"| {s['wall_s_median']:.0f} | {_num(s['paper_precision_pct'], '.2f')} "
+            f"| {_num(s['diff_vs_paper_pct'], '+.2f')} |"
         )
     return "\n".join(lines)
+
+
+def _num(x, spec: str) -> str:
+    return "–" if x is None else format(x, spec)
 
 
 def variance_table(summary: dict) -> str:
@@ -247,6 +253,9 @@ COLORS = {
     "ppo_dynamic": "tab:red",
     "mixer_ppo": "tab:pink",
     "mixer_ppo_dynamic": "tab:orange",
+    "grpo": "darkgreen",
+    "rloo": "navy",
+    "grpo_dynamic": "crimson",
     "seqgan": "tab:olive",
     "seqgan_ppo": "tab:cyan",
     "seqgan_ppo_dynamic": "tab:brown",

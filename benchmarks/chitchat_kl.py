@@ -88,9 +88,9 @@ def _plot(points, path: Path, algo: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     curve = sorted((p for p in points if p[1] is not None), key=lambda p: p[1])
     ax.plot([p[2] for p in curve], [p[3] for p in curve], "-o", color="C3", label=f"{algo}, β = kl_coef")
-    for name, coef, x, y in curve:
+    for _, coef, x, y in curve:
         ax.annotate(f"β={coef:g}", (x, y), fontsize=8, xytext=(4, 3), textcoords="offset points")
-    for name, coef, x, y in points:
+    for _, coef, x, y in points:
         if coef is None:
             ax.plot([x], [y], "s", color="gray", label="pretrained MLE")
     ax.set_xlabel("test distinct-2 (diversity)")

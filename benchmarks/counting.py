@@ -401,9 +401,10 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
     from rayseq.config import build_config, config_to_dict
 
     out = Path(args.out)
-    cfg = build_config(None, overrides)
-    t = cfg.train
     algos = [a for a in args.algos if any(r["algo"] == a for r in runs)]
+    # the shared settings, resolved for the first algorithm (overrides may hold keys only some algorithms read)
+    cfg = build_config(None, [*overrides, f"algo.name={algos[0]}"])
+    t = cfg.train
     summary = summarize(runs, algos)
     machine = machine_info()
     command = " ".join(shlex.quote(a) for a in ["python", *sys.argv])

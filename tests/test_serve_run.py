@@ -103,7 +103,7 @@ def test_config_file_args_and_port_with_command_line_overrides(workdir, monkeypa
 
     monkeypatch.delenv("RAYSEQ_CHECKPOINT", raising=False)
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
-    monkeypatch.setattr(serve, "start", lambda http_options: seen.setdefault("http", http_options))
+    monkeypatch.setattr(serve, "start", lambda http_options, **kw: seen.setdefault("http", http_options))
     monkeypatch.setattr(serve, "run", fake_run)
     monkeypatch.setattr(serve, "shutdown", lambda: None)
     args, http, name, prefix = cli.read_serve_config(str(CONFIG))

@@ -42,12 +42,6 @@ class TaskConfig(_Section):
         "counting", description="Task: data + reward + evaluation; a built-in name (counting, oracle, pairs, chitchat) "
         "or your own class as an import path package.module:Class.",
     )
-
-    @field_validator("name")
-    @classmethod
-    def _known_task(cls, v: str) -> str:
-        registry.task_class(v)  # ValueError naming what is wrong
-        return v
     test_size: int = Field(
         2000, ge=100,
         description="Held-out test inputs (counting), oracle samples (NLL-test), prompts (pairs: of the prepared test "
@@ -86,6 +80,12 @@ class TaskConfig(_Section):
         False, description="Pairs: prepare task.source into task.data first if it holds no dataset."
     )
 
+    @field_validator("name")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        registry.task_class(v)  # ValueError naming what is wrong
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: Any) -> Any:
@@ -115,6 +115,7 @@ def rename_aliases(section: dict, aliases: dict[str, str], where: str) -> dict:
 
 
 _TERM_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
 
 
 class RewardTerm(_Section):
@@ -253,12 +254,6 @@ class AlgoConfig(_Section):
         "ppo_dynamic", description="Algorithm of the RL stage (after MLE pretraining): a built-in name "
         "(rayseq.registry) or your own class as an import path package.module:Class.",
     )
-
-    @field_validator("name")
-    @classmethod
-    def _known_algorithm(cls, v: str) -> str:
-        registry.algorithm_class(v)  # ValueError naming what is wrong
-        return v
     lr: float = Field(3e-4, gt=0, description="Generator learning rate (Adam) in the algorithm stage.")
     baseline_lr: float = Field(1e-2, gt=0, description="Value-baseline learning rate (Adam).")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor of returns.")
@@ -341,6 +336,12 @@ class AlgoConfig(_Section):
         0, ge=0, description="Actor-critic / SeqGAN-critic: iterations before the algorithm's budget that train the "
         "critic only (generator fixed, no d-steps), as Bahdanau et al. (2017) pretrain their critic.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _known_algorithm(cls, v: str) -> str:
+        registry.algorithm_class(v)  # ValueError naming what is wrong
+        return v
 
 
 class RolloutConfig(_Section):

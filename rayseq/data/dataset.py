@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from rayseq.data.dialogue import FORMAT_VERSION, SPLITS, DataError, prepare_command
 from rayseq.data.text import tokenize
-from rayseq.tasks.base import Vocab
+from rayseq.vocab import Vocab
 
 # formats whose held-out splits were not cleaned of training inputs: refused with the command that re-prepares
 LEAKY_VERSIONS = ("rayseq-dialogue-v1",)

@@ -32,7 +32,7 @@ import argparse
 import sys
 import time
 
-from rayseq.data.dialogue import SOURCES, DataError, PrepareOptions, prepare
+from rayseq.data.preparation import SOURCES, DataError, PrepareOptions, prepare
 
 
 def _parser() -> argparse.ArgumentParser:

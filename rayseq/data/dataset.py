@@ -1,4 +1,4 @@
-"""Reader of a dataset prepared by ``python -m rayseq.data prepare`` (layout in ``rayseq.data.dialogue``).
+"""Reader of a dataset prepared by ``python -m rayseq.data prepare`` (layout in ``rayseq.data.preparation``).
 
 ``DialogueData.load(dir)`` gives padded numpy arrays per split, the vocabulary and the tokenizer
 settings; ``DialogueSplit.references()`` gives every group's replies (the one-to-many BLEU-2
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rayseq.data.dialogue import FORMAT_VERSION, SPLITS, DataError, prepare_command
+from rayseq.data.preparation import FORMAT_VERSION, SPLITS, DataError, prepare_command
 from rayseq.data.text import tokenize
 from rayseq.vocab import Vocab
 

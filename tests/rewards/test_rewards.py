@@ -313,7 +313,7 @@ def test_readme_example_trains_locally_with_one_command(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     example = readme_own_data_example(root)
     for name, content in example["files"].items():
         (tmp_path / name).write_text(content)

@@ -29,7 +29,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "cluster"
 DOCKER = REPO / "docker"
 LAUNCHER_CONFIGS = ["cluster/aws.yaml", "cluster/gcp.yaml"]

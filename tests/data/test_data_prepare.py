@@ -20,7 +20,7 @@ from rayseq.data import DataError, DialogueData, PrepareOptions, encode_text, pr
 from rayseq.data import preparation as dp
 from rayseq.data.preparation import RawPair, load_source, merge_speakers, split_conversations, turns_to_pairs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALL_TRAIN = {"valid_frac": 0.0, "test_frac": 0.0}  # one split: pairs and groups are easy to check
 
 

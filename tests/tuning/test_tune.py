@@ -21,7 +21,7 @@ import yaml
 from rayseq.config import build_config
 from rayseq.tuning.spec import SpecError, load_experiment, val_metrics, validate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY_TRAIN = {  # tests/conftest.py's TINY, in-process
     "task": {"name": "counting", "test_size": 200},

@@ -1,8 +1,9 @@
 """rayseq: reinforcement learning for sequence generators on Ray.
 
-Layers (imports point down only, see DESIGN.md):
-entry points (train, tune, serving) -> distributed -> algos -> math (models, losses, rewards, tasks, data)
--> foundations (config, types, checkpoint).
+Layers (imports point down only, without cycles; see DESIGN.md and tests/test_import_layers.py):
+entry points (train, tune, serve) -> tuning, serving -> distributed -> algos
+-> math (models, losses, rewards, tasks, data)
+-> foundations (config, types, checkpoint, registry, seeding, storage, runlog, vocab).
 """
 
 __version__ = "0.1.0"

@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     if not args.resume and (warning := relative_run_dir_warning(cfg.run_dir)):
         print(warning, file=sys.stderr)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from rayseq.data.dialogue import DataError
+    from rayseq.data.preparation import DataError
     from rayseq.distributed.driver import Interrupted, Trainer
     from rayseq.rewards.reward import RewardError
 

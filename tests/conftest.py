@@ -63,7 +63,7 @@ def write_corpus(path: Path, n_conv: int = 60) -> Path:
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> Path:
     """A tiny chit-chat corpus prepared once (read-only for the tests that use it)."""
-    from rayseq.data.dialogue import PrepareOptions, prepare
+    from rayseq.data.preparation import PrepareOptions, prepare
 
     d = tmp_path_factory.mktemp("cc")
     out = d / "prepared"

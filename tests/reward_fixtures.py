@@ -1,4 +1,4 @@
-"""Reward functions for tests/test_rewards.py, importable as ``tests.reward_fixtures:NAME`` by the driver and by
+"""Reward functions for tests/rewards/test_rewards.py, importable as ``tests.reward_fixtures:NAME`` by the driver and by
 every Ray actor (they run in the repository, the tests' working directory)."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ MATH_DIRS = ("models", "losses", "rewards", "tasks", "data", "algos")
 def test_importing_math_and_foundations_does_not_load_ray():
     code = (
         "import rayseq.models, rayseq.losses, rayseq.tasks, rayseq.rewards, rayseq.algos, "
-        "rayseq.config, rayseq.types, rayseq.checkpoint; import sys; "
+        "rayseq.config, rayseq.types, rayseq.checkpoint, rayseq.vocab; import sys; "
         "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.split('.')[0] == 'ray')"
     )
     proc = subprocess.run(

@@ -26,8 +26,9 @@ PLUGIN = textwrap.dedent('''
 
     from rayseq.algos.reinforce import Reinforce
     from rayseq.rewards import terminal_rewards
-    from rayseq.tasks.base import Task, Vocab
+    from rayseq.tasks.base import Task
     from rayseq.types import PromptBatch
+    from rayseq.vocab import Vocab
 
 
     class Echo(Task):

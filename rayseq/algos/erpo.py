@@ -84,7 +84,7 @@ def erpo_sample(
     counts = torch.zeros(3, dtype=torch.float64)
     tokens, token_mask, logps = [], [], []
     for t in range(max_len):
-        logits, _, h = model._step(tok, h)
+        logits, _, h = model.decode_step(tok, h)
         logp_all = torch.log_softmax(logits, dim=-1)
         u = torch.rand(B, generator=generator_rng, device=dev)  # picks the token
         uz = torch.rand(B, generator=generator_rng, device=dev, dtype=torch.float64)  # picks z (interpolation)

@@ -34,7 +34,7 @@ from rayseq.algos.common import Algorithm
 from rayseq.algos.mle import MLE
 from rayseq.types import PromptBatch
 
-FIRST_WORD_ID = 4  # ids 0..3 are <pad>, <bos>, <eos>, <unk> (rayseq.tasks.base.Specials)
+FIRST_WORD_ID = 4  # ids 0..3 are <pad>, <bos>, <eos>, <unk> (rayseq.vocab.Specials)
 
 
 # -- helpers shared with data noising -----------------------------------------------------------------

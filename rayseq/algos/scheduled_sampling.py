@@ -26,7 +26,7 @@ model token fed at step t by inverse CDF, :func:`rayseq.models.sampling.sample_w
 of both is unused (step 0's input is always BOS). A given (coins, uniforms) therefore fixes every
 choice, which lets the batched decoder be checked exactly against a per-row loop.
 
-Cost: one decoder step (:meth:`Seq2SeqGRU._step`) per target position (T ≤ ~22), batched over rows; each
+Cost: one decoder step (:meth:`Seq2SeqGRU.decode_step`) per target position (T ≤ ~22), batched over rows; each
 step's logits serve both the loss and, detached, the sample of the model-fed rows (one inverse-CDF draw on
 those rows only). When no coin asks for a model token (ε = 1, or by chance) the single teacher-forced pass
 :meth:`Seq2SeqGRU.logprobs` is used instead. Measured on CPU (1 thread, B = 128, T = 21, H = 128,
@@ -95,7 +95,7 @@ def scheduled_sampling_logprobs(
     tok = torch.full((B,), generator.bos_id, dtype=torch.long, device=dev)
     logps = []
     for t in range(T):
-        logits, _, h = generator._step(tok, h)  # _logits: dropout, banned ids at −inf
+        logits, _, h = generator.decode_step(tok, h)  # _logits: dropout, banned ids at −inf
         logps.append(generator.token_logp(logits, tgt[:, t]))
         if t + 1 == T:
             break

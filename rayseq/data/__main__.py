@@ -22,8 +22,9 @@ The output (vocab.json, manifest.json, {train,valid,test}/part-00000.parquet) is
 ``rayseq.data.DialogueData.load(DIR)``; manifest.json has the counts, drops and <unk> rate. valid and
 test hold no training input: their pairs whose input also occurs in train are dropped (the output says
 how many). Rows without a conversation id are grouped by prompt, so a prompt's replies stay in one split; a
-warning says when valid or test is empty (training needs both: more prompts, or larger --valid-frac/--test-frac). A dataset of format v1 (older rayseq) must be prepared again with --overwrite. Bad input
-exits with status 2 and ``error: FILE:LINE: ...``; nothing is left behind on failure.
+warning says when valid or test is empty (training needs both: more prompts, or larger --valid-frac/--test-frac).
+A dataset of format v1 (older rayseq) must be prepared again with --overwrite. Bad input exits with status 2 and
+``error: FILE:LINE: ...``; nothing is left behind on failure.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import argparse
 import sys
 import time
 
-from rayseq.data.dialogue import SOURCES, DataError, PrepareOptions, prepare
+from rayseq.data.preparation import SOURCES, DataError, PrepareOptions, prepare
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Reader of a dataset prepared by ``python -m rayseq.data prepare`` (layout in ``rayseq.data.dialogue``).
+"""Reader of a dataset prepared by ``python -m rayseq.data prepare`` (layout in ``rayseq.data.preparation``).
 
 ``DialogueData.load(dir)`` gives padded numpy arrays per split, the vocabulary and the tokenizer
 settings; ``DialogueSplit.references()`` gives every group's replies (the one-to-many BLEU-2
@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rayseq.data.dialogue import FORMAT_VERSION, SPLITS, DataError, prepare_command
+from rayseq.data.preparation import FORMAT_VERSION, SPLITS, DataError, prepare_command
 from rayseq.data.text import tokenize
-from rayseq.tasks.base import Vocab
+from rayseq.vocab import Vocab
 
 # formats whose held-out splits were not cleaned of training inputs: refused with the command that re-prepares
 LEAKY_VERSIONS = ("rayseq-dialogue-v1",)

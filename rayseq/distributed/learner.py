@@ -12,23 +12,10 @@ import torch
 from rayseq.algos import MLE, LearnerState, make_algo, seqgan
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
-from rayseq.models import Critic, ValueBaseline
-from rayseq.models.discriminator import build_discriminator
-from rayseq.models.generator import build_generator
+from rayseq.distributed.placement import placement_group_id
+from rayseq.models import Critic, ValueBaseline, make_discriminator, make_generator
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, Rollout, to_torch
-
-
-def make_generator(cfg: RunConfig, task):
-    """The task's generator (conditional or not, banned ids) from the model config."""
-    return build_generator(len(task.vocab), cfg.model, task.specials, conditional=task.conditional,
-                           banned_ids=task.banned_ids)
-
-
-def make_discriminator(cfg: RunConfig, task):
-    d = cfg.disc
-    return build_discriminator(len(task.vocab), d.emb_dim, d.filter_sizes, d.num_filters, d.dropout,
-                               pad_id=task.specials.pad, sep_id=task.specials.bos)
 
 
 class Learner:
@@ -74,8 +61,6 @@ class Learner:
     def placement(self) -> dict:
         """Where the learner runs: pid, device, placement group id (diagnostics)."""
         import os
-
-        from rayseq.distributed.worker import placement_group_id
 
         return {"pid": os.getpid(), "device": str(self.device), "placement_group": placement_group_id()}
 

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from rayseq.config import RunConfig
-from rayseq.distributed.learner import make_discriminator
+from rayseq.distributed.placement import placement_group_id
 from rayseq.distributed.worker import score_rollout
+from rayseq.models import make_discriminator
 from rayseq.rewards.mc_search import q_values
 from rayseq.tasks import make_task
 from rayseq.types import MCBatch, Rollout, to_torch
@@ -37,8 +38,6 @@ class ScorerActor:
         return os.getpid()
 
     def stats(self) -> dict:
-        from rayseq.distributed.worker import placement_group_id
-
         return {"pid": os.getpid(), "disc_version": self.disc_version, "loads": self.loads,
                 "placement_group": placement_group_id()}
 

@@ -11,24 +11,12 @@ import torch
 
 from rayseq.algos.erpo import erpo_sample
 from rayseq.config import RunConfig
-from rayseq.distributed.learner import make_generator
+from rayseq.distributed.placement import placement_group_id
+from rayseq.models import make_generator
 from rayseq.rewards.mc_search import mc_search
 from rayseq.rewards.terminal import terminal_rewards
 from rayseq.tasks import make_task
 from rayseq.types import MCBatch, PromptBatch, Rollout, RolloutRequest, to_torch
-
-
-def placement_group_id() -> str | None:
-    """Hex id of the placement group this process's actor runs in (None in-process or outside one)."""
-    import sys
-
-    if "ray" not in sys.modules:
-        return None
-    import ray
-
-    if not ray.is_initialized():
-        return None
-    return ray.get_runtime_context().get_placement_group_id()
 
 
 class RolloutWorker:

@@ -120,8 +120,9 @@ class Seq2SeqGRU(nn.Module):
         logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         return torch.where(tokens == self.pad_id, 0.0, logp)
 
-    def _step(self, tok: torch.Tensor, h):
-        """tok (B,), h state -> logits (B, V), state (B, H), new h."""
+    def decode_step(self, tok: torch.Tensor, h):
+        """One decoder step (sampling, decoding, Monte-Carlo search, ERPO's sampler and scheduled sampling advance
+        the policy with it): tok (B,), h state -> logits (B, V) with the banned ids at −inf, state (B, H), new h."""
         out, h = self.decoder(self.embedding(tok).unsqueeze(1), h)
         state = out[:, 0]
         return self._logits(state), state, h
@@ -139,7 +140,7 @@ class Seq2SeqGRU(nn.Module):
     def first_step_logprobs(self, src: torch.Tensor, src_len: torch.Tensor) -> torch.Tensor:
         """log π(y_1 | x) over the vocabulary, (B, V)."""
         h = self.encode(src, src_len)
-        logits, _, _ = self._step(torch.full_like(src_len, self.bos_id), h)
+        logits, _, _ = self.decode_step(torch.full_like(src_len, self.bos_id), h)
         return torch.log_softmax(logits, dim=-1)
 
     @torch.no_grad()
@@ -174,7 +175,7 @@ class Seq2SeqGRU(nn.Module):
             plen = torch.as_tensor(prefix_len, device=dev).expand(B).clamp(max=prefix.shape[1])
         tokens, token_mask, action_mask, logps = [], [], [], []
         for t in range(max_len):
-            logits, _, h = self._step(tok, h)
+            logits, _, h = self.decode_step(tok, h)
             if greedy:
                 nxt = logits.argmax(dim=-1)
                 lp = self.token_logp(logits, nxt)
@@ -243,7 +244,7 @@ class Seq2SeqGRU(nn.Module):
             alive = alive & (t < max_len)
             if not alive.any():
                 break
-            logits, _, h = self._step(tok, h)
+            logits, _, h = self.decode_step(tok, h)
             logp_all = torch.log_softmax(logits, dim=-1)
             scaled = logits / temp
             if use_top_k:

@@ -3,7 +3,7 @@
 Inverse CDF: with u ~ U(0, 1) per row, y = min{k : Σ_{j≤k} w_k > u·Σ_j w_j}, w = exp(logits − max).
 One uniform per row (Gumbel-max needs V of them and two logarithms each); the cost is one ``exp``, one
 ``cumsum`` and a binary search over V, done on row chunks that stay in cache. The
-distribution is exactly softmax(logits) (tests/test_mc_search.py compares it with ``torch.multinomial``
+distribution is exactly softmax(logits) (tests/rewards/test_mc_search.py compares it with ``torch.multinomial``
 by a chi-square test), and a given ``u`` always picks the same token, which lets the batched
 Monte-Carlo search be checked exactly against a plain loop that shares the same uniforms.
 

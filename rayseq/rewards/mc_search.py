@@ -143,13 +143,13 @@ def mc_search_loop(policy, src, src_len, tokens, token_mask, n_rollouts: int, *,
             h = policy.encode(src, src_len)
             tok = torch.full((B,), policy.bos_id, dtype=torch.long, device=tokens.device)
             for p in range(t):  # re-run the prefix from zero
-                logits, _, h = policy._step(tok, h)
+                logits, _, h = policy.decode_step(tok, h)
                 tok = tokens[:, p]
             seq = tokens.clone()
             seq[:, t:] = policy.pad_id
             alive = lengths > t
             for p in range(t, T):
-                logits, _, h = policy._step(tok, h)
+                logits, _, h = policy.decode_step(tok, h)
                 if temperature != 1.0:
                     logits = logits / temperature
                 if u is not None:

@@ -21,7 +21,7 @@ from rayseq.checkpoint import load_checkpoint, resolve_checkpoint
 from rayseq.config import ModelConfig
 from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
 from rayseq.models.generator import build_generator
-from rayseq.tasks.base import Vocab
+from rayseq.vocab import Vocab
 
 # Tasks whose replies have a fixed length and no end token (Tuan et al.'s counting: exactly 3 digits):
 # a reply is complete, finish_reason "stop", when it has that length, and decoding stops there.

@@ -15,9 +15,10 @@ task has no reward (SeqGAN's discriminator gives it), hence no ``val/reward``.
 from __future__ import annotations
 
 from rayseq.registry import task_class
-from rayseq.tasks.base import Specials, Task, Vocab
+from rayseq.tasks.base import Task
 from rayseq.tasks.counting import CountingTask
 from rayseq.tasks.oracle import OracleTask
+from rayseq.vocab import Specials, Vocab
 
 
 def make_task(task_cfg, reward_cfg=None):

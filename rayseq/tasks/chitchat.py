@@ -2,7 +2,7 @@
 (:mod:`rayseq.tasks.pairs`) on the chit-chat corpus.
 
 ``task.name=chitchat`` is ``task.name=pairs`` with the corpus's defaults: ``task.data=data/chitchat`` and
-``task.source=chitchat`` (the ``chitchat-dataset`` package, see :mod:`rayseq.data.dialogue`; another corpus with
+``task.source=chitchat`` (the ``chitchat-dataset`` package, see :mod:`rayseq.data.preparation`; another corpus with
 ``task.source=cornell:DIR`` or ``opensubtitles:FILE``), and the test details carry replies to the inputs of the
 paper's Supplement Table 2. Reward and evaluation are the pairs task's: BLEU-2 against all references of an input.
 """

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from rayseq.rewards import terminal_rewards
-from rayseq.tasks.base import Task, Vocab
+from rayseq.tasks.base import Task
 from rayseq.types import PromptBatch
+from rayseq.vocab import Vocab
 
 MIN_DISJOINT_LEN = 4
 TARGET_LEN = 3

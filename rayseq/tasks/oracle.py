@@ -29,8 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayseq.tasks.base import SPECIAL_TOKENS, Task, Vocab
+from rayseq.tasks.base import Task
 from rayseq.types import PromptBatch
+from rayseq.vocab import SPECIAL_TOKENS, Vocab
 
 OFFSET = len(SPECIAL_TOKENS)
 ORACLE_ARRAYS = ("embedding", "W_i", "U_i", "b_i", "W_f", "U_f", "b_f", "W_o", "U_o", "b_o",

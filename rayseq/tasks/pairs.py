@@ -1,7 +1,7 @@
 """Conditional generation on text pairs: a reply to each prompt, rewarded against the prompt's references.
 
 Data: a dataset prepared by ``python -m rayseq.data prepare SOURCE --out DIR`` (``task.data``), e.g. your own
-``jsonl:FILE`` of ``{"prompt", "reply"}`` rows (:mod:`rayseq.data.dialogue`). Rows with the same prompt are its
+``jsonl:FILE`` of ``{"prompt", "reply"}`` rows (:mod:`rayseq.data.preparation`). Rows with the same prompt are its
 references (one-to-many); ``task.prepare=true`` prepares ``task.source`` into ``task.data`` first when it holds no
 dataset. The ``chitchat`` task (:mod:`rayseq.tasks.chitchat`) is this task on the chit-chat corpus.
 
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from rayseq.data.dataset import DialogueData, encode_text
-from rayseq.data.dialogue import DataError
+from rayseq.data.preparation import DataError
 from rayseq.data.text import detokenize
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
 from rayseq.tasks.base import Task, task_spec
@@ -107,7 +107,7 @@ class PairsTask(Task):
         if not cfg.source:
             raise ValueError(f"task.prepare=true: set task.source (what to prepare into task.data={cfg.data}, e.g. "
                              "jsonl:pairs.jsonl)")
-        from rayseq.data.dialogue import PrepareOptions, prepare
+        from rayseq.data.preparation import PrepareOptions, prepare
 
         prepare(cfg.source, cfg.data, PrepareOptions(quiet=True))
         return True

@@ -127,7 +127,7 @@ def test_weighted_terms_by_hand(corpus, tmp_path):
 
 
 def test_counting_val_reward_is_the_sampled_precision_or_the_configured_reward():
-    from rayseq.distributed.learner import make_generator
+    from rayseq.models import make_generator
 
     base = ["task.min_len=2", "task.max_len=4", "task.test_size=100", "task.val_size=50", "model.emb_dim=8",
             "model.hidden_dim=8"]
@@ -313,7 +313,7 @@ def test_readme_example_trains_locally_with_one_command(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     example = readme_own_data_example(root)
     for name, content in example["files"].items():
         (tmp_path / name).write_text(content)

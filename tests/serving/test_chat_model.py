@@ -13,7 +13,7 @@ from rayseq.config import config_to_dict
 from rayseq.data.text import UNK_SHOWN
 from rayseq.models.generator import build_generator
 from rayseq.serving.model import ChatModel, GenRequest, produced_by
-from rayseq.tasks.base import Vocab
+from rayseq.vocab import Vocab
 from tests.conftest import tiny_config
 
 WORDS = ["i", "'", "m", "fine", ",", "thanks", ".", "you", "?", "hello", "don", "t", "know"]

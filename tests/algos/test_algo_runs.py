@@ -19,7 +19,7 @@ from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.distributed.learner import evaluate_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NEW = ["scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
        "seqgan_critic"]
 TINY = {

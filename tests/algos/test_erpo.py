@@ -14,7 +14,8 @@ import torch
 from rayseq.algos.erpo import erpo_sample
 from rayseq.algos.erpo_interpolation import ERPOInterpolation
 from rayseq.config import build_config
-from rayseq.distributed.learner import Learner, make_generator
+from rayseq.distributed.learner import Learner
+from rayseq.models import make_generator
 from rayseq.models.sampling import inverse_cdf_sample
 from rayseq.rewards.bleu import sentence_bleu
 from rayseq.tasks.chitchat import ChitchatTask
@@ -43,7 +44,7 @@ def reference_loop(model, task, prompts, max_len, mode, c, lambdas, seed):
         h = model.encode(torch.from_numpy(prompts.src[b : b + 1]), torch.from_numpy(prompts.src_len[b : b + 1]))
         tok, reply = torch.tensor([model.bos_id]), []
         for t in range(max_len):
-            logits, _, h = model._step(tok, h)
+            logits, _, h = model.decode_step(tok, h)
             logp = torch.log_softmax(logits, -1)[0].double()
             base = sentence_bleu([reply], refs)[0] if reply else 0.0
             dr = torch.tensor([sentence_bleu([reply + [v]], refs)[0] - base for v in range(V)])

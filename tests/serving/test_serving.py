@@ -29,7 +29,7 @@ from tests.serving_helpers import free_port, start_serve, train_counting_checkpo
 
 pytestmark = pytest.mark.ray
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "s3cret-key"
 DIGITS = set("0123456789")
 GOOD = {"message": "9 2 3"}

@@ -41,7 +41,7 @@ def test_greedy_rows_equal_greedy_decoding_except_banned_tokens():
         h = m.encode(src[i : i + 1], sl[i : i + 1])
         tok = torch.tensor([m.bos_id])
         for t in range(4):
-            logits, _, h = m._step(tok, h)
+            logits, _, h = m.decode_step(tok, h)
             logits[:, [m.pad_id, m.bos_id]] = float("-inf")
             tok = logits.argmax(-1)
             assert out.tokens[i, t] == tok.item()
@@ -76,7 +76,7 @@ def test_top_k_samples_only_among_the_k_most_likely():
     m = model()
     src, sl = batch(B=1)
     h = m.encode(src, sl)
-    logits, _, _ = m._step(torch.tensor([m.bos_id]), h)
+    logits, _, _ = m.decode_step(torch.tensor([m.bos_id]), h)
     logits[:, [m.pad_id, m.bos_id]] = float("-inf")
     top2 = set(logits[0].topk(2).indices.tolist())
     seen = set()
@@ -109,7 +109,7 @@ def test_top_p_samples_only_in_the_nucleus():
     m = model()
     src, sl = batch(B=1)
     h = m.encode(src, sl)
-    logits, _, _ = m._step(torch.tensor([m.bos_id]), h)
+    logits, _, _ = m.decode_step(torch.tensor([m.bos_id]), h)
     logits[:, [m.pad_id, m.bos_id]] = float("-inf")
     # the nucleus by hand: most likely first, keep tokens while the mass before them is < p
     probs = torch.softmax(logits[0] / 1.5, -1)

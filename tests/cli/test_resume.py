@@ -21,7 +21,7 @@ from rayseq.distributed.driver import Trainer
 from rayseq.train import main
 from tests.conftest import TINY, tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

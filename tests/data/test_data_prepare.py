@@ -1,4 +1,4 @@
-"""Dialogue data pipeline (rayseq.data.dialogue, rayseq.data.dataset, python -m rayseq.data): every
+"""Dialogue data pipeline (rayseq.data.preparation, rayseq.data.dataset, python -m rayseq.data): every
 source format on tiny hand-written files, grouping, the conversation-level split, vocabulary, length
 caps, the reader, bad input, atomic writing, the CLI, and the real chitchat / chatterbot corpora."""
 
@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from rayseq.data import DataError, DialogueData, PrepareOptions, encode_text, prepare
-from rayseq.data import dialogue as dlg
-from rayseq.data.dialogue import RawPair, load_source, merge_speakers, split_conversations, turns_to_pairs
+from rayseq.data import preparation as dp
+from rayseq.data.preparation import RawPair, load_source, merge_speakers, split_conversations, turns_to_pairs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALL_TRAIN = {"valid_frac": 0.0, "test_frac": 0.0}  # one split: pairs and groups are easy to check
 
 
@@ -145,8 +145,8 @@ def test_a_prompts_replies_stay_in_one_split(tmp_path):
             for k in range(20) for j in range(3)]
     data = prep(tmp_path, f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', rows)}", valid_frac=0.1, test_frac=0.1)
     counts = data.manifest["counts"]
-    assert [counts[s]["groups"] for s in dlg.SPLITS] == [16, 2, 2]
-    assert all(counts[s]["dropped_seen_in_train"]["pairs"] == 0 for s in dlg.HELD_OUT)
+    assert [counts[s]["groups"] for s in dp.SPLITS] == [16, 2, 2]
+    assert all(counts[s]["dropped_seen_in_train"]["pairs"] == 0 for s in dp.HELD_OUT)
     assert [len(r) for r in data.splits["train"].references()] == [3] * 16
 
 
@@ -193,13 +193,13 @@ def test_split_by_conversation_no_leak_and_deterministic(tmp_path):
     src = f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', conv_rows(40))}"
     kw = {"valid_frac": 0.2, "test_frac": 0.1}
     a = prep(tmp_path, src, "a", **kw)
-    ids = {s: set(a.splits[s].conv_id) for s in dlg.SPLITS}
+    ids = {s: set(a.splits[s].conv_id) for s in dp.SPLITS}
     assert {s: len(v) for s, v in ids.items()} == {"train": 28, "valid": 8, "test": 4}
     assert ids["train"] | ids["valid"] | ids["test"] == {f"c{k:02d}" for k in range(40)}
     assert not (ids["train"] & ids["valid"] or ids["train"] & ids["test"] or ids["valid"] & ids["test"])
     # the same seed gives the same split (whatever the order the conversations were read in)
     b = prep(tmp_path, src, "b", **kw)
-    assert all(a.splits[s].conv_id == b.splits[s].conv_id for s in dlg.SPLITS)
+    assert all(a.splits[s].conv_id == b.splits[s].conv_id for s in dp.SPLITS)
     ids_sorted = sorted(f"c{k:02d}" for k in range(40))
     assert split_conversations(ids_sorted, 0, 0.2, 0.1) == split_conversations(ids_sorted[::-1], 0, 0.2, 0.1)
     assert split_conversations(ids_sorted, 1, 0.2, 0.1) != split_conversations(ids_sorted, 0, 0.2, 0.1)
@@ -207,7 +207,7 @@ def test_split_by_conversation_no_leak_and_deterministic(tmp_path):
     assert {w for w in a.vocab.itos if w.startswith("w")} == {f"w{int(c[1:])}" for c in ids["train"]}
     assert a.manifest["counts"]["valid"]["unk_rate"] == 0.5  # hello <unk> -> hi <unk>: 2 of 4 tokens
     # tiny corpora still get one conversation in valid and in test; one conversation stays in train
-    assert dlg.split_sizes(3, 0.05, 0.05) == (1, 1) and dlg.split_sizes(2, 0.05, 0.05) == (0, 0)
+    assert dp.split_sizes(3, 0.05, 0.05) == (1, 1) and dp.split_sizes(2, 0.05, 0.05) == (0, 0)
 
 
 COLOURS = ["red", "green", "blue", "cyan", "pink", "gray"]
@@ -230,18 +230,18 @@ def test_held_out_inputs_never_occur_in_train(tmp_path):
     # fails with format v1: the conversation split alone left "hi" in train, valid and test
     n, kw = 36, {"valid_frac": 0.1, "test_frac": 0.2, "min_count": 2}
     data = prep(tmp_path, f"jsonl:{write_jsonl(tmp_path / 'p.jsonl', shared_input_rows(n))}", **kw)
-    ids = {s: sorted(set(data.splits[s].conv_id)) for s in dlg.SPLITS}
+    ids = {s: sorted(set(data.splits[s].conv_id)) for s in dp.SPLITS}
     split_of = split_conversations([f"c{k:02d}" for k in range(n)], 0, 0.1, 0.2)
-    n_conv = {s: sum(v == s for v in split_of.values()) for s in dlg.SPLITS}
+    n_conv = {s: sum(v == s for v in split_of.values()) for s in dp.SPLITS}
     assert n_conv == {"train": 25, "valid": 4, "test": 7}  # round(3.6), round(7.2)
-    assert all(ids[s] == sorted(c for c, v in split_of.items() if v == s) for s in dlg.SPLITS)
+    assert all(ids[s] == sorted(c for c, v in split_of.items() if v == s) for s in dp.SPLITS)
     v = data.vocab
     assert set(COLOURS) <= set(v.itos) and not any(w.startswith("w") for w in v.itos[4:])  # wk: one train count
     train = data.splits["train"]
     train_ids = {tuple(train.src[i, : train.src_len[i]].tolist()) for i in range(len(train))}
     # by hand: train has hi, how are you ?, i like <unk> . (all 25 "i like wk ." share it), 25 colour pairs
     assert len(train) == 4 * 25 and train.num_groups == 3 + 25
-    for s in dlg.HELD_OUT:
+    for s in dp.HELD_OUT:
         split, m = data.splits[s], data.manifest["counts"][s]
         held_ids = {tuple(split.src[i, : split.src_len[i]].tolist()) for i in range(len(split))}
         assert not held_ids & train_ids and not set(split.src_text) & set(train.src_text)
@@ -272,7 +272,7 @@ def test_vocab_order_cap_min_count_and_unk(tmp_path):
     assert data.splits["train"].src[1, :2].tolist() == [3, 3]  # "d c" -> <unk> <unk>
     data = prep(tmp_path, src, "min", min_count=2, **ALL_TRAIN)
     assert data.vocab.itos[4:] == ["a", "b", "c"]
-    vocab, counts = dlg.build_vocab([["x", "y", "y"], ["z", "x"]], vocab_size=100)
+    vocab, counts = dp.build_vocab([["x", "y", "y"], ["z", "x"]], vocab_size=100)
     assert vocab.itos[4:] == ["x", "y", "z"] and counts["y"] == 2
 
 
@@ -311,7 +311,7 @@ def test_reader_round_trip_and_encode_text(tmp_path):
             assert (split.group[i], split.src_text[i], split.tgt_text[i]) == (r["group"], r["src_text"], r["tgt_text"])
         assert split.src.dtype == split.tgt.dtype == split.group.dtype == np.int64
     assert len(data.splits["train"]) == 12 and sum(len(s.conv_id) for s in data.splits.values()) == 24
-    assert pq.read_schema(tmp_path / "out" / "train" / "part-00000.parquet").remove_metadata().equals(dlg.SCHEMA)
+    assert pq.read_schema(tmp_path / "out" / "train" / "part-00000.parquet").remove_metadata().equals(dp.SCHEMA)
     spec = json.loads((tmp_path / "out" / "vocab.json").read_text())
     assert spec["tokenizer"] == {"kind": "words", "lowercase": True} and spec["max_src_len"] == 20
     # prompts: same tokenizer, keep the last tokens, unknown words -> <unk> (3)
@@ -345,17 +345,17 @@ def test_v1_dataset_is_refused_with_the_command_that_re_prepares_it(tmp_path, ca
     assert str(e.value) == (
         f"{out / 'manifest.json'}: format_version 'rayseq-dialogue-v1' was prepared by an older rayseq whose valid "
         "and test splits may contain training inputs (held-out scores would partly measure recall of training "
-        f"replies); re-prepare it ('{dlg.FORMAT_VERSION}') with: {command}"
+        f"replies); re-prepare it ('{dp.FORMAT_VERSION}') with: {command}"
     )
     # the command is exact: run as given, it re-creates the dataset with the same options
     assert main(shlex.split(command)[3:] + ["--quiet"]) == 0
     printed = capsys.readouterr()
     assert printed.out.count("(dropped 6 pairs / 3 inputs also in train)") == 2 and not printed.err  # 2 convs each
     data = DialogueData.load(out)
-    assert data.manifest["options"] == manifest["options"] and data.manifest["format_version"] == dlg.FORMAT_VERSION
+    assert data.manifest["options"] == manifest["options"] and data.manifest["format_version"] == dp.FORMAT_VERSION
     manifest["format_version"] = "rayseq-dialogue-v0"
     (out / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(DataError, match=re.escape(f"'rayseq-dialogue-v0', expected '{dlg.FORMAT_VERSION}'")):
+    with pytest.raises(DataError, match=re.escape(f"'rayseq-dialogue-v0', expected '{dp.FORMAT_VERSION}'")):
         DialogueData.load(out)
 
 
@@ -420,7 +420,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
             raise OSError("disk full")
         return real_write_table(table, path, **kw)
 
-    monkeypatch.setattr(dlg.pq, "write_table", failing_write_table)
+    monkeypatch.setattr(dp.pq, "write_table", failing_write_table)
     with pytest.raises(OSError, match="disk full"):
         prepare(src, tmp_path / "out", opts())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
@@ -468,9 +468,9 @@ def test_real_chitchat(tmp_path):
     pytest.importorskip("chitchat_dataset")
     m = prepare("chitchat", tmp_path / "cc", opts())
     c = m["counts"]
-    assert sum(c[s]["pairs"] for s in dlg.SPLITS) > 5000 and all(c[s]["pairs"] > 0 for s in dlg.SPLITS)
+    assert sum(c[s]["pairs"] for s in dp.SPLITS) > 5000 and all(c[s]["pairs"] > 0 for s in dp.SPLITS)
     assert m["raw_conversations"] > 3000 and m["vocab"]["size"] == 4000 and m["vocab"]["unk_rate_train"] < 0.1
-    ids = {s: set(pq.read_table(tmp_path / "cc" / s, columns=["conv_id"]).column(0).to_pylist()) for s in dlg.SPLITS}
+    ids = {s: set(pq.read_table(tmp_path / "cc" / s, columns=["conv_id"]).column(0).to_pylist()) for s in dp.SPLITS}
     assert not (ids["train"] & ids["valid"] or ids["train"] & ids["test"] or ids["valid"] & ids["test"])
 
 

@@ -23,8 +23,8 @@ from rayseq.algos.raml import (
 )
 from rayseq.config import build_config, config_to_dict
 from rayseq.tasks import make_task
-from rayseq.tasks.base import Specials
 from rayseq.types import PromptBatch
+from rayseq.vocab import Specials
 
 SP = Specials()
 PAD, EOS = SP.pad, SP.eos

@@ -19,7 +19,7 @@ import yaml
 from rayseq.serving.model import ChatModel, GenRequest
 from tests.serving_helpers import free_port, train_counting_checkpoint, wait_healthy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "serve" / "chatbot.yaml"
 
 

@@ -20,7 +20,7 @@ from sacrebleu.metrics import BLEU
 import rayseq.rewards.bleu as bleu_mod
 from rayseq.rewards import corpus_bleu, sentence_bleu, sentence_bleu_padded
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-6
 
 

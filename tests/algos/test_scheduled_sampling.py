@@ -71,7 +71,7 @@ def test_eps_one_is_teacher_forcing(cell):
 
 # -- 3. batched decoder == per-row plain loop -------------------------------------------------------------
 def plain_loop(g, src, src_len, tgt, eps, coins, uniforms):
-    """Row by row, batch size 1, step by step with Seq2SeqGRU._step (its _logits applies logit_bias)."""
+    """Row by row, batch size 1, step by step with Seq2SeqGRU.decode_step (its _logits applies logit_bias)."""
     logps, feds = [], []
     with torch.no_grad():
         for b in range(src.shape[0]):
@@ -85,7 +85,7 @@ def plain_loop(g, src, src_len, tgt, eps, coins, uniforms):
                     tok, fed = tgt[b, t - 1 : t], 0.0
                 else:
                     tok, fed = inverse_cdf_sample(logits, uniforms[b, t : t + 1]), 1.0
-                logits, _, h = g._step(tok, h)
+                logits, _, h = g.decode_step(tok, h)
                 row_lp.append(torch.log_softmax(logits, -1)[0, tgt[b, t]].item())
                 row_fed.append(fed)
             logps.append(row_lp)

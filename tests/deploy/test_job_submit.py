@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.ray
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
@@ -147,7 +147,7 @@ def test_job_submit_trains_on_your_own_data_and_reward(ray_head, tmp_path):
     """README's own-data example as a job: the user's folder (pairs.jsonl, my_reward.py, nothing else) is the
     working dir; the job prepares the data there, and my_reward imports on the learner and the scorer actor."""
     from tests.conftest import readme_own_data_example
-    from tests.test_rewards import TINY_CLI, check_readme_run
+    from tests.rewards.test_rewards import TINY_CLI, check_readme_run
 
     address, env = ray_head
     example = readme_own_data_example(ROOT)

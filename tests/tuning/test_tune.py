@@ -21,7 +21,7 @@ import yaml
 from rayseq.config import build_config
 from rayseq.tuning.spec import SpecError, load_experiment, val_metrics, validate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY_TRAIN = {  # tests/conftest.py's TINY, in-process
     "task": {"name": "counting", "test_size": 200},
@@ -133,7 +133,7 @@ def test_bad_spec_exits_2_before_ray_starts(tmp_path):
 
 def test_val_metrics_match_the_tasks(corpus):
     """The metric check's per-task lists are what the tasks' evaluate() reports, on both splits."""
-    from rayseq.distributed.learner import make_generator
+    from rayseq.models import make_generator
     from rayseq.tasks import make_task, metric_names
 
     for cfg in (build_config(TINY_TRAIN, ["task.min_len=2", "task.max_len=4"]),

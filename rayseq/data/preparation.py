@@ -65,7 +65,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from rayseq.data.text import tokenize
-from rayseq.tasks.base import SPECIAL_TOKENS, Vocab
+from rayseq.vocab import SPECIAL_TOKENS, Vocab
 
 # v2: valid/test hold no training input (v1 held-out splits did; DialogueData.load refuses v1)
 FORMAT_VERSION = "rayseq-dialogue-v2"

@@ -3,7 +3,9 @@
 Fast and offline: no docker engine, no cloud, no Kubernetes API, no Ray runtime is started. What can be
 checked without them is checked against the real thing where it is installed — Ray's own launcher schema
 and ``validate_config``, Ray's runtime_env fields and working_dir packer, rayseq's own CLI parser and
-config validation — and against the repository (files, modules, versions in pyproject.toml).
+config validation — and against the repository (files, modules, versions in pyproject.toml). Contracts only:
+what Ray, Kubernetes or Docker would reject or get wrong; the wording of the headers and literal tags are the
+files' own business.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "cluster"
 DOCKER = REPO / "docker"
 LAUNCHER_CONFIGS = ["cluster/aws.yaml", "cluster/gcp.yaml"]
@@ -38,15 +40,6 @@ RAYSERVICE = "cluster/kuberay-rayservice.yaml"
 RUNTIME_ENV = "cluster/runtime_env.yaml"
 DOCKERFILES = {"docker/Dockerfile": "cpu", "docker/Dockerfile.gpu": "gpu"}
 IMAGE_DIR = "/home/ray/rayseq"  # where the cluster configs and the images put the repository
-PYTHON_TAG = "py311"  # the rayproject/ray images the project deploys on
-
-# Modules that deployment files may name before the issue that adds them lands: checked like any other
-# module once the file exists, skipped with this reason until then.
-NOT_YET_LANDED = {
-    "rayseq.tune": "python -m rayseq.tune lands with the Tune issue",
-    "rayseq.serve": "python -m rayseq.serve lands with the serving issue",
-    "rayseq.serving.app": "rayseq.serving.app:build_app is available once the serving issue lands",
-}
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -93,30 +86,14 @@ def _deploy_files() -> list[Path]:
     return files + [REPO / ".dockerignore"]
 
 
-def _header(rel: str) -> str:
-    lines = []
-    for line in (REPO / rel).read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line)
-    return "\n".join(lines)
-
-
 def _command_text(path: Path) -> str:
     """The file's text with comment markers removed and backslash continuations joined."""
     lines = [line.strip().lstrip("#").strip() for line in path.read_text().splitlines()]
     return re.sub(r"\\\n\s*", " ", "\n".join(lines))
 
 
-def _is_module_file(module: str) -> bool:
-    base = REPO.joinpath(*module.split("."))
-    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
-
-
 def _check_module(module: str) -> None:
     """The module exists in this repository (not merely somewhere on sys.path)."""
-    if module in NOT_YET_LANDED and not _is_module_file(module):
-        pytest.skip(NOT_YET_LANDED[module])
     spec = importlib.util.find_spec(module)
     assert spec is not None, f"module {module} not found"
     assert spec.origin and Path(spec.origin).resolve().is_relative_to(REPO), (
@@ -250,11 +227,11 @@ _PATH_REFS = [
 ]
 
 
-def _path_references() -> list[tuple[str, str]]:
+def _path_references(patterns=tuple(_PATH_REFS)) -> list[tuple[str, str]]:
     refs = []
     for path in _deploy_files():
         text = _command_text(path)
-        for rx in _PATH_REFS:
+        for rx in patterns:
             for m in rx.finditer(text):
                 ref = m.group(1).strip("\"'`,")
                 if ref.startswith(("~", "$", "-", "/")) or "REGISTRY" in ref:
@@ -265,11 +242,11 @@ def _path_references() -> list[tuple[str, str]]:
     return refs
 
 
-def test_path_references_are_found():
-    refs = {ref for _, ref in _path_references()}
-    # the commands the brief documents: a cluster config, the runtime env, a Dockerfile, an experiment file
-    for expected in ("cluster/aws.yaml", "cluster/gcp.yaml", RUNTIME_ENV, "docker/Dockerfile", RAYJOB):
-        assert expected in refs, f"no command references {expected} (found {sorted(refs)})"
+@pytest.mark.parametrize("rx", _PATH_REFS, ids=["--config", "--runtime-env", "-f", "ray-cli"])
+def test_path_reference_patterns_find_commands(rx):
+    """Each kind of command (--config, --runtime-env, docker build/kubectl -f, ray up ...) is found in the files,
+    so that the check below really covers it."""
+    assert _path_references([rx]), f"no command in cluster/ or docker/ matches {rx.pattern}"
 
 
 @pytest.mark.parametrize("source,ref", _path_references(), ids=lambda x: x)
@@ -376,6 +353,7 @@ _RAY_IMAGE = re.compile(r"rayproject/ray:(\d+\.\d+\.\d+)-(py\d+)-(cpu|gpu)")
 
 
 def test_rayproject_images_pinned_to_installed_ray():
+    """A cluster runs the Ray the project pins (the client and the cluster must run one Ray version)."""
     version = _ray_version()
     assert Version(version) in _dependency_spec("ray"), f"installed ray {version} outside pyproject's range"
     seen = []
@@ -383,17 +361,16 @@ def test_rayproject_images_pinned_to_installed_ray():
         for m in _RAY_IMAGE.finditer(path.read_text()):
             seen.append(m.group(0))
             assert m.group(1) == version, f"{path.name}: {m.group(0)} is not Ray {version}"
-            assert m.group(2) == PYTHON_TAG, f"{path.name}: {m.group(0)} is not {PYTHON_TAG}"
     assert seen, "no rayproject/ray image referenced"
 
 
 @pytest.mark.parametrize("rel", LAUNCHER_CONFIGS)
-def test_launcher_docker_images(rel):
+def test_launcher_gpu_workers_get_the_gpu_image(rel):
+    """GPU worker nodes run a CUDA (-gpu) image; the CPU head a -cpu one."""
     docker = _load(rel)["docker"]
-    version = _ray_version()
-    assert docker["head_image"] == f"rayproject/ray:{version}-{PYTHON_TAG}-cpu"
-    assert docker["worker_image"] == f"rayproject/ray:{version}-{PYTHON_TAG}-gpu"
-    assert docker.get("container_name")
+    head, worker = _RAY_IMAGE.fullmatch(docker["head_image"]), _RAY_IMAGE.fullmatch(docker["worker_image"])
+    assert head and worker, f"{rel}: head and worker images must be rayproject/ray images"
+    assert (head.group(3), worker.group(3)) == ("cpu", "gpu"), f"{rel}: the GPU workers need the -gpu image"
 
 
 def _torch_pins(text: str) -> list[str]:
@@ -405,7 +382,6 @@ def test_launcher_syncs_and_installs_the_repo(rel):
     cfg = _load(rel)
     mounts = cfg["file_mounts"]
     assert mounts.get(IMAGE_DIR) == ".", f"{rel}: file_mounts must sync the repository (.) to {IMAGE_DIR}"
-    assert "repository root" in _header(rel), f"{rel}: the header must say to run from the repository root"
     setup = "\n".join(cfg["setup_commands"])
     installs = re.findall(r"pip install(?: -q)? -e (\S+)", setup)
     assert installs, f"{rel}: setup_commands do not pip install -e the package"
@@ -434,22 +410,6 @@ def test_launcher_start_commands_and_token_auth(rel):
         assert "RAY_AUTH_MODE=token" in cmd, f"{rel}: ray start without token authentication"
     token_mounts = [remote for remote, local in cfg["file_mounts"].items() if local == "~/.ray/auth_token"]
     assert token_mounts == ["/home/ray/.ray/auth_token"], f"{rel}: the local token must be mounted for ray start"
-
-
-@pytest.mark.parametrize("rel", LAUNCHER_CONFIGS)
-def test_launcher_header_documents_usage(rel):
-    header = _header(rel)
-    for needed in (
-        f"ray up -y {rel}",
-        f"ray down -y {rel}",
-        f"ray dashboard {rel}",
-        f"ray attach {rel}",
-        "ray job submit",
-        "ray get-auth-token --generate",
-        "RAY_AUTH_MODE=token",
-    ):
-        assert needed in header, f"{rel}: header comment lacks `{needed}`"
-    assert re.search(r"\$\d+(\.\d+)?/h", header), f"{rel}: header comment lacks expected costs ($/h)"
 
 
 # ------------------------------------------------------------------------------------------------ KubeRay
@@ -503,7 +463,6 @@ def test_ray_cluster_spec(rel, spec):
     assert "headGroupSpec" in spec and spec.get("workerGroupSpecs"), f"{rel}: needs a head and worker groups"
     names = [name for name, _ in _groups(spec)]
     assert len(names) == len(set(names)), f"{rel}: duplicate groupName"
-    version = _pyproject()["project"]["version"]
     for name, group in _groups(spec):
         params = group["rayStartParams"]
         assert isinstance(params, dict)
@@ -518,7 +477,6 @@ def test_ray_cluster_spec(rel, spec):
         for c in pod["containers"]:
             m = _RAYSEQ_IMAGE.fullmatch(c["image"])
             assert m, f"{rel} {name}: image {c['image']} is not a rayseq image built from docker/"
-            assert m.group(1) == version, f"{rel} {name}: image {c['image']} is not rayseq {version}"
             assert (m.group(2) == "gpu") == (_gpus(c) > 0), f"{rel} {name}: -gpu image iff nvidia.com/gpu limit"
             requests, limits = c["resources"]["requests"], c["resources"]["limits"]
             for res in ("cpu", "memory"):
@@ -585,7 +543,6 @@ def test_rayservice_serve_config():
         assert checkpoint, f"{app['name']}: args.checkpoint missing"
         assert _under(checkpoint, worker_mounts), f"{checkpoint} is not on a volume of the worker groups (replicas)"
     assert all(_claims(g) <= pvcs for g in workers), "the RayService mounts a claim the RayJob file does not define"
-    assert [a["import_path"] for a in apps] == ["rayseq.serving.app:build_app"]
 
 
 @pytest.mark.parametrize("import_path", [a["import_path"] for a in _serve_config()["applications"]])
@@ -683,16 +640,6 @@ def _copy_sources(ins: Instruction) -> list[str]:
     return tokens[:-1]
 
 
-def _labels(instructions: list[Instruction]) -> dict[str, str]:
-    labels = {}
-    for ins in instructions:
-        if ins.cmd == "LABEL":
-            for token in shlex.split(ins.value):
-                key, _, value = token.partition("=")
-                labels[key] = value
-    return labels
-
-
 def test_dockerfile_parser_handles_continuations_and_forms():
     text = (
         "# syntax=docker/dockerfile:1\nFROM a:b\n"
@@ -713,10 +660,10 @@ def test_dockerfile_base_image_pinned(rel, flavor):
     froms = [i for i in ins if i.cmd == "FROM"]
     assert len(froms) == 1, f"{rel}: expected a single-stage build"
     assert all(i.cmd == "ARG" for i in ins[: ins.index(froms[0])]), "only ARG may precede FROM"
-    assert froms[0].value == f"rayproject/ray:{_ray_version()}-{PYTHON_TAG}-{flavor}"
-    labels = _labels(ins)
-    assert labels.get("org.opencontainers.image.version") == _pyproject()["project"]["version"]
-    assert labels.get("org.opencontainers.image.base.name") == froms[0].value
+    base = _RAY_IMAGE.fullmatch(froms[0].value)
+    assert base, f"{rel}: FROM {froms[0].value} is not a rayproject/ray image"
+    ray = _ray_version()
+    assert (base.group(1), base.group(3)) == (ray, flavor), f"{rel}: FROM is not the {flavor} image of Ray {ray}"
 
 
 @pytest.mark.parametrize("rel", DOCKERFILES)

@@ -89,7 +89,7 @@ def _greedy_loop(model: Seq2SeqGRU, src_row: torch.Tensor, L: int, max_len: int)
     tok = torch.tensor([BOS])
     out: list[int] = []
     for _ in range(max_len):
-        logits, _, h = model._step(tok, h)
+        logits, _, h = model.decode_step(tok, h)
         nxt = logits.argmax(-1)
         out.append(int(nxt))
         if int(nxt) == EOS:

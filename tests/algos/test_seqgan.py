@@ -26,7 +26,7 @@ from tests.conftest import tiny_config
 
 # SeqGAN's published oracle (shared/data beside the repository, or where RAYSEQ_SEQGAN_ORACLE says)
 SEQGAN_ORACLE = Path(os.environ.get("RAYSEQ_SEQGAN_ORACLE",
-                                    Path(__file__).resolve().parents[2] / "shared" / "data" / "seqgan_oracle.npz"))
+                                    Path(__file__).resolve().parents[3] / "shared" / "data" / "seqgan_oracle.npz"))
 
 # a small random oracle: vocabulary 60, length 6 (the paper's is 5000 and 20)
 ORACLE = [

@@ -23,25 +23,27 @@ from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
 from rayseq.models.generator import build_generator
 from rayseq.vocab import Vocab
 
-# Tasks whose replies have a fixed length and no end token (Tuan et al.'s counting: exactly 3 digits):
-# a reply is complete, finish_reason "stop", when it has that length, and decoding stops there.
-FIXED_LENGTH_TASKS = frozenset({"counting"})
+
+def task_help(task: dict, max_src_len: int) -> str:
+    """What the model was trained to do and what a good reply is, for the chat page: the task's own words (its spec),
+    or for a checkpoint written before specs carried them, a line naming the task."""
+    about = task.get("about") or (_OLD_HELP.get(task["name"], "").format(n=max_src_len)
+                                  or f"A sequence generator trained on the {task['name']} task.")
+    if task.get("tokenizer", {}).get("kind", "words") == "words":
+        about += f" {UNK_SHOWN} stands for a word outside its vocabulary."
+    return about
 
 
-def task_help(task: str, max_src_len: int) -> str:
-    """What the model was trained to do and what a good reply is, for the chat page."""
-    if task == "counting":
-        return (f"Counting task (Tuan et al. 2018): send 1 to {max_src_len} digits x1 … xN, e.g. 9 2 3. A correct "
-                "reply is three digits: for any position t, the number of digits before x_t, the digit x_t, "
-                "and the number of digits after it. For 9 2 3 the correct replies are 0 9 2, 1 2 1 and 2 3 0.")
-    if task == "chitchat":
-        return ("Chit-chat: a small sequence-to-sequence model trained on short dialogue turns; say something "
-                f"and it answers in one turn, without memory of earlier turns. {UNK_SHOWN} stands for a word "
-                "outside its vocabulary.")
-    if task == "pairs":
-        return ("A sequence-to-sequence model trained on prompt and reply pairs, then on a reward: send a prompt and "
-                f"it replies, without memory of earlier turns. {UNK_SHOWN} stands for a word outside its vocabulary.")
-    return f"A sequence generator trained on the {task} task."
+# checkpoints written before the task spec carried `about`, `fixed_reply_length` and `conditional`
+_OLD_HELP = {
+    "counting": "Counting task (Tuan et al. 2018): send 1 to {n} digits x1 … xN, e.g. 9 2 3. A correct reply is "
+                "three digits: for any position t, the number of digits before x_t, the digit x_t, and the number "
+                "of digits after it. For 9 2 3 the correct replies are 0 9 2, 1 2 1 and 2 3 0.",
+    "chitchat": "Chit-chat: a small sequence-to-sequence model trained on short dialogue turns; say something and "
+                "it answers in one turn, without memory of earlier turns.",
+}
+_OLD_FIXED_LENGTH = {"counting": 3}
+_OLD_UNCONDITIONAL = {"oracle"}
 
 
 def produced_by(ck: dict) -> tuple[str, int]:
@@ -87,16 +89,17 @@ class ChatModel:
         t0 = time.perf_counter()
         ck = load_checkpoint(self.checkpoint, map_location=device)
         task = ck["task"]
-        if task["name"] == "oracle":
-            raise ValueError(f"{self.checkpoint}: an unconditional oracle-task generator takes no input to reply to; "
-                             "serve a chat (or counting) checkpoint")
+        if not task.get("conditional", task["name"] not in _OLD_UNCONDITIONAL):
+            raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "
+                             "reply to; serve a chat (or counting) checkpoint")
         self.vocab = Vocab.from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)
         self.truecase = self.tokenizer_kind == "words" and self.lowercase  # "i'm fine" -> "I'm fine"
         self.max_src_len = int(task.get("max_src_len", 50))
         self.max_tgt_len = int(task.get("max_tgt_len", 20))
-        self.fixed_length = task["name"] in FIXED_LENGTH_TASKS
+        # replies of a fixed length, without an end token: complete, finish_reason "stop", at that length
+        self.fixed_length = task.get("fixed_reply_length", _OLD_FIXED_LENGTH.get(task["name"])) is not None
         cfg = ck["config"]
         self.device = torch.device(device)
         self.generator = build_generator(len(self.vocab), ModelConfig(**cfg["model"]), self.vocab.specials)
@@ -108,7 +111,7 @@ class ChatModel:
         self.info = {
             "id": self.model_id, "task": task["name"], "algo": cfg["algo"]["name"], "produced_by": by,
             "stage": d["stage"], "stage_iteration": int(d.get("stage_iter", 0)), "iteration": d["iteration"],
-            "about": task_help(task["name"], self.max_src_len),
+            "about": task_help(task, self.max_src_len),
             "checkpoint": self.checkpoint, "vocab_size": len(self.vocab), "device": str(self.device),
             "load_s": round(time.perf_counter() - t0, 3),
         }

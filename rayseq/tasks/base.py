@@ -8,13 +8,17 @@ from __future__ import annotations
 
 def task_spec(task, tokenizer: dict) -> dict:
     """What serving needs to rebuild a task's inputs and outputs (stored in checkpoints): name, vocabulary,
-    length caps and tokenizer settings."""
+    length caps, tokenizer settings, whether the model reads an input, a fixed reply length (replies without an
+    end token, complete at that length) and what a good reply is (the chat page's help)."""
     return {
         "name": task.name,
         "vocab": task.vocab.to_spec(),
         "max_src_len": task.max_src_len,
         "max_tgt_len": task.max_tgt_len,
         "tokenizer": dict(tokenizer),
+        "conditional": bool(getattr(task, "conditional", True)),
+        "fixed_reply_length": getattr(task, "fixed_reply_length", None),
+        "about": getattr(task, "about", ""),
     }
 
 
@@ -41,6 +45,8 @@ class Task:
     banned_ids: tuple[int, ...] = ()
     has_reward, has_references, scored_remotely = True, False, False
     tokenizer = {"kind": "words", "lowercase": True}  # how serving turns text into this task's tokens
+    fixed_reply_length: int | None = None  # replies of exactly this many tokens, no end token (counting: 3)
+    about = ""  # for the chat page: what the model was trained to do and what a good reply is
     defaults: dict = {}
 
     @classmethod

@@ -21,6 +21,8 @@ class ChitchatTask(PairsTask):
     name = "chitchat"
     defaults = {"data": "data/chitchat", "source": "chitchat"}
     example_prompts = PAPER_PROMPTS
+    about = ("Chit-chat: a small sequence-to-sequence model trained on short dialogue turns; say something and it "
+             "answers in one turn, without memory of earlier turns.")
 
 
 __all__ = ["PAPER_PROMPTS", "ChitchatTask", "distinct_n", "ensure_prepared", "self_bleu"]

@@ -60,6 +60,13 @@ class CountingTask(Task):
         return (self.val_src, self.val_len) if split == "val" else (self.test_src, self.test_len)
 
     tokenizer = {"kind": "chars", "lowercase": True}  # serving reads "9 2 3" digit by digit
+    fixed_reply_length = TARGET_LEN  # y = (t−1, x_t, N−t): three digits, no end token
+
+    @property
+    def about(self) -> str:
+        return (f"Counting task (Tuan et al. 2018): send 1 to {self.max_src_len} digits x1 … xN, e.g. 9 2 3. A correct "
+                "reply is three digits: for any position t, the number of digits before x_t, the digit x_t, and the "
+                "number of digits after it. For 9 2 3 the correct replies are 0 9 2, 1 2 1 and 2 3 0.")
 
     # -- data -------------------------------------------------------------------------------------
     def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -53,6 +53,8 @@ class PairsTask(Task):
     has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
     scored_remotely = True  # against all references of an input: worth the scorer actors
     example_prompts: tuple[str, ...] = ()  # replies to these are in the test details
+    about = ("A sequence-to-sequence model trained on prompt and reply pairs, then on a reward: send a prompt and it "
+             "replies, without memory of earlier turns.")
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -300,3 +300,15 @@ def test_evaluate_exact_on_oracle_generators():
         assert m[f"test/y1_tv_n{n}"] == pytest.approx(1 - 1 / n, abs=1e-6)
         assert m[f"test/y1_var_n{n}"] == pytest.approx(0.09, abs=1e-6)
     assert m["test/y1_tv"] == pytest.approx(np.mean([1 - 1 / n for n in present]), abs=1e-6)
+
+
+def test_the_task_tells_serving_how_its_replies_look(task):
+    """The checkpoint's task spec says what serving needs (no task names in serving): a fixed reply length of 3
+    digits without an end token, the digit-by-digit tokenizer, and what a correct reply is."""
+    spec = task.spec()
+    assert spec["fixed_reply_length"] == 3 and spec["conditional"] is True and spec["tokenizer"]["kind"] == "chars"
+    assert "0 9 2, 1 2 1 and 2 3 0" in spec["about"] and f"1 to {task.max_src_len} digits" in spec["about"]
+    from rayseq.tasks.oracle import OracleTask
+
+    oracle = OracleTask(build_config(None, ["task.name=oracle", "algo.name=mle", "task.vocab_size=20"]).task)
+    assert oracle.spec()["conditional"] is False and oracle.spec()["fixed_reply_length"] is None

@@ -115,9 +115,8 @@ def score_rollout(task, rollout: Rollout) -> Rollout:
     """Fill ``rewards`` (B, T) and ``score`` (B,) with the task's reward (in place; returns it), ``term_scores``
     (B, K) with each term of a configured reward (``task.reward``, see :func:`rayseq.tasks.make_task`), and SCST's
     ``baseline_score`` (the greedy reply's reward) when the rollout carries greedy replies."""
-    reward = getattr(task, "reward", None)
-    if reward is not None:
-        rollout.score, rollout.term_scores = reward.scores(rollout.src, rollout.src_len, rollout.tokens,
+    if task.reward is not None:
+        rollout.score, rollout.term_scores = task.reward.scores(rollout.src, rollout.src_len, rollout.tokens,
                                                            rollout.token_mask, key=rollout.key)
         rollout.rewards = terminal_rewards(rollout.score, rollout.token_mask)
     else:

@@ -47,6 +47,7 @@ class Task:
     tokenizer = {"kind": "words", "lowercase": True}  # how serving turns text into this task's tokens
     fixed_reply_length: int | None = None  # replies of exactly this many tokens, no end token (counting: 3)
     about = ""  # for the chat page: what the model was trained to do and what a good reply is
+    reward = None  # a configured reward.* other than the task's own (rayseq.rewards.reward.Reward), by make_task
     defaults: dict = {}
 
     @classmethod

@@ -1,7 +1,7 @@
 """Imports point down the layers and nothing imports in a circle (DESIGN.md "Layers").
 
     entry points (train, tune, serve, __main__)
-      -> tuning/, serving/
+      -> tuning/, serving/, envs/
       -> distributed/
       -> algos/
       -> math: models/ losses/ rewards/ tasks/ data/
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FOUNDATIONS, MATH, ALGOS, DISTRIBUTED, SERVICES, ENTRY = range(6)
-LAYER_NAMES = ("foundations", "math", "algos", "distributed", "tuning/serving", "entry points")
+LAYER_NAMES = ("foundations", "math", "algos", "distributed", "tuning/serving/envs", "entry points")
 
 # package (a subpackage or a top-level module of rayseq) -> its layer; a module belongs to the longest key that
 # is it or a parent of it
@@ -50,6 +50,7 @@ LAYERS = {
     "rayseq.distributed": DISTRIBUTED,
     "rayseq.tuning": SERVICES,
     "rayseq.serving": SERVICES,
+    "rayseq.envs": SERVICES,  # Ray RLlib's side, as tuning/ is Tune's and serving/ Serve's: tasks as environments
     "rayseq.train": ENTRY,
     "rayseq.tune": ENTRY,
     "rayseq.serve": ENTRY,

@@ -37,8 +37,7 @@ def task_config(
     if isinstance(task, TaskConfig):
         if not task_keys and (reward is None or isinstance(reward, RewardConfig)):
             return task, reward
-        reads = {"name", *task_class(task.name).params}  # build_config refuses keys the task does not read
-        task = {k: v for k, v in task.model_dump().items() if k in reads}
+        task = task_section(task)
     if isinstance(task, str):
         task = {"name": task}
     if not isinstance(task, dict):
@@ -50,6 +49,12 @@ def task_config(
         data["reward"] = dict(reward)
     cfg = build_config(data)
     return cfg.task, (cfg.reward if reward else None)
+
+
+def task_section(task_cfg: TaskConfig) -> dict:
+    """The ``task:`` mapping of a TaskConfig: the keys its task reads (``build_config`` refuses the others)."""
+    reads = {"name", *task_class(task_cfg.name).params}
+    return {k: v for k, v in task_cfg.model_dump().items() if k in reads}
 
 
 def build_task(task, reward=None, **task_keys):

@@ -132,3 +132,17 @@ def test_gymnasium_make_finds_it():
     env = gym.make(GYM_ID, task="counting", max_len=5)
     obs, _ = env.reset(seed=0)
     assert obs["prompt"].shape == (5,) and env.unwrapped.task.name == "counting"
+
+
+def reply_words(prompts, replies, references):
+    """A user's reward (import path tests.envs.test_env:reply_words): the reply's number of words."""
+    return [float(len(r.split())) for r in replies]
+
+
+def test_a_configured_reward_is_what_the_episode_returns(corpus):
+    env = make_env("chitchat", data=str(corpus), reward={"fn": "tests.envs.test_env:reply_words"})
+    words = [i for i, w in enumerate(env.task.vocab.itos) if w.isalpha()][:3]  # three ids that are words
+    _, _, steps, _, info = play(env, [*words, env.specials.eos])
+    assert [r for r, _, _ in steps] == [0.0, 0.0, 0.0, 3.0] and info["score"] == 3.0
+    with pytest.raises(ConfigError, match="reward"):  # the oracle task has no reward to configure
+        make_env("oracle", reward={"fn": "tests.envs.test_env:reply_words"}, **SMALL_ORACLE)

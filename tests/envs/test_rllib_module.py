@@ -195,3 +195,25 @@ def test_readme_rllib_example_runs(ray_session, mle_run, capsys):
     scope["algo"].stop()
     printed = capsys.readouterr().out.split()
     assert len(printed) == 3 and all(0.0 <= float(x) <= 1.0 for x in printed)
+
+
+def test_a_conditional_task_with_replies_ending_in_eos(corpus):
+    task = {"name": "chitchat", "data": str(corpus)}
+    env = make_env(task)
+    module = GeneratorRLModule(
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        model_config={"task": task, "model": TINY_MODEL},
+    )
+    gen = make_generator(
+        RunConfig.model_validate({"task": task, "model": TINY_MODEL, "algo": {"name": "mle"}}), env.task
+    )
+    gen.load_state_dict(module.generator.state_dict())
+    batch = env.task.sample_prompts(np.random.default_rng(0), 8, with_targets=True)  # references, then <eos>
+    tokens = batch.tgt
+    mask = np.arange(tokens.shape[1])[None] < batch.tgt_len[:, None]
+    obs = observations(env, batch.src, batch.src_len, tokens)
+    with torch.no_grad():
+        ours = module_logp(module, obs, tokens)
+        ref = gen.logprobs(torch.as_tensor(batch.src), torch.as_tensor(batch.src_len), torch.as_tensor(tokens)).logp
+    torch.testing.assert_close(ours[mask], ref[torch.as_tensor(mask)], atol=1e-5, rtol=0)

@@ -396,6 +396,17 @@ def json_safe(obj):
     return obj
 
 
+def _resolved_algo(overrides: list[str], name: str):
+    """``algo.*`` as a run of algorithm ``name`` with these overrides resolves it, or None when the overrides hold
+    a key that algorithm does not read."""
+    from rayseq.config import ConfigError, build_config
+
+    try:
+        return build_config(None, [*overrides, f"algo.name={name}"]).algo
+    except ConfigError:
+        return None
+
+
 def write_report(args, overrides, runs, failures, suffix, quick) -> str:
     _use_repo()
     from rayseq.config import build_config, config_to_dict
@@ -416,11 +427,14 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         f"validation every {t.eval_every} iterations on {cfg.task.val_size} inputs (the curves); the table: "
         f"{cfg.task.test_size} test inputs, evaluated once at the end of each run"
     )
-    a = cfg.algo  # the defaults (this script gives no algorithm key); each run's config.yaml has its own
+    # each algorithm's resolved keys (overrides may be per algorithm: algo.ppo.epochs=4); every run's config.yaml
+    # has its own
+    p, d, m = (_resolved_algo(overrides, name) or cfg.algo for name in ("ppo", "ppo_dynamic", "mixer"))
     settings = (
-        f"PPO ε = {a.eps}; PPO-dynamic α1 = {a.alpha1}, β1 = {a.beta1}, α2 = {a.alpha2}, β2 = {a.beta2}; "
-        f"PPO/PPO-dynamic {a.epochs} epoch(s) of minibatch {a.minibatch_size}; MIXER δ = {a.mixer_delta_start}, "
-        f"+= {a.mixer_delta_step} every {a.mixer_delta_every} iterations (of each reference's length); GRU "
+        f"PPO ε = {p.eps}; PPO-dynamic α1 = {d.alpha1}, β1 = {d.beta1}, α2 = {d.alpha2}, β2 = {d.beta2}; "
+        f"PPO {p.epochs} epoch(s), PPO-dynamic {d.epochs} epoch(s) of minibatch {p.minibatch_size}; "
+        f"MIXER δ = {m.mixer_delta_start}, "
+        f"+= {m.mixer_delta_step} every {m.mixer_delta_every} iterations (of each reference's length); GRU "
         f"{cfg.model.num_layers}×{cfg.model.hidden_dim}"
     )
     seeds = sorted({r["seed"] for r in runs})

@@ -4,7 +4,7 @@ benchmarks/chitchat.py — the trade-off between the BLEU-2 the reward asks for 
 (distinct-2 falls from 0.026 to 0.002-0.004 under the policy-gradient algorithms without it).
 
 Run book (from the repository root)
-  python benchmarks/chitchat_kl.py                              # β ∈ {0, 0.01, 0.03, 0.1, 0.3}, 2 seeds, PPO
+  python benchmarks/chitchat_kl.py                              # β ∈ {0, 0.001, 0.003, 0.01, 0.1, 0.3}, 2 seeds, PPO
   python benchmarks/chitchat_kl.py --algo ppo_dynamic --coefs 0 0.1
   python benchmarks/chitchat_kl.py --report-only
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="tune_configs/chitchat_quick.yaml")
     ap.add_argument("--algo", default="ppo")
-    ap.add_argument("--coefs", nargs="+", type=float, default=[0.0, 0.01, 0.03, 0.1, 0.3])
+    ap.add_argument("--coefs", nargs="+", type=float, default=[0.0, 0.001, 0.003, 0.01, 0.1, 0.3])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                      mean_std(vals["test/distinct2"]), mean_std(vals["test/self_bleu2"]),
                      mean_std(vals["test/sentence_bleu2"]), mean_std(vals["kl/per_reply"]),
                      mean_std(vals["test/reply_len"]), str(len(vals["test/bleu2"]))))
-        points.append((name, coef, statistics.mean(vals["test/distinct2"]), statistics.mean(vals["test/bleu2"])))
+        points.append((name, coef, statistics.mean(vals["test/distinct2"]), statistics.mean(vals["test/bleu2"]),
+                       list(zip(vals["test/distinct2"], vals["test/bleu2"])),
+                       statistics.mean(k for k in vals["kl/per_reply"] if k is not None) if coef else None))
     head = ("β (kl_coef)", "run", "BLEU-2 (test)", "distinct-2", "Self-BLEU-2", "sentence BLEU-2 (reward)",
             "KL per reply, last 10 iterations (nats)", "reply length", "seeds")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
@@ -85,19 +87,30 @@ def _plot(points, path: Path, algo: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     curve = sorted((p for p in points if p[1] is not None), key=lambda p: p[1])
     ax.plot([p[2] for p in curve], [p[3] for p in curve], "-o", color="C3", label=f"{algo}, β = kl_coef")
-    for _, coef, x, y in curve:
+    for _, coef, x, y, seeds, _ in curve:  # each seed's run beside the mean
+        ax.plot([d for d, _ in seeds], [b for _, b in seeds], ".", color="C3", alpha=0.35, ms=7)
         ax.annotate(f"β={coef:g}", (x, y), fontsize=8, xytext=(4, 3), textcoords="offset points")
-    for _, coef, x, y in points:
+    for _, coef, x, y, _, _ in points:
         if coef is None:
             ax.plot([x], [y], "s", color="gray", label="pretrained MLE")
     ax.set_xlabel("test distinct-2 (diversity)")
     ax.set_ylabel("test corpus BLEU-2")
-    ax.set_title("chitchat-dataset: KL to the pretrained policy trades BLEU-2 for diversity")
+    ax.set_title("chitchat-dataset: KL to the pretrained policy (line: mean, dots: seeds)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    knob = [p for p in curve if p[1] > 0]  # the knob itself: KL and diversity against β (log axis)
+    ax2.plot([p[1] for p in knob], [p[5] for p in knob], "-o", color="C0", label="KL per reply (nats)")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("β (algo.kl_coef)")
+    ax2.set_ylabel("KL to π_ref per sampled reply (nats)", color="C0")
+    twin = ax2.twinx()
+    twin.plot([p[1] for p in knob], [p[2] for p in knob], "-s", color="C2")
+    twin.set_ylabel("test distinct-2", color="C2")
+    ax2.set_title("the knob: KL falls, diversity returns", fontsize=10)
+    ax2.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

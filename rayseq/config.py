@@ -117,8 +117,17 @@ def rename_aliases(section: dict, aliases: dict[str, str], where: str) -> dict:
 _TERM_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
+class _RewardFunction(_Section):
+    """A section with a reward function ``fn``: a built-in name or an import path that must resolve."""
 
-class RewardTerm(_Section):
+    @field_validator("fn", check_fields=False)
+    @classmethod
+    def _known_function(cls, v: str) -> str:
+        registry.reward_function(v, check_kwargs=False)  # ValueError naming what is wrong
+        return v
+
+
+class RewardTerm(_RewardFunction):
     """One term w · f(prompts, replies, references, **kwargs) of reward.terms."""
 
     fn: str = Field(description="A built-in reward (task, bleu, chrf, length) or your own function as an import path "
@@ -128,12 +137,6 @@ class RewardTerm(_Section):
                                    "max_order; chrf: char_order, word_order, beta; length: target).")
     name: str | None = Field(None, description="Logged as reward/<name>; default: the built-in's name or the "
                              "function's.")
-
-    @field_validator("fn")
-    @classmethod
-    def _known_function(cls, v: str) -> str:
-        registry.reward_function(v, check_kwargs=False)  # ValueError naming what is wrong
-        return v
 
     @model_validator(mode="after")
     def _resolves(self) -> RewardTerm:
@@ -149,7 +152,7 @@ class RewardTerm(_Section):
         return self.name or self.fn.rpartition(":")[2]
 
 
-class RewardConfig(_Section):
+class RewardConfig(_RewardFunction):
     """The reward the algorithm maximises and val/reward, test/reward report: the task's own (``task``), one function
     (``fn``, ``kwargs``) or a weighted sum (``terms``); functions take detokenised text (rayseq/rewards/library.py).
     Any reward other than the task's is computed on the scorer actors (``scorer.*``; 0 scorers: the rollout workers).
@@ -167,12 +170,6 @@ class RewardConfig(_Section):
         "each term is logged as reward/<name>.")
     batch_size: int | None = Field(
         None, ge=1, description="Replies per call of a text reward function; None = all of a scorer's batch.")
-
-    @field_validator("fn")
-    @classmethod
-    def _known_function(cls, v: str) -> str:
-        registry.reward_function(v, check_kwargs=False)  # ValueError naming what is wrong
-        return v
 
     @model_validator(mode="after")
     def _resolves(self) -> RewardConfig:

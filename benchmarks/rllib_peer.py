@@ -35,7 +35,10 @@ RLlib's trained weights are loaded back into a rayseq generator and evaluated by
 for ``val/*`` (the curves: 2,000 validation inputs) and ``test/*`` (the table: 2,000 test inputs, once at the end).
 Train seconds: the sum of the iterations (sampling + update), no evaluation; RLlib's start-up (Ray, EnvRunner
 actors, module build) apart. One run at a time (``--jobs 1``), so each has the machine to itself: rayseq's runs
-use one core (in-process, one torch thread), RLlib's its 2 EnvRunner processes and the learner in the driver.
+use one core (in-process, one torch thread), RLlib's its 2 EnvRunner processes (one thread each, as Ray sets
+them) and the learner in the driver, on one torch thread too (``--rllib-torch-threads 1``, rayseq's setting; 0
+leaves torch's default of one per core: with another benchmark on the machine that took 60–90 s per RLlib
+iteration against 6 s on one thread, the two threads waiting on each other when either is descheduled).
 
 Time on the 2-core development machine: the MLE pretraining ~35 s per seed, a rayseq RL run ~5 s of training,
 RLlib's default PPO several seconds per iteration (30 epochs: ~240 gradient steps on 1,024 rows, the 768 sampled
@@ -133,7 +136,8 @@ def eval_marks(total: int, every: int) -> list[int]:
 
 
 # -- one RLlib run (in a spawned process: its own Ray) ------------------------------------------------------------
-def run_rllib(overrides: list[str], seed: int, variant: str, pretrain_dir: str, out_dir: str) -> str:
+def run_rllib(overrides: list[str], seed: int, variant: str, pretrain_dir: str, out_dir: str,
+              torch_threads: int = 1) -> str:
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
@@ -159,6 +163,8 @@ def run_rllib(overrides: list[str], seed: int, variant: str, pretrain_dir: str, 
         evaluator.load_state_dict(module.generator.state_dict())
         return task.evaluate(evaluator, "cpu", split=split)[0]
 
+    if torch_threads:  # the learner runs in this process (RLlib's default num_learners=0)
+        torch.set_num_threads(torch_threads)
     t0 = time.perf_counter()
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     register()
@@ -349,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--rllib-variants", nargs="+", choices=list(RLLIB_VARIANTS), default=list(RLLIB_VARIANTS),
                     help="RLlib configurations (default: both; rllib_ppo = RLlib's defaults)")
+    ap.add_argument("--rllib-torch-threads", type=int, default=1,
+                    help="torch threads of RLlib's learner (the driver process); 0: torch's default (one per core). "
+                         "Default 1, as rayseq's in-process learner (learner.torch_threads=1)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1: wall seconds uncontended)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true", help="seed 0 (the first of --seeds), 200 MLE + 6 RL iterations")
@@ -374,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
                 for s in seeds:
                     d = runs / f"{v}-s{s}"
                     if args.fresh or not (d / "result.json").is_file():
-                        pool.submit(run_rllib, overrides, s, v, str(runs / f"pretrain-s{s}"), str(d)).result()
+                        pool.submit(run_rllib, overrides, s, v, str(runs / f"pretrain-s{s}"), str(d),
+                                    args.rllib_torch_threads).result()
 
     pretrain, results = {}, {}
     for s in seeds:

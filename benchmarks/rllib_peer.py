@@ -2,7 +2,7 @@
 same number of sampled replies (issue 17 item 3).
 
 Run book (from the repository root)
-  python benchmarks/rllib_peer.py                    # 3 seeds, all methods, one run at a time (~20 min, 2 cores)
+  python benchmarks/rllib_peer.py                    # 3 seeds, all methods, one run at a time (15 min, 2 cores)
   python benchmarks/rllib_peer.py --quick            # smoke test: seed 0, 200 MLE + 4 RL iterations, *_quick files
   python benchmarks/rllib_peer.py --seeds 0 1 2 3 4 train.iters=60   # overrides apply to every method
   python benchmarks/rllib_peer.py --rllib-variants rllib_ppo         # RLlib's defaults only (no ablation)
@@ -40,10 +40,11 @@ them) and the learner in the driver, on one torch thread too (``--rllib-torch-th
 leaves torch's default of one per core: with another benchmark on the machine that took 60–90 s per RLlib
 iteration against 6 s on one thread, the two threads waiting on each other when either is descheduled).
 
-Time on the 2-core development machine: the MLE pretraining ~35 s per seed, a rayseq RL run ~5 s of training,
-RLlib's default PPO several seconds per iteration (30 epochs: ~240 gradient steps on 1,024 rows, the 768 sampled
-steps plus the one bootstrap step GAE adds per episode), the ablation ~2 s per iteration (sampling).
---quick: a few minutes.
+Time on the 2-core development machine (measured, 14.6 min in all): the MLE pretraining ~40 s per seed; rayseq's
+RL runs 0.05 s per iteration (1.6 s of training each); RLlib's default PPO 5.5 s per iteration (30 epochs: 240
+gradient steps on 1,024 rows, the 768 sampled steps plus the one bootstrap step GAE adds per episode; ~170 s a
+run), the ablation 1.2 s per iteration (mostly sampling; ~45 s a run); RLlib's start-up ~7 s a run.
+--quick: ~2 minutes.
 
 Outputs in ``--out`` (default benchmarks/results; ``--quick`` adds ``_quick``): rllib_peer.md / .json (every
 per-seed number and curve), rllib_peer.png (validation precision against sampled replies and against training

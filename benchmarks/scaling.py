@@ -146,7 +146,7 @@ def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.8))
     for i, (task, rows) in enumerate(results.items()):
         w = [r["workers"] for r in rows]
         color = f"C{i}"
@@ -154,6 +154,8 @@ def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
             ax1.plot(w, [r[f"{kind}_seq_per_s"] for r in rows], style, color=color, label=f"{LABELS[task]}: {what}")
             ax2.plot(w, [r[f"{kind}_efficiency"] for r in rows], style, color=color,
                      label=f"{LABELS[task]}: {what}")
+        ax1.plot(w, [rows[0]["rollout_seq_per_s"] * n / w[0] for n in w], ":", color=color, lw=1,
+                 label=f"{LABELS[task]}: rollout, linear")
     workers = sorted({r["workers"] for rows in results.values() for r in rows})
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
@@ -164,12 +166,13 @@ def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
     ax1.set_ylabel("sequences per second")
     ax1.set_title("throughput")
     ax2.axhline(1.0, color="grey", lw=1, ls=":")
-    ax2.set_ylim(0, 1.2)
+    top = max(r[f"{k}_efficiency"] for rows in results.values() for r in rows for k in ("rollout", "iter"))
+    ax2.set_ylim(0, max(1.2, top + 0.1))
     ax2.set_ylabel("parallel efficiency (speed-up / workers)")
     ax2.set_title("efficiency")
-    ax2.legend(fontsize=7, loc="lower left")
+    fig.legend(*ax1.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7, frameon=False)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 + 0.025 * len(results), 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -32,19 +33,26 @@ from rayseq.distributed.driver import Trainer  # noqa: E402
 PHASES = ("time/sync_s", "time/rollout_s", "time/learn_s", "time/iter_s")
 
 
-def measure(n_workers: int, iters: int, batch: int, tmp: Path) -> dict:
-    cfg = build_config(None, [
+def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict | None = None,
+            overrides: Sequence[str] = (), name: str | None = None, phases: Sequence[str] = PHASES) -> dict:
+    """Run the RL stage of ``config`` (an experiment file's content; default: the counting job) without MLE
+    pretraining for ``iters`` iterations with ``n_workers`` rollout workers (``overrides`` applied after these).
+    Returns the median ms of each of ``phases`` the stage logs, start-up + final evaluation seconds, the last
+    reward and the test precision. ``name``: the run directory under ``tmp`` (default ``w<n_workers>``).
+    Also used by ``benchmarks/scaling.py``."""
+    run_dir = tmp / (name or f"w{n_workers}")
+    cfg = build_config(config, [
         f"rollout.num_workers={n_workers}", "train.pretrain_iters=0", f"train.iters={iters}",
-        f"train.batch_size={batch}", "train.eval_every=0", "progress=false", f"run_dir={tmp / f'w{n_workers}'}",
+        f"train.batch_size={batch}", "train.eval_every=0", "progress=false", f"run_dir={run_dir}", *overrides,
     ])
     t0 = time.perf_counter()
     summary = Trainer(cfg).run()
     wall = time.perf_counter() - t0
-    rows = pq.read_table(tmp / f"w{n_workers}" / "metrics.parquet").to_pylist()
-    med = {p: statistics.median(r[p] for r in rows) * 1000 for p in PHASES}
+    rows = [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r.get("stage") == "train"]
+    med = {p: statistics.median(r[p] for r in rows) * 1000 for p in phases if rows[0].get(p) is not None}
     loop = sum(r["time/iter_s"] for r in rows)
     return {"workers": n_workers, "wall_s": wall, "setup_s": wall - loop, "median_ms": med,
-            "reward_last": rows[-1]["rollout/reward_mean"], "precision": summary["metrics"]["test/precision"]}
+            "reward_last": rows[-1].get("rollout/reward_mean"), "precision": summary["metrics"]["test/precision"]}
 
 
 def main() -> None:

@@ -72,12 +72,17 @@ def test_per_row_length_caps_and_masks():
     assert (out.tokens[out.token_mask == 0] == m.pad_id).all()
 
 
-def test_top_k_samples_only_among_the_k_most_likely():
+def first_step():
+    """A model, one input and the logits (1, V) of its first reply token, <pad>/<bos> masked as sampling does."""
     m = model()
     src, sl = batch(B=1)
-    h = m.encode(src, sl)
-    logits, _, _ = m.decode_step(torch.tensor([m.bos_id]), h)
+    logits, _, _ = m.decode_step(torch.tensor([m.bos_id]), m.encode(src, sl))
     logits[:, [m.pad_id, m.bos_id]] = float("-inf")
+    return m, src, sl, logits
+
+
+def test_top_k_samples_only_among_the_k_most_likely():
+    m, src, sl, logits = first_step()
     top2 = set(logits[0].topk(2).indices.tolist())
     seen = set()
     for s in range(200):
@@ -106,11 +111,7 @@ def test_tokenize_words_and_chars():
 
 
 def test_top_p_samples_only_in_the_nucleus():
-    m = model()
-    src, sl = batch(B=1)
-    h = m.encode(src, sl)
-    logits, _, _ = m.decode_step(torch.tensor([m.bos_id]), h)
-    logits[:, [m.pad_id, m.bos_id]] = float("-inf")
+    m, src, sl, logits = first_step()
     # the nucleus by hand: most likely first, keep tokens while the mass before them is < p
     probs = torch.softmax(logits[0] / 1.5, -1)
     order = probs.argsort(descending=True).tolist()

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 
 from rayseq.models.generator import state_cat, state_index
-from rayseq.models.sampling import multinomial_sample, sample_with_logp
+from rayseq.models.sampling import multinomial_sample, sample_projected, sample_with_logp
 
 
 class Continuations(NamedTuple):
@@ -80,7 +80,8 @@ def mc_search(policy, src, src_len, tokens, token_mask, n_rollouts: int, *, temp
     if T < 2:
         return Continuations(cont, cont_len)
     outs, hs = prefix_states(policy, src, src_len, tokens)
-    W, b_out = policy.out.weight, policy.out.bias
+    W = policy.out.weight
+    bias = policy.out.bias + policy.logit_bias  # the output layer's bias and the banned ids (−inf), as policy._logits
     n_idx = torch.arange(N, device=dev)
     act_out = act_h = None  # active rows: top outputs (R, H), recurrent state
     act_b = act_t = act_n = torch.zeros(0, dtype=torch.long, device=dev)
@@ -101,11 +102,7 @@ def mc_search(policy, src, src_len, tokens, token_mask, n_rollouts: int, *, temp
             alive = torch.cat([alive, torch.ones_like(jb, dtype=torch.bool)])
         if act_out is None:
             continue
-        logits = torch.nn.functional.linear(act_out, W, b_out)
-        logits.add_(policy.logit_bias)  # what policy._logits adds (the banned ids)
-        if temperature != 1.0:
-            logits.div_(temperature)
-        y, _ = sample_with_logp(logits, u[act_b, act_t - 1, act_n, p])
+        y = sample_projected(act_out, W, bias, u[act_b, act_t - 1, act_n, p], temperature)
         y = torch.where(alive, y, policy.pad_id)
         cont[act_b, act_t - 1, act_n, p] = y
         alive = alive & (y != policy.eos_id)

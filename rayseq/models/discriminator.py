@@ -225,6 +225,107 @@ class CNNDiscriminator(nn.Module):
             self.train(was_training)
         return torch.cat(out) if out else torch.zeros(0, device=tokens.device)
 
+    def score_shared_prefix(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        cont: torch.Tensor,
+        cont_len: torch.Tensor,
+        prefix_len: torch.Tensor,
+        src: torch.Tensor | None = None,
+        src_len: torch.Tensor | None = None,
+        batch_size: int = 4096,
+    ) -> torch.Tensor:
+        """D(Y) (B, P, N) of rows that share prefixes with B base sequences, each prefix's windows convolved once.
+
+        tokens (B, T) base sequences, lengths (B,); cont (B, P, N, T') rows, cont_len (B, P, N); prefix_len
+        broadcastable to (B, P): row (b, j, n) must equal ``tokens[b]`` on its first min(prefix_len[b, j],
+        cont_len[b, j, n], lengths[b]) tokens (SeqGAN's Monte-Carlo continuations: prefix j + 1 of sequence b,
+        then the rollout policy's tokens). Optional src (B, S), src_len (B,) are shared by all rows of b.
+
+        Equal (to float rounding) to :meth:`score` on the B·P·N materialised rows, with less work: a window that
+        lies inside the shared prefix holds the same tokens for every row of (b, j), so its convolution is a
+        window of the base sequence. One pass over the B base sequences gives, per filter, the running max over
+        window starts (``cummax``); a row reads the max over its shared windows there and convolves only the
+        windows that reach past the prefix. Rows are sorted by shared length and chunked (``batch_size`` rows),
+        and a chunk convolves from the first window that is not shared by all its rows (windows shared by some
+        of them are computed twice, which the max does not mind). At SeqGAN's sizes (T = 20, prefixes 1..19) a
+        third of the convolution work lies inside prefixes.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        B, P, N, _ = cont.shape
+        if tokens.shape[0] != B or cont_len.shape != (B, P, N):
+            raise ValueError(
+                f"cont (B, P, N, T) = {tuple(cont.shape)} needs tokens (B, T) and cont_len (B, P, N), got tokens "
+                f"{tuple(tokens.shape)}, cont_len {tuple(cont_len.shape)}"
+            )
+        if B * P * N == 0:
+            return torch.zeros(B, P, N, device=tokens.device)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                out = self._score_shared_prefix(tokens, lengths, cont, cont_len, prefix_len, src, src_len, batch_size)
+        finally:
+            self.train(was_training)
+        return out
+
+    def _score_shared_prefix(self, tokens, lengths, cont, cont_len, prefix_len, src, src_len, batch_size):
+        B, P, N, Tc = cont.shape
+        dev = tokens.device
+        R = B * P * N
+        # shared windows: running max over window starts of each base sequence's convolution
+        base, _ = self.pack(tokens, lengths, src, src_len)  # (B, Lb)
+        emb = self.embedding(base).transpose(1, 2).contiguous()
+        run_max = [conv(emb).cummax(-1).values.transpose(1, 2).contiguous() for conv in self.convs]  # (B, Wb, n_l)
+        Wb = [m.shape[1] for m in run_max]
+        offset = torch.zeros(B, dtype=torch.long, device=dev) if src is None else src_len.long() + 1  # src + sep
+        pre = torch.broadcast_to(torch.as_tensor(prefix_len, device=dev).long(), (B, P))
+        shared = torch.minimum(torch.minimum(pre[:, :, None], cont_len.long()), lengths.long()[:, None, None])
+        shared = shared.clamp(min=0)  # (B, P, N) tokens shared with the base sequence
+        k = min(tokens.shape[1], Tc)  # shared <= both lengths <= both widths
+        pos = torch.arange(k, device=dev)
+        differ = (cont[..., :k] != tokens[:, None, None, :k]) & (pos < shared[..., None])
+        if bool(differ.any()):
+            b, j, n, t = (int(x) for x in differ.nonzero()[0])
+            raise ValueError(
+                f"cont[{b}, {j}, {n}] differs from tokens[{b}] at position {t} < min(prefix_len, cont_len, lengths)"
+                f" = {int(shared[b, j, n])}: rows must start with their base sequence's prefix"
+            )
+        shared = (shared + offset[:, None, None]).reshape(R)  # packed positions shared with the base
+        row_b = torch.arange(B, device=dev).repeat_interleave(P * N)
+        flat, flat_len = cont.reshape(R, Tc), cont_len.reshape(R)
+        order = torch.argsort(shared, stable=True)
+        z = torch.empty(R, dtype=self.out.weight.dtype, device=dev)
+        for a in range(0, R, batch_size):
+            idx = order[a : a + batch_size]
+            rb, sh = row_b[idx], shared[idx]
+            seq, n = self.pack(flat[idx], flat_len[idx], None if src is None else src[rb],
+                               None if src_len is None else src_len[rb])
+            L = seq.shape[1]
+            e = self.embedding(seq).transpose(1, 2).contiguous()  # (r, E, L)
+            s_min = int(sh.min())
+            mask = bool((n < L).any())  # as in features(): no row shorter than the chunk, no window to mask
+            pooled = []
+            for conv, l, m, wb in zip(self.convs, self.filter_sizes, run_max, Wb):
+                # windows i <= sh − l lie inside the shared prefix: their max is the base's running max at sh − l
+                j = sh - l
+                p = m[rb, j.clamp(0, wb - 1)]  # (r, n_l)
+                p = p.masked_fill_((j < 0)[:, None], float("-inf"))
+                first = max(0, s_min - l + 1)  # windows from here on are not shared by every row of the chunk
+                if first <= L - l:
+                    c = conv(e[:, :, first:])  # (r, n_l, L − l + 1 − first): windows i = first + k
+                    if mask:
+                        last = (n - l).clamp(min=0)  # as in features(): 0 keeps window 0 of a row shorter than l
+                        starts = torch.arange(first, L - l + 1, device=dev)
+                        c = c.masked_fill_((starts[None] > last[:, None])[:, None], float("-inf"))
+                    p = torch.maximum(p, c.amax(-1))
+                pooled.append(p)
+            h = self.highway(F.relu(torch.cat(pooled, dim=1)))
+            z[idx] = self.out(self.dropout(h)).squeeze(-1)
+        return torch.sigmoid(z).view(B, P, N)
+
 
 def build_discriminator(
     vocab_size: int,

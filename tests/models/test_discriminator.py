@@ -234,3 +234,71 @@ def test_learns_to_separate_two_token_distributions():
     accuracy = ((d_real > 0.5).float().mean() + (d_fake <= 0.5).float().mean()) / 2
     assert accuracy > 0.9, accuracy
     assert d_real.mean() > d_fake.mean()
+
+
+# -- prefix-shared scoring (SeqGAN's Monte-Carlo continuations) ---------------------------------------------
+def shared_prefix_rows(tokens, lengths, prefix_len, N: int, width: int, seed: int):
+    """Random rows (B, P, N, width) that start with min(prefix_len, cont_len, length) tokens of their base
+    sequence, then random tokens (garbage after cont_len included), and their lengths cont_len (B, P, N)."""
+    g = torch.Generator().manual_seed(seed)
+    B, P = prefix_len.shape
+    cont = torch.randint(2, V, (B, P, N, width), generator=g)
+    cont_len = torch.randint(0, width + 1, (B, P, N), generator=g)
+    for b in range(B):
+        for j in range(P):
+            for n in range(N):
+                k = min(int(prefix_len[b, j]), int(cont_len[b, j, n]), int(lengths[b]))
+                cont[b, j, n, :k] = tokens[b, :k]
+    return cont, cont_len
+
+
+@pytest.mark.parametrize("conditional", [False, True])
+@pytest.mark.parametrize("filters", [SMALL["filter_sizes"], (1, 3, 7, 9)])  # (1, 3, 7, 9): most rows < 9
+def test_shared_prefix_scoring_equals_score_on_materialised_rows(conditional, filters):
+    # each row scored alone by score() (the definition) against the prefix-shared scoring, over random prefix
+    # lengths (0 and 1 forced, past the row's and the base's lengths too), rows shorter than the biggest filter,
+    # garbage after every length, rows wider than the base (pad columns), several chunk sizes
+    model = small_model(filter_sizes=filters, num_filters=(4, 3, 3, 2))
+    B, T, P, N = 5, 8, 6, 3
+    tokens, lengths = random_batch(B, T, seed=11)
+    lengths[0], lengths[1] = 0, 1
+    g = torch.Generator().manual_seed(12)
+    prefix_len = torch.randint(0, T + 3, (B, P), generator=g)
+    prefix_len[:, 0], prefix_len[:, 1] = 0, 1
+    cont, cont_len = shared_prefix_rows(tokens, lengths, prefix_len, N, T + 2, seed=13)
+    src = src_len = None
+    if conditional:
+        src, src_len = random_batch(B, 4, seed=14)
+        src_len[0] = 0
+    flat_src = None if src is None else src.repeat_interleave(P * N, 0)
+    flat_src_len = None if src_len is None else src_len.repeat_interleave(P * N, 0)
+    ref = model.score(cont.reshape(-1, T + 2), cont_len.reshape(-1), flat_src, flat_src_len).view(B, P, N)
+    assert ref.std() > 0.01  # the rows differ: a wrong window shows
+    model.train()
+    for bs in (1, 7, 4096):
+        got = model.score_shared_prefix(tokens, lengths, cont, cont_len, prefix_len, src, src_len, batch_size=bs)
+        assert model.training  # mode restored
+        torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-5)
+
+
+def test_shared_prefix_scoring_one_prefix_per_column_and_bad_input():
+    # prefix_len (P,) broadcast over B (the Monte-Carlo search's prefixes 1..P); rows that break the contract
+    # (a shared position that differs from the base) and mismatched shapes are refused
+    model = small_model()
+    B, T, N = 4, 7, 2
+    tokens, lengths = random_batch(B, T, seed=21)
+    prefix_len = torch.arange(1, T)
+    cont, cont_len = shared_prefix_rows(tokens, lengths, prefix_len.expand(B, -1), N, T, seed=22)
+    ref = model.score(cont.reshape(-1, T), cont_len.reshape(-1)).view(B, T - 1, N)
+    torch.testing.assert_close(model.score_shared_prefix(tokens, lengths, cont, cont_len, prefix_len), ref,
+                               atol=1e-6, rtol=1e-5)
+    full = torch.full((B,), T)
+    bad = tokens[:, None, None, :].expand(B, T - 1, N, T).clone()  # every row the base sequence: valid
+    model.score_shared_prefix(tokens, full, bad, full[:, None, None].expand(B, T - 1, N), prefix_len)
+    bad[2, 3, 1, 2] = (tokens[2, 2] + 1) % V  # inside the shared prefix of length 4
+    with pytest.raises(ValueError, match=r"cont\[2, 3, 1\] differs from tokens\[2\] at position 2"):
+        model.score_shared_prefix(tokens, full, bad, full[:, None, None].expand(B, T - 1, N), prefix_len)
+    with pytest.raises(ValueError, match="needs tokens"):
+        model.score_shared_prefix(tokens[:3], lengths[:3], cont, cont_len, prefix_len)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        model.score_shared_prefix(tokens, lengths, cont, cont_len, prefix_len, batch_size=0)

@@ -122,3 +122,27 @@ def test_q_estimates_converge_to_exact_expectation():
     se = torch.sqrt(exact * (1 - exact) / N)
     assert (torch.abs(q[:, T - 2] - exact) < 4 * se + 1e-6).all(), (q[:, T - 2], exact)
     assert math.isclose(float(q[:, T - 1].sum()), float((s.tokens[:, -1] == 5).sum()))
+
+
+def test_prefix_shared_d_equals_d_on_each_continuation():
+    # D's prefix-shared scoring of the search's output (the scorer's path) against D on every continuation
+    # (the plain loop's): sequences that end early (closed prefixes hold the sequence itself), conditional input
+    from rayseq.models.discriminator import CNNDiscriminator
+
+    model = _model("gru", True).float()
+    with torch.no_grad():
+        model.out.bias[EOS] = 1.5
+    B, T, N = 6, 8, 3
+    src, src_len = torch.randint(4, V, (B, 3)), torch.tensor([3, 0, 1, 2, 3, 3])
+    s = model.sample(src, src_len, T, generator=torch.Generator().manual_seed(4))
+    tokens = torch.nn.functional.pad(s.tokens, (0, T - s.tokens.shape[1]))
+    mask = torch.nn.functional.pad(s.token_mask, (0, T - s.token_mask.shape[1]))
+    lengths = mask.sum(1).long()
+    assert (lengths < T).any()
+    c = mc_search(model, src, src_len, tokens, mask, N, generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(0)
+    disc = CNNDiscriminator(V, emb_dim=8, filter_sizes=(1, 2, 4, 10), num_filters=(3, 3, 3, 3))
+    ref = disc.score(c.tokens.reshape(-1, T), c.lengths.reshape(-1), src.repeat_interleave((T - 1) * N, 0),
+                     src_len.repeat_interleave((T - 1) * N, 0)).view(B, T - 1, N)
+    got = disc.score_shared_prefix(tokens, lengths, c.tokens, c.lengths, torch.arange(1, T), src, src_len)
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-5)

@@ -68,20 +68,19 @@ class ScorerActor:
         return p.cpu().numpy().astype(np.float32), {"score_s": time.perf_counter() - t0, "scored": len(rollout)}
 
     def score_mc(self, batch: MCBatch) -> tuple[np.ndarray, dict]:
-        """Q (B, T) float32 by SeqGAN Eq. 4 for the batch's sequences, and timings."""
+        """Q (B, T) float32 by SeqGAN Eq. 4 for the batch's sequences, and timings. The continuations of prefix t
+        share its windows: D convolves them once per sequence (:meth:`CNNDiscriminator.score_shared_prefix`)."""
         t0 = time.perf_counter()
         d = self.device
         B, Tm1, N, T = batch.cont.shape
         conditional = batch.src.shape[1] > 0
         src = to_torch(batch.src, d) if conditional else None
         src_len = to_torch(batch.src_len, d) if conditional else None
-        flat = to_torch(batch.cont.reshape(B * Tm1 * N, T).astype(np.int64), d)
-        flat_len = to_torch(batch.cont_len.reshape(-1), d)
-        rep = Tm1 * N
+        tokens, lengths = to_torch(batch.tokens, d), to_torch(batch.lengths, d)
+        cont = to_torch(batch.cont.astype(np.int64), d)
         bs = self.cfg.scorer.batch_size
-        d_cont = self.disc.score(flat, flat_len, None if src is None else src.repeat_interleave(rep, 0),
-                                 None if src_len is None else src_len.repeat_interleave(rep, 0), batch_size=bs)
-        lengths = to_torch(batch.lengths, d)
-        d_full = self.disc.score(to_torch(batch.tokens, d), lengths, src, src_len, batch_size=bs)
-        q = q_values(d_cont.view(B, Tm1, N), d_full, lengths)
-        return q.cpu().numpy().astype(np.float32), {"score_s": time.perf_counter() - t0, "scored": int(flat.shape[0])}
+        d_cont = self.disc.score_shared_prefix(tokens, lengths, cont, to_torch(batch.cont_len, d),
+                                               torch.arange(1, T, device=d), src, src_len, batch_size=bs)
+        d_full = self.disc.score(tokens, lengths, src, src_len, batch_size=bs)
+        q = q_values(d_cont, d_full, lengths)
+        return q.cpu().numpy().astype(np.float32), {"score_s": time.perf_counter() - t0, "scored": B * Tm1 * N}

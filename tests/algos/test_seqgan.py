@@ -67,6 +67,29 @@ def test_seqgan_objective_is_q_weighted_log_likelihood():
     assert m["policy/advantage_mean"] == pytest.approx(float(q.mean()), rel=1e-5)  # A = Q, no baseline
 
 
+def test_scorer_q_from_worker_continuations_equals_d_on_each_continuation():
+    # the Ray path (worker.mc_search -> scorer.score_mc, here in-process) scores with the prefix-shared D:
+    # its Q equals Eq. 4 with D run on every materialised continuation
+    from rayseq.distributed.scorer import ScorerActor
+    from rayseq.rewards.mc_search import q_values
+
+    cfg = oracle_config("rollout.num_workers=0", "disc.filter_sizes=[1,2,3,5,8]", "disc.num_filters=[4,4,4,3,3]")
+    learner = Learner(cfg.model_dump())
+    worker, scorer = RolloutWorker(cfg.model_dump()), ScorerActor(cfg.model_dump())
+    worker.set_weights(learner.get_weights(), 0)
+    scorer.set_disc_weights(learner.disc.state_dict(), 0)
+    rollout = worker.sample(learner.task.sample_prompts(np.random.default_rng(0), 5), RolloutRequest(max_len=6, seed=1))
+    batch = worker.mc_search(rollout, 3, 1.0, seed=2)
+    q, info = scorer.score_mc(batch)
+    B, Tm1, N, T = batch.cont.shape
+    lengths = torch.from_numpy(batch.lengths)
+    d_cont = learner.disc.score(torch.from_numpy(batch.cont.reshape(-1, T).astype(np.int64)),
+                                torch.from_numpy(batch.cont_len.reshape(-1)))
+    expected = q_values(d_cont.view(B, Tm1, N), learner.disc.score(torch.from_numpy(batch.tokens), lengths), lengths)
+    np.testing.assert_allclose(q, expected.numpy(), atol=1e-6, rtol=1e-5)
+    assert info["scored"] == B * Tm1 * N and q.std() > 0
+
+
 def test_ppo_dynamic_bounds_default_to_supplement_c_for_seqgan():
     cfg = build_config(None, ["algo.name=seqgan_ppo_dynamic"])
     assert {k: getattr(cfg.algo, k) for k in SEQGAN_DYNAMIC_BOUNDS} == SEQGAN_DYNAMIC_BOUNDS == {

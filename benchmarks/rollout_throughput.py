@@ -11,13 +11,16 @@ Rows (one generator G and one D, both from ``Learner`` at seed 0, and one rollou
                       ``torch.multinomial`` one position at a time, score the B sequences with D right away
                       (the structure of public SeqGAN code); then D(Y) and ``q_values``. In-process.
   (b) batched cached  ``mc_search`` (one batch of all B·(T−1)·N continuations from cached prefix states,
-                      inverse-CDF sampler) + one ``D.score`` over all continuations + D(Y) + ``q_values``.
+                      inverse-CDF sampler fused with the output projection, chunk by chunk) + D over all
+                      continuations with ``D.score_shared_prefix`` (the windows inside prefix t are the same
+                      for its N continuations: convolved once per sequence) + D(Y) + ``q_values``.
   (c) Ray             ``RayRuntime.mc_q``: the rollout split over rollout workers, each shard's search scored
-                      on a scorer actor (1 torch thread each), weights already synced; only ``mc_q`` is timed.
+                      on a scorer actor (1 torch thread each, ``score_mc``: the same prefix-shared D), weights
+                      already synced; only ``mc_q`` is timed.
   (d) lower bound     no search bookkeeping: R = B·N·(T−1) rows decoded for T/2 steps from one state with the
-                      same decoder step and sampler (the same B·N·T(T−1)/2 sampled tokens), plus one
-                      ``D.score`` over the B·(T−1)·N continuations of (b). What the batched search would cost
-                      if joining prefixes, indexing and writing the continuations were free.
+                      same decoder step and fused sampler (the same B·N·T(T−1)/2 sampled tokens), plus one
+                      ``D.score_shared_prefix`` over the B·(T−1)·N continuations of (b). What the batched
+                      search would cost if joining prefixes, indexing and writing the continuations were free.
 
 Every row: one warm-up (the plain loop's with N = 1: its per-(n, t) work is the same for every n), then
 ``--repeats`` timed runs, interleaved round-robin across rows so that load from other users of the machine
@@ -61,7 +64,7 @@ from benchmarks._report import write_report  # noqa: E402
 from rayseq.config import build_config, config_to_dict  # noqa: E402
 from rayseq.distributed.learner import Learner  # noqa: E402
 from rayseq.distributed.worker import RolloutWorker  # noqa: E402
-from rayseq.models.sampling import sample_with_logp  # noqa: E402
+from rayseq.models.sampling import sample_projected  # noqa: E402
 from rayseq.rewards.mc_search import mc_search, mc_search_loop, q_values  # noqa: E402
 from rayseq.types import RolloutRequest  # noqa: E402
 
@@ -72,6 +75,7 @@ QUICK_D = ["disc.emb_dim=16", "disc.filter_sizes=[1,2,3,5]", "disc.num_filters=[
 CPU_PER_ACTOR = 0.5
 LEARNER_CPUS = 0.5  # idle while mc_q runs (weights are synced before timing)
 SEED = 0
+TARGET = 6.0  # issue 16: the best batched row at least 6x the fastest plain loop
 
 
 def overrides(s: dict, quick: bool) -> list[str]:
@@ -125,7 +129,7 @@ class InProcess:
         self.lengths = (self.mask > 0).sum(1).long()
         c = mc_search(self.gen, self.src, self.src_len, self.tokens, self.mask, self.N,
                       generator=torch.Generator().manual_seed(SEED))
-        self.cont, self.cont_len = c.tokens.reshape(-1, self.T), c.lengths.reshape(-1)  # (d)'s D input
+        self.cont, self.cont_len = c.tokens, c.lengths  # (d)'s D input
         self.q = {}  # row key -> Q (B, T), for the sanity check
 
     def plain_loop(self, n: int | None = None, key: str | None = None) -> dict:
@@ -155,7 +159,8 @@ class InProcess:
         c = mc_search(self.gen, self.src, self.src_len, self.tokens, self.mask, N,
                       generator=torch.Generator().manual_seed(SEED))
         t1 = time.perf_counter()
-        d_cont = self.disc.score(c.tokens.reshape(-1, T), c.lengths.reshape(-1), batch_size=self.bs)
+        d_cont = self.disc.score_shared_prefix(self.tokens, self.lengths, c.tokens, c.lengths, torch.arange(1, T),
+                                               batch_size=self.bs)
         t2 = time.perf_counter()
         d_full = self.disc.score(self.tokens, self.lengths, batch_size=self.bs)
         q = q_values(d_cont.view(B, T - 1, N), d_full, self.lengths)
@@ -167,22 +172,21 @@ class InProcess:
     @torch.no_grad()
     def lower_bound(self) -> dict:
         """R = B·N·(T−1) rows, T/2 decoder steps each from the all-zero state (the prefix pass is left out),
-        the search's step: decoder, output projection, banned-id bias, inverse-CDF sampling; then one D pass."""
+        the search's step: decoder, then the fused output projection + banned-id bias + inverse-CDF sampler;
+        then one prefix-shared D pass over (b)'s continuations."""
         g = self.gen
         R, steps = self.B * self.N * (self.T - 1), self.T // 2
         t0 = time.perf_counter()
         u = torch.rand(steps, R, generator=torch.Generator().manual_seed(SEED))
         h = g.encode(torch.zeros(R, 0, dtype=torch.long), torch.zeros(R, dtype=torch.long))
         y = torch.full((R,), g.bos_id, dtype=torch.long)
-        bias = g.logit_bias if g.banned_ids else None
+        bias = g.out.bias + g.logit_bias
         for p in range(steps):
             out, h = g.decoder(g.embedding(y).unsqueeze(1), h)
-            logits = torch.nn.functional.linear(out[:, 0], g.out.weight, g.out.bias)
-            if bias is not None:
-                logits.add_(bias)
-            y, _ = sample_with_logp(logits, u[p])
+            y = sample_projected(out[:, 0], g.out.weight, bias, u[p])
         t1 = time.perf_counter()
-        self.disc.score(self.cont, self.cont_len, batch_size=self.bs)
+        self.disc.score_shared_prefix(self.tokens, self.lengths, self.cont, self.cont_len, torch.arange(1, self.T),
+                                      batch_size=self.bs)
         t2 = time.perf_counter()
         return {"search_s": t1 - t0, "score_s": t2 - t1, "rest_s": 0.0}
 
@@ -303,13 +307,15 @@ def report(rows: list[Row], s: dict, args, ray_rows: RayRows | None, inproc: InP
             f"({pct(a_d, a.median)}: {N * (T - 1)} calls of {B} sequences). "
             f"(b) batched {b.median:.1f} s = search {b_s:.1f} s ({pct(b_s, b.median)}) + D over all continuations "
             f"{b_d:.1f} s ({pct(b_d, b.median)}) + D(Y) and q_values {b_r:.3f} s; against (a) the search is "
-            f"{a_s / b_s:.1f}x faster (no prefix re-runs, inverse-CDF sampler, {T - 1} batched steps) and D "
-            f"{a_d / b_d:.1f}x (the same {n_cont:,} sequences in {-(-n_cont // inproc.bs)} call(s) instead of "
-            f"{N * (T - 1)}): {a.median / b.median:.1f}x in all. "
+            f"{a_s / b_s:.1f}x faster (no prefix re-runs, inverse-CDF sampler fused with the output projection, "
+            f"{T - 1} batched steps) and D {a_d / b_d:.1f}x (the same {n_cont:,} sequences in "
+            f"{-(-n_cont // inproc.bs)} chunk(s) instead of {N * (T - 1)} calls, and each prefix's windows "
+            f"convolved once for its {N} continuations): {a.median / b.median:.1f}x in all. "
             f"(d) lower bound {d.median:.1f} s = sampling {d_s:.1f} s + D {d_d:.1f} s: the search's bookkeeping "
             f"(joining prefixes, cached-state gathers, scatters into the continuations) costs {b_s - d_s:+.1f} s "
             f"({b_s / d_s:.2f}x the bare sampling); what remains is the V = {V:,} output projection and the "
-            "sampler's exp / cumsum / search over V for every token, and D's convolutions."
+            "sampler's exp / cumsum / search over V for every token, and D's convolutions of the windows that "
+            "reach past each prefix plus its highway layer on every continuation."
         ]
     slow = a2.median / a1.median
     notes.append(
@@ -342,8 +348,8 @@ def report(rows: list[Row], s: dict, args, ray_rows: RayRows | None, inproc: InP
         )
     notes.append(
         f"- Best of (b), (c): {best.name} at {best.median:.2f} s: {speedup:.1f}x faster than the fastest plain loop "
-        f"({a_best.name}), {a2.median / best.median:.1f}x faster than (a) at 2 threads; target 4x "
-        f"{'met' if speedup >= 4 else 'NOT met'}."
+        f"({a_best.name}), {a2.median / best.median:.1f}x faster than (a) at 2 threads; target {TARGET:g}x "
+        f"{'met' if speedup >= TARGET else 'NOT met'}."
     )
     # every oracle sequence has T tokens (no end token), so Q[:, T−1] = D(Y) in every row
     qs = {**inproc.q, **(ray_rows.q if ray_rows else {})}
@@ -355,7 +361,7 @@ def report(rows: list[Row], s: dict, args, ray_rows: RayRows | None, inproc: InP
         "- (d) lower bound = a floor for this algorithm on this hardware, not an alternative: R = B·N·(T−1) rows "
         "decoded for T/2 steps from one state with the search's step (decoder, output projection, inverse-CDF "
         "sampler), the same token count as the search without per-prefix joins or scatters, plus one D pass over "
-        "the search's continuations.",
+        "the search's continuations with the prefix-shared D.",
     ]
     table = "\n".join(lines + notes)
     payload = {

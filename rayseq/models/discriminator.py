@@ -297,6 +297,8 @@ class CNNDiscriminator(nn.Module):
         row_b = torch.arange(B, device=dev).repeat_interleave(P * N)
         flat, flat_len = cont.reshape(R, Tc), cont_len.reshape(R)
         order = torch.argsort(shared, stable=True)
+        # filter l as a (l·E, n_l) matrix on unfolded windows: [k·E + e, f] = weight[f, e, k]
+        w_mm = [conv.weight.permute(2, 1, 0).reshape(-1, conv.out_channels) for conv in self.convs]
         z = torch.empty(R, dtype=self.out.weight.dtype, device=dev)
         for a in range(0, R, batch_size):
             idx = order[a : a + batch_size]
@@ -304,23 +306,36 @@ class CNNDiscriminator(nn.Module):
             seq, n = self.pack(flat[idx], flat_len[idx], None if src is None else src[rb],
                                None if src_len is None else src_len[rb])
             L = seq.shape[1]
-            e = self.embedding(seq).transpose(1, 2).contiguous()  # (r, E, L)
+            e_tl = self.embedding(seq)  # (r, L, E)
+            e = None  # (r, E, L), made when a filter needs Conv1d
             s_min = int(sh.min())
             mask = bool((n < L).any())  # as in features(): no row shorter than the chunk, no window to mask
             pooled = []
-            for conv, l, m, wb in zip(self.convs, self.filter_sizes, run_max, Wb):
+            for conv, l, m, wb, w in zip(self.convs, self.filter_sizes, run_max, Wb, w_mm):
                 # windows i <= sh − l lie inside the shared prefix: their max is the base's running max at sh − l
                 j = sh - l
                 p = m[rb, j.clamp(0, wb - 1)]  # (r, n_l)
                 p = p.masked_fill_((j < 0)[:, None], float("-inf"))
                 first = max(0, s_min - l + 1)  # windows from here on are not shared by every row of the chunk
-                if first <= L - l:
-                    c = conv(e[:, :, first:])  # (r, n_l, L − l + 1 − first): windows i = first + k
+                nw = L - l + 1 - first  # windows i = first + k, k < nw
+                if nw > 0:
+                    # narrow filters or few windows: one addmm on the unfolded windows (its copy is l·E floats a
+                    # window); measured on the 2-core machine at the paper's sizes, 4,096 rows: 1.2-2.5x faster than
+                    # Conv1d for l <= 5, up to 5x for 1-3 windows, slower for l >= 6 with many windows
+                    if l <= 5 or nw <= 3:
+                        x = e_tl[:, first:].unfold(1, l, 1).transpose(2, 3).reshape(-1, l * e_tl.shape[2])
+                        c = torch.addmm(conv.bias, x, w).view(-1, nw, w.shape[1])  # (r, nw, n_l)
+                        win_dim = 1
+                    else:
+                        if e is None:
+                            e = e_tl.transpose(1, 2).contiguous()
+                        c = conv(e[:, :, first:])  # (r, n_l, nw)
+                        win_dim = 2
                     if mask:
                         last = (n - l).clamp(min=0)  # as in features(): 0 keeps window 0 of a row shorter than l
-                        starts = torch.arange(first, L - l + 1, device=dev)
-                        c = c.masked_fill_((starts[None] > last[:, None])[:, None], float("-inf"))
-                    p = torch.maximum(p, c.amax(-1))
+                        outside = torch.arange(first, first + nw, device=dev)[None] > last[:, None]  # (r, nw)
+                        c = c.masked_fill_(outside.unsqueeze(3 - win_dim), float("-inf"))
+                    p = torch.maximum(p, c.amax(win_dim))
                 pooled.append(p)
             h = self.highway(F.relu(torch.cat(pooled, dim=1)))
             z[idx] = self.out(self.dropout(h)).squeeze(-1)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rayseq.models.generator import Seq2SeqGRU
-from rayseq.models.sampling import inverse_cdf_sample, sample_with_logp
+from rayseq.models.sampling import BLOCK, inverse_cdf_sample, sample_projected, sample_with_logp
 from rayseq.rewards.mc_search import draw_uniforms, mc_search, mc_search_loop, q_values
 
 V, PAD, BOS, EOS = 12, 0, 1, 2
@@ -88,6 +88,27 @@ def test_inverse_cdf_matches_multinomial_distribution():
     u = torch.tensor([0.0, cdf[0] - 1e-6, cdf[0] + 1e-6, cdf[2] + 1e-6, 1 - 1e-9], dtype=torch.float64)
     got = inverse_cdf_sample(logits[:5].double(), u).tolist()
     assert got == [0, 0, 1, 4, 6]
+
+
+@pytest.mark.parametrize("vocab", [12, BLOCK, BLOCK + 1, 1000])  # one short block, one full, a short last block
+def test_sample_projected_equals_inverse_cdf_on_the_logits(vocab):
+    # the fused two-level sampler against sample_with_logp on the materialised logits, same u, float64 (the cdf's
+    # summation order differs, far below any gap between u and a cdf entry here); banned ids (the last one
+    # included) never come out, also for u next to 1, where u·total rounds up to the total
+    g = torch.Generator().manual_seed(vocab)
+    R, H = 2000, 6
+    h, W, b = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((R, H), (vocab, H), (vocab,)))
+    b[torch.randperm(vocab, generator=g)[: vocab // 5]] = float("-inf")
+    b[-1] = float("-inf")
+    u = torch.rand(R, generator=g, dtype=torch.float64)
+    u[:3] = torch.tensor([0.0, 1 - 1e-16, 0.5])
+    for temp in (1.0, 0.7):
+        y = sample_projected(h, W, b, u, temp)
+        ref, _ = sample_with_logp((h @ W.t() + b) / temp, u)
+        assert torch.equal(y, ref)
+        assert not torch.isneginf(b[y]).any()
+    near_one = sample_projected(h.float(), W.float(), b.float(), torch.full((R,), 1 - 1e-8))
+    assert not torch.isneginf(b[near_one]).any()
 
 
 def test_sample_with_logp_returns_policy_logp_at_any_temperature():

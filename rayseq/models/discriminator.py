@@ -61,7 +61,9 @@ class CNNDiscriminator(nn.Module):
 
     Phase methods: :meth:`forward` returns the logit z (B,) for training with
     ``F.binary_cross_entropy_with_logits``; :meth:`prob` returns D(Y) = σ(z), the probability that
-    Y is real; :meth:`score` returns D(Y) for many sequences in chunks without gradients (rewards).
+    Y is real; :meth:`score` returns D(Y) for many sequences in chunks without gradients (rewards);
+    :meth:`score_shared_prefix` returns the same for rows that start with prefixes of a few base sequences
+    (SeqGAN's Monte-Carlo continuations), convolving each prefix's windows once.
 
     Inputs are right-padded token ids with lengths. With ``src`` the judged sequence is
     ``src[:src_len] + [sep_id] + tokens[:lengths]`` (an (input, reply) pair of a seq2seq task).

@@ -9,7 +9,10 @@ Monte-Carlo search be checked exactly against a plain loop that shares the same 
 
 Measured here (1 thread, 16,384 rows × V = 5,000): ``torch.multinomial`` 2.36 s, Gumbel-max 1.60 s,
 inverse CDF on the whole tensor 0.87 s, inverse CDF on chunks of 256 rows 0.35 s including the
-output projection.
+output projection. :func:`sample_projected` (the Monte-Carlo search's sampler) also folds the output
+projection into the chunk loop and replaces the cumsum over V by block sums and one block's cumsum
+(measured: 97,280 rows × V = 5,000, 1 thread, CPU time: 1.03 s against 2.67 s for ``addmm`` + this module's
+``sample_with_logp``).
 """
 
 from __future__ import annotations

@@ -9,12 +9,16 @@ Every prefix Y_1:t (t = 1..T−1) of every sequence is completed N times by the 
 over the B sampled sequences caches the decoder state after each prefix; a continuation starts from
 that cached state (no prefix re-run). The loop runs over absolute time: at position p the N copies of
 every prefix of length p join the active set, so the work is exactly B·N·T(T−1)/2 decoder steps with
-no padding. Sampling is inverse CDF with uniforms U[b, t−1, n, p] drawn up front; :func:`mc_search_loop`
-is the plain per-(n, t) loop of public implementations (re-run the prefix from zero, sample to the
-end one position at a time), and under the same U both give identical sequences (test_mc_search.py,
-exact in float64: float32 logits of a batched and a per-row matmul may differ in the last bit, which
+no padding. Sampling is inverse CDF with uniforms U[b, t−1, n, p] drawn up front, fused with the output
+projection (:func:`rayseq.models.sampling.sample_projected`: the (R, V) logits are never written whole, and
+the cdf is searched by blocks). :func:`mc_search_loop` is the plain per-(n, t) loop of public implementations
+(re-run the prefix from zero, sample to the end one position at a time with ``sample_with_logp`` on the full
+logits), and under the same U both give identical sequences (test_mc_search.py, exact in float64: float32
+logits of a batched and a per-row matmul, or cdfs summed in another order, may differ in the last bit, which
 can flip a token when u lands on a cdf boundary). :func:`q_values` averages the discriminator's
-probabilities into Q. Math layer: torch only.
+probabilities into Q; the scorer gets D of the continuations from
+:meth:`rayseq.models.discriminator.CNNDiscriminator.score_shared_prefix` (each prefix's windows convolved
+once for its N continuations). Math layer: torch only.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ machine measure the scheduler, not the code (below, at the imports).
 Command   python benchmarks/rollout_throughput.py [--repeats 3] [--loop-repeats 3] [--json PATH] [--no-ray]
               [--ray-layouts 1x1 2x1 2x2]
           python benchmarks/rollout_throughput.py --quick   # smoke test: B=8, N=4, V=500, small D, 1 Ray layout
-Time      about 13 minutes on a 2-core machine (the plain loop ~45 s per run; Ray start-up ~40 s); --quick ~40 s.
+Time      about 9 minutes on a 2-core machine (measured at load 9-27: the plain loop ~40 s per run, the other rows
+          ~8 s; Ray start-up ~45 s); --quick ~50 s.
 Writes    benchmarks/results/rollout_throughput.md and .json (--quick: rollout_throughput_quick.*;
           --json PATH: PATH and PATH with suffix .md)
 """

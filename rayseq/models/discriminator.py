@@ -34,6 +34,9 @@ from torch import nn
 # SeqGAN code, ``sequence_gan.py``: dis_filter_sizes / dis_num_filters (synthetic data, T = 20)
 SEQGAN_FILTER_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 SEQGAN_NUM_FILTERS = (100, 200, 200, 200, 200, 100, 100, 100, 100, 100, 160, 160)
+# score_shared_prefix convolves groups of at least this many rows (sorted by shared length; the Monte-Carlo
+# search's B·N = 1,024 continuations of prefix t form one group at the paper's sizes)
+SHARED_GROUP_ROWS = 512
 
 
 class Highway(nn.Module):
@@ -307,41 +310,65 @@ class CNNDiscriminator(nn.Module):
             rb, sh = row_b[idx], shared[idx]
             seq, n = self.pack(flat[idx], flat_len[idx], None if src is None else src[rb],
                                None if src_len is None else src_len[rb])
-            L = seq.shape[1]
             e_tl = self.embedding(seq)  # (r, L, E)
-            e = None  # (r, E, L), made when a filter needs Conv1d
-            s_min = int(sh.min())
-            mask = bool((n < L).any())  # as in features(): no row shorter than the chunk, no window to mask
-            pooled = []
-            for conv, l, m, wb, w in zip(self.convs, self.filter_sizes, run_max, Wb, w_mm):
-                # windows i <= sh − l lie inside the shared prefix: their max is the base's running max at sh − l
-                j = sh - l
-                p = m[rb, j.clamp(0, wb - 1)]  # (r, n_l)
-                p = p.masked_fill_((j < 0)[:, None], float("-inf"))
-                first = max(0, s_min - l + 1)  # windows from here on are not shared by every row of the chunk
-                nw = L - l + 1 - first  # windows i = first + k, k < nw
-                if nw > 0:
-                    # narrow filters or few windows: one addmm on the unfolded windows (its copy is l·E floats a
-                    # window); measured on the 2-core machine at the paper's sizes, 4,096 rows: 1.2-2.5x faster than
-                    # Conv1d for l <= 5, up to 5x for 1-3 windows, slower for l >= 6 with many windows
-                    if l <= 5 or nw <= 3:
-                        x = e_tl[:, first:].unfold(1, l, 1).transpose(2, 3).reshape(-1, l * e_tl.shape[2])
-                        c = torch.addmm(conv.bias, x, w).view(-1, nw, w.shape[1])  # (r, nw, n_l)
-                        win_dim = 1
-                    else:
-                        if e is None:
-                            e = e_tl.transpose(1, 2).contiguous()
-                        c = conv(e[:, :, first:])  # (r, n_l, nw)
-                        win_dim = 2
-                    if mask:
-                        last = (n - l).clamp(min=0)  # as in features(): 0 keeps window 0 of a row shorter than l
-                        outside = torch.arange(first, first + nw, device=dev)[None] > last[:, None]  # (r, nw)
-                        c = c.masked_fill_(outside.unsqueeze(3 - win_dim), float("-inf"))
-                    p = torch.maximum(p, c.amax(win_dim))
-                pooled.append(p)
-            h = self.highway(F.relu(torch.cat(pooled, dim=1)))
+            # convolve by groups of rows with (nearly) the same shared length: a group convolves from the first
+            # window not shared by all its rows, so that mixing shared lengths in a chunk wastes little
+            _, counts = torch.unique_consecutive(sh, return_counts=True)
+            bounds, size = [0], 0
+            for c in counts.tolist():
+                size += c
+                if size >= SHARED_GROUP_ROWS:
+                    bounds.append(bounds[-1] + size)
+                    size = 0
+            if size:
+                bounds.append(bounds[-1] + size)
+            pooled = torch.cat([
+                self._prefix_pooled(e_tl[g0:g1], n[g0:g1], sh[g0:g1], rb[g0:g1], run_max, Wb, w_mm)
+                for g0, g1 in zip(bounds[:-1], bounds[1:])
+            ])
+            h = self.highway(F.relu(pooled))
             z[idx] = self.out(self.dropout(h)).squeeze(-1)
         return torch.sigmoid(z).view(B, P, N)
+
+    def _prefix_pooled(self, e_tl, n, sh, rb, run_max, Wb, w_mm):
+        """Max-pooled features before the relu (r, F) of rows with embeddings e_tl (r, L, E), lengths n, shared
+        lengths sh (packed positions) with base rows rb: the base's running max over the shared windows, and
+        the windows from the first one not shared by every row of the group."""
+        r, L, E = e_tl.shape
+        dev = e_tl.device
+        e = None  # (r, E, L), made when a filter needs Conv1d
+        s_min = int(sh.min())
+        mask = bool((n < L).any())  # as in features(): no row shorter than the group, no window to mask
+        pooled = []
+        for conv, l, m, wb, w in zip(self.convs, self.filter_sizes, run_max, Wb, w_mm):
+            # windows i <= sh − l lie inside the shared prefix: their max is the base's running max at sh − l
+            j = sh - l
+            p = m[rb, j.clamp(0, wb - 1)]  # (r, n_l)
+            p = p.masked_fill_((j < 0)[:, None], float("-inf"))
+            first = max(0, s_min - l + 1)  # windows from here on are not shared by every row of the group
+            nw = L - l + 1 - first  # windows i = first + k, k < nw
+            if nw > 0:
+                # narrow filters or few windows: one matmul on the unfolded windows (its copy is l·E floats a
+                # window), the bias added after the max; measured on the 2-core machine at the paper's sizes,
+                # 4,096 rows: 1.2-2.5x faster than Conv1d for l <= 5, up to 5x for 1-3 windows, slower for l >= 6
+                # with many windows
+                if l <= 5 or nw <= 3:
+                    x = e_tl[:, first:].unfold(1, l, 1).transpose(2, 3).reshape(-1, l * E)
+                    c = torch.mm(x, w).view(r, nw, w.shape[1])  # (r, nw, n_l) without the bias
+                    win_dim, bias = 1, conv.bias
+                else:
+                    if e is None:
+                        e = e_tl.transpose(1, 2).contiguous()
+                    c = conv(e[:, :, first:])  # (r, n_l, nw)
+                    win_dim, bias = 2, None
+                if mask:
+                    last = (n - l).clamp(min=0)  # as in features(): 0 keeps window 0 of a row shorter than l
+                    outside = torch.arange(first, first + nw, device=dev)[None] > last[:, None]  # (r, nw)
+                    c = c.masked_fill_(outside.unsqueeze(3 - win_dim), float("-inf"))
+                c = c.amax(win_dim)
+                p = torch.maximum(p, c if bias is None else c + bias)
+            pooled.append(p)
+        return torch.cat(pooled, dim=1)
 
 
 def build_discriminator(

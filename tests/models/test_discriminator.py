@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import rayseq.models.discriminator as discriminator_module
 from rayseq.losses.discriminator import DiscStats, discriminator_loss
 from rayseq.models.discriminator import CNNDiscriminator, build_discriminator
 
@@ -254,10 +255,12 @@ def shared_prefix_rows(tokens, lengths, prefix_len, N: int, width: int, seed: in
 
 @pytest.mark.parametrize("conditional", [False, True])
 @pytest.mark.parametrize("filters", [SMALL["filter_sizes"], (1, 3, 7, 9)])  # (1, 3, 7, 9): most rows < 9
-def test_shared_prefix_scoring_equals_score_on_materialised_rows(conditional, filters):
+@pytest.mark.parametrize("group_rows", [1, 5, 512])  # rows convolved together (by shared length)
+def test_shared_prefix_scoring_equals_score_on_materialised_rows(conditional, filters, group_rows, monkeypatch):
     # each row scored alone by score() (the definition) against the prefix-shared scoring, over random prefix
     # lengths (0 and 1 forced, past the row's and the base's lengths too), rows shorter than the biggest filter,
-    # garbage after every length, rows wider than the base (pad columns), several chunk sizes
+    # garbage after every length, rows wider than the base (pad columns), several chunk and group sizes
+    monkeypatch.setattr(discriminator_module, "SHARED_GROUP_ROWS", group_rows)
     model = small_model(filter_sizes=filters, num_filters=(4, 3, 3, 2))
     B, T, P, N = 5, 8, 6, 3
     tokens, lengths = random_batch(B, T, seed=11)

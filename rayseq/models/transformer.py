@@ -59,8 +59,8 @@ class Attention(nn.Module):
         """Queries from x (B, T, d) over keys/values (B, heads, S, d / heads) -> (B, T, d)."""
         y = F.scaled_dot_product_attention(self.split(self.q(x)), k, v, attn_mask=mask, is_causal=causal,
                                            dropout_p=self.p if self.training else 0.0)
-        B, _, T, _ = y.shape
-        return self.o(y.transpose(1, 2).reshape(B, T, -1))
+        B, h, T, dh = y.shape
+        return self.o(y.transpose(1, 2).reshape(B, T, h * dh))
 
 
 class Block(nn.Module):

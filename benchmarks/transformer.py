@@ -23,6 +23,7 @@ interleaved round-robin, 1 torch thread unless said):
              every prefix from its cached state. D's scoring is the same for both and left out.
 
 Command   python benchmarks/transformer.py [--parts counting decode mc] [--seeds 0 1] [--repeats 3]
+          (parts not named keep their figures from the last report: --parts decode mc re-measures those two)
 Time      about 20 minutes on a 2-core machine (counting ≈ 15 of them).
 Writes    benchmarks/results/transformer.md, .json and transformer.png
 """
@@ -30,6 +31,7 @@ Writes    benchmarks/results/transformer.md, .json and transformer.png
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -130,6 +132,7 @@ def decode(batches: list[int], repeats: int) -> list[dict]:
     models = chitchat_models()
     params = {k: n_params(m) for k, m in models.items()}
     rows = {(name, b): [] for b in batches for name in ("gru", "transformer cached", "transformer uncached")}
+    cpu = {key: [] for key in rows}
     src = {b: torch.randint(4, V, (b, SRC), generator=torch.Generator().manual_seed(b)) for b in batches}
     fns = {
         "gru": lambda b: models["gru"].greedy(src[b], torch.full((b,), SRC), TGT),
@@ -142,14 +145,16 @@ def decode(batches: list[int], repeats: int) -> list[dict]:
         fns[key[0]](key[1])  # warm-up
     for _ in range(repeats):
         for (name, b), times in rows.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = fns[name](b)
             times.append(time.perf_counter() - t0)
+            cpu[name, b].append(time.process_time() - c0)
             assert out.shape == (b, TGT)
     result = []
     for (name, b), times in rows.items():
-        med = statistics.median(times)
+        med, med_cpu = statistics.median(times), statistics.median(cpu[name, b])
         result.append({"model": name, "batch": b, "median_s": med, "tokens_per_s": b * TGT / med,
+                       "cpu_s": med_cpu, "tokens_per_cpu_s": b * TGT / med_cpu,
                        "params": params[name.split()[0]], "cached_equals_uncached": same})
     return result
 
@@ -167,6 +172,7 @@ def mc(repeats: int) -> list[dict]:
     empty, zero = torch.zeros(B, 0, dtype=torch.long), torch.zeros(B, dtype=torch.long)
     rollouts = {k: m.sample(empty, zero, T, generator=torch.Generator().manual_seed(1)) for k, m in models.items()}
     times = {k: [] for k in models}
+    cpu = {k: [] for k in models}
 
     def run(k):
         s = rollouts[k]
@@ -176,12 +182,14 @@ def mc(repeats: int) -> list[dict]:
         run(k)  # warm-up
     for _ in range(repeats):
         for k in models:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             c = run(k)
             times[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
             assert c.tokens.shape == (B, T - 1, N, T)
     return [{"model": k, "params": n_params(models[k]), "median_s": statistics.median(v), "min_s": min(v),
-             "tokens_per_s": B * N * T * (T - 1) / 2 / statistics.median(v)} for k, v in times.items()]
+             "cpu_s": statistics.median(cpu[k]), "tokens_per_s": B * N * T * (T - 1) / 2 / statistics.median(v)}
+            for k, v in times.items()]
 
 
 # -- report -----------------------------------------------------------------------------------------------------
@@ -225,6 +233,44 @@ def plot(runs: list[dict], budget: float, dec: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def render(payload: dict) -> str:
+    """The Markdown tables of the parts in ``payload``."""
+    lines, th = [], payload.get("threads", 1)
+    if dec := payload.get("decode"):
+        reps = payload.get("repeats", {}).get("decode", 3)
+        lines += [f"### Greedy decoding at chit-chat sizes (median of {reps}, {th} thread; CPU s: this process's "
+                  "CPU time, less sensitive to other users of the machine than wall time)", "",
+                  "| model | params | batch | wall s per batch | tokens/s | CPU s per batch | tokens per CPU s | "
+                  "vs uncached (CPU) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for d in dec:
+            unc = next(x for x in dec if x["model"] == "transformer uncached" and x["batch"] == d["batch"])
+            lines.append(f"| {d['model']} | {d['params']:,} | {d['batch']} | {d['median_s']:.3f} | "
+                         f"{d['tokens_per_s']:,.0f} | {d['cpu_s']:.3f} | {d['tokens_per_cpu_s']:,.0f} | "
+                         f"{unc['cpu_s'] / d['cpu_s']:.2f}× |")
+        lines += ["", f"Cached and uncached greedy decoding give the same tokens: {dec[0]['cached_equals_uncached']}.",
+                  ""]
+    if m := payload.get("mc"):
+        reps = payload.get("repeats", {}).get("mc", 3)
+        lstm = next(x for x in m if x["model"] == "lstm")
+        lines += [f"### Monte-Carlo search per SeqGAN update, oracle configuration (median of {reps}, {th} thread)",
+                  "", "| policy | params | mc_search wall s/update | min | CPU s/update | vs LSTM (CPU) |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for x in m:
+            lines.append(f"| {x['model']} | {x['params']:,} | {x['median_s']:.2f} | {x['min_s']:.2f} | "
+                         f"{x['cpu_s']:.2f} | {x['cpu_s'] / lstm['cpu_s']:.2f}× |")
+        lines.append("")
+    if c := payload.get("counting"):
+        lines += [f"### Counting, the default job in-process, same budget: the GRU's loop time {c['budget_s']:.0f} s",
+                  "", "| arch | seed | val precision at the budget | final test precision | loop s | wall s |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for r in c["runs"]:
+            vb = r["val_precision_at_budget"]
+            lines.append(f"| {r['arch']} | {r['seed']} | {'—' if vb is None else f'{vb:.3f}'} | "
+                         f"{r['test_precision']:.3f} | {r['loop_s']:.0f} | {r['wall_s']:.0f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", nargs="+", default=["decode", "mc", "counting"], choices=["counting", "decode", "mc"])
@@ -235,49 +281,28 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    lines, payload = [], {"threads": args.threads}
-    dec = runs = []
-    budget = 0.0
+    # the parts not run now keep their figures from the last report (their own command, date are in "runs")
+    old = args.out / "transformer.json"
+    payload = json.loads(old.read_text()) if old.exists() else {}
+    payload = {k: v for k, v in payload.items() if k in ("decode", "mc", "counting", "repeats", "runs")}
+    payload["threads"] = args.threads
+    payload.setdefault("repeats", {})
+    payload.setdefault("runs", {})
+    for part in args.parts:
+        payload["runs"][part] = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M")}
     if "decode" in args.parts:
-        dec = decode(args.batches, args.repeats)
-        payload["decode"] = dec
-        lines += ["### Greedy decoding at chit-chat sizes, tokens/s (median of "
-                  f"{args.repeats}, {args.threads} thread)", "",
-                  "| model | params | batch | s per batch | tokens/s | vs uncached |", "|---|---:|---:|---:|---:|---:|"]
-        for d in dec:
-            unc = next(x for x in dec if x["model"] == "transformer uncached" and x["batch"] == d["batch"])
-            lines.append(f"| {d['model']} | {d['params']:,} | {d['batch']} | {d['median_s']:.3f} | "
-                         f"{d['tokens_per_s']:,.0f} | {d['tokens_per_s'] / unc['tokens_per_s']:.2f}× |")
-        lines += ["", f"Cached and uncached greedy decoding give the same tokens: {dec[0]['cached_equals_uncached']}.",
-                  ""]
-        print("\n".join(lines), flush=True)
+        payload["decode"], payload["repeats"]["decode"] = decode(args.batches, args.repeats), args.repeats
+        print(render({"decode": payload["decode"], "threads": args.threads}), flush=True)
     if "mc" in args.parts:
-        m = mc(args.repeats)
-        payload["mc"] = m
-        lstm = next(x for x in m if x["model"] == "lstm")
-        lines += [f"### Monte-Carlo search per SeqGAN update, oracle configuration (median of {args.repeats}, "
-                  f"{args.threads} thread)", "",
-                  "| policy | params | mc_search s/update (median) | min | sampled tokens/s | vs LSTM |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for x in m:
-            lines.append(f"| {x['model']} | {x['params']:,} | {x['median_s']:.2f} | {x['min_s']:.2f} | "
-                         f"{x['tokens_per_s']:,.0f} | {x['median_s'] / lstm['median_s']:.2f}× |")
-        lines.append("")
-        print("\n".join(lines[-len(m) - 4:]), flush=True)
+        payload["mc"], payload["repeats"]["mc"] = mc(args.repeats), args.repeats
+        print(render({"mc": payload["mc"], "threads": args.threads}), flush=True)
     if "counting" in args.parts:
         torch.set_num_threads(max(1, os.cpu_count() or 1))
         runs, budget = counting(args.seeds)
         payload["counting"] = {"budget_s": budget, "runs": runs}
-        lines += [f"### Counting, the default job in-process, same budget: the GRU's loop time {budget:.0f} s", "",
-                  "| arch | seed | val precision at the budget | final test precision | loop s | wall s |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for r in runs:
-            vb = r["val_precision_at_budget"]
-            lines.append(f"| {r['arch']} | {r['seed']} | {'—' if vb is None else f'{vb:.3f}'} | "
-                         f"{r['test_precision']:.3f} | {r['loop_s']:.0f} | {r['wall_s']:.0f} |")
-        lines.append("")
-    plot(runs, budget, dec, args.out / "transformer.png")
-    write_report(args.out, "transformer", "\n".join(lines), payload)
+    c = payload.get("counting", {})
+    plot(c.get("runs", []), c.get("budget_s", 0.0), payload.get("decode", []), args.out / "transformer.png")
+    write_report(args.out, "transformer", render(payload), payload)
 
 
 if __name__ == "__main__":

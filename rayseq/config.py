@@ -203,11 +203,48 @@ class RewardConfig(_RewardFunction):
 
 
 class ModelConfig(_Section):
-    emb_dim: int = Field(128, ge=1, description="Token embedding size.")
-    hidden_dim: int = Field(128, ge=1, description="GRU hidden size (paper: 128 for counting).")
-    num_layers: int = Field(1, ge=1, description="GRU layers in encoder and decoder.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout between GRU layers and on outputs.")
-    cell: Literal["gru", "lstm"] = Field("gru", description="Recurrent cell (SeqGAN's generator: lstm).")
+    """The generator (policy). ``arch`` picks the class; the keys below say which architecture reads them (``rnn``:
+    rayseq/models/generator.py, ``transformer``: rayseq/models/transformer.py); a key the chosen one does not read is
+    ignored."""
+
+    arch: str = Field(
+        "rnn", description="Generator architecture: rnn (GRU/LSTM encoder-decoder; SeqGAN's LSTM for unconditional "
+        "tasks), transformer (encoder-decoder; decoder-only for unconditional tasks; KV cache), or your own class as "
+        "an import path package.module:Class following rayseq/models/protocol.py.",
+    )
+    emb_dim: int = Field(128, ge=1, description="rnn: token embedding size (the transformer's is hidden_dim).")
+    hidden_dim: int = Field(
+        128, ge=1, description="rnn: GRU/LSTM hidden size (paper: 128 for counting); transformer: the width d_model. "
+        "Both: the size of the per-step states the value baseline and the critic read.",
+    )
+    num_layers: int = Field(
+        1, ge=1, description="rnn: recurrent layers in encoder and decoder; transformer: layers of the encoder and "
+        "of the decoder (each).",
+    )
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="rnn: between GRU layers and on outputs; transformer: on embeddings, "
+        "attention weights, residual branches and outputs.",
+    )
+    cell: Literal["gru", "lstm"] = Field("gru", description="rnn: recurrent cell (SeqGAN's generator: lstm).")
+    n_heads: int = Field(4, ge=1, description="transformer: attention heads (hidden_dim must be a multiple).")
+    ff_dim: int = Field(256, ge=1, description="transformer: inner size of each layer's feed-forward block.")
+    max_positions: int = Field(
+        128, ge=2, description="transformer: learned position embeddings, the longest source and the longest "
+        "decoded reply (+1 for <bos>) it can read.",
+    )
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, v: str) -> str:
+        registry.model_class(v)  # ValueError naming what is wrong
+        return v
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelConfig:
+        if self.arch == "transformer" and self.hidden_dim % self.n_heads:
+            raise ValueError(f"model.hidden_dim={self.hidden_dim} must be a multiple of model.n_heads={self.n_heads} "
+                             "(each head gets hidden_dim / n_heads)")
+        return self
 
 
 class DiscConfig(_Section):

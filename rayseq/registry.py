@@ -1,5 +1,5 @@
-"""Names of the built-in algorithms, tasks and reward functions, and what is behind them; or a user's own, by
-import path.
+"""Names of the built-in algorithms, tasks, models (``model.arch``) and reward functions, and what is behind them;
+or a user's own, by import path.
 
 A name resolves to a class that is imported on first use, so this foundation module imports nothing above
 it: configs validate names here (a built-in name, or ``package.module:Name`` for user code that need not be
@@ -18,6 +18,9 @@ What a class declares (class attributes):
   own values of ``task.*`` keys (chitchat's corpus), resolved into the config like an algorithm's; ``has_reward``
   — a task reward exists; ``has_references`` — inputs have reference replies (BLEU increments ΔR are defined);
   ``scored_remotely`` — the reward is expensive enough for the scorer actors.
+
+Models (``model.arch``) are generator classes of the policy protocol (rayseq/models/protocol.py): a built-in name of
+:data:`MODELS` or ``package.module:Class``; the class builds itself with ``from_config(cfg, task)``.
 
 Reward functions (``reward.fn``, ``reward.terms[].fn``) are functions ``fn(prompts, replies, references, **kwargs)
 -> Sequence[float]`` on text (:mod:`rayseq.rewards.reward`): a built-in name of :data:`REWARDS` or
@@ -58,6 +61,10 @@ TASKS: dict[str, str] = {
     "pairs": "rayseq.tasks.pairs:PairsTask",
     "chitchat": "rayseq.tasks.chitchat:ChitchatTask",
 }
+MODELS: dict[str, str] = {  # model.arch: the generator (policy) class, see rayseq/models/protocol.py
+    "rnn": "rayseq.models.generator:Seq2SeqGRU",
+    "transformer": "rayseq.models.transformer:TransformerGenerator",
+}
 REWARDS: dict[str, str] = {
     "task": "rayseq.rewards.library:task",
     "bleu": "rayseq.rewards.library:bleu",
@@ -73,8 +80,11 @@ COMMON_ALGO_KEYS = ("name", "lr", "max_grad_norm")
 REQUIRED = {
     "algo": ("update", "kind", "params", "fields", "scoring", "prompt_copies"),  # subclass rayseq.algos.Algorithm
     "task": ("sample_prompts", "rewards", "evaluate", "metric_names", "params"),
+    # the core of the policy protocol (rayseq/models/protocol.py; what else a model needs depends on the algorithm)
+    "model": ("from_config", "logprobs", "sample"),
 }
-KINDS = {"algo": "algorithm", "task": "task"}
+KINDS = {"algo": "algorithm", "task": "task", "model": "model"}
+SEE = {"algo": "rayseq/algos/common.py", "task": "rayseq/tasks/__init__.py", "model": "rayseq/models/protocol.py"}
 
 
 def is_import_path(name: str) -> bool:
@@ -119,7 +129,7 @@ def _load(kind: str, table: dict[str, str], name: str):
     if not isinstance(cls, type) or missing:
         why = "not a class" if not isinstance(cls, type) else f"it lacks {', '.join(missing)}"
         raise ValueError(f"{name}: {attr} is not {'an' if kind == 'algo' else 'a'} {what} class ({why}; see "
-                         f"rayseq/{'algos/common.py' if kind == 'algo' else 'tasks/__init__.py'})")
+                         f"{SEE[kind]})")
     return cls
 
 
@@ -131,6 +141,12 @@ def algorithm_class(name: str):
 def task_class(name: str):
     """The class of task ``name``: a key of :data:`TASKS` or an import path ``package.module:Class``."""
     return _load("task", TASKS, name)
+
+
+def model_class(name: str):
+    """The generator class of ``model.arch`` ``name``: a key of :data:`MODELS` or an import path
+    ``package.module:Class`` (the policy protocol of rayseq/models/protocol.py)."""
+    return _load("model", MODELS, name)
 
 
 def reward_function(name: str, kwargs: dict | None = None, *, check_kwargs: bool = True):

@@ -33,7 +33,7 @@ class Learner:
         self.device = torch.device("cuda" if use_cuda else "cpu")
         self.task = make_task(c.task, c.reward)
         generator = make_generator(c, self.task).to(self.device)
-        baseline = ValueBaseline(c.model.hidden_dim).to(self.device)
+        baseline = ValueBaseline(generator.state_dim).to(self.device)
         self.state = LearnerState(
             generator=generator,
             baseline=baseline,
@@ -42,7 +42,7 @@ class Learner:
             device=self.device,
         )
         if c.algorithm.uses_critic:
-            self.state.critic = Critic(c.model.hidden_dim, c.algo.critic_hidden).to(self.device)
+            self.state.critic = Critic(generator.state_dim, c.algo.critic_hidden).to(self.device)
             self.state.critic_opt = torch.optim.Adam(self.state.critic.parameters(), lr=c.algo.critic_lr)
         # KL to the pretrained policy (in the reward) and the entropy bonus, for regularized (rollout) algorithms
         regularized = c.algorithm.regularized

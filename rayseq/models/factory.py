@@ -1,20 +1,34 @@
 """The models of a run, from its config and its task: the generator (policy) and SeqGAN's discriminator.
 
 The learner, the rollout workers, the scorers and evaluation all build them here, so every copy of a model has
-the same shape; serving rebuilds the generator from a checkpoint with :func:`rayseq.models.generator.build_generator`.
+the same shape. The generator's class is ``model.arch`` looked up in :data:`rayseq.registry.MODELS` (or a user's
+``package.module:Class``), built by its ``from_config(cfg, task)``; what such a class provides (the policy protocol:
+methods and shapes) is written down once, in :mod:`rayseq.models.protocol`. Serving rebuilds the generator from a
+checkpoint the same way (:func:`generator_from_parts`).
 """
 
 from __future__ import annotations
 
-from rayseq.config import RunConfig
+from types import SimpleNamespace
+
+from torch import nn
+
+from rayseq import registry
+from rayseq.config import ModelConfig, RunConfig
 from rayseq.models.discriminator import CNNDiscriminator, build_discriminator
-from rayseq.models.generator import Seq2SeqGRU, build_generator
 
 
-def make_generator(cfg: RunConfig, task) -> Seq2SeqGRU:
-    """The task's generator (conditional or not, banned ids) from the model config."""
-    return build_generator(len(task.vocab), cfg.model, task.specials, conditional=task.conditional,
-                           banned_ids=task.banned_ids)
+def make_generator(cfg: RunConfig, task) -> nn.Module:
+    """The task's generator (conditional or not, banned ids) of architecture ``cfg.model.arch``."""
+    return registry.model_class(cfg.model.arch).from_config(cfg, task)
+
+
+def generator_from_parts(model_cfg: ModelConfig, vocab, specials, *, conditional: bool = True,
+                         banned_ids: tuple[int, ...] = ()) -> nn.Module:
+    """The generator of ``model_cfg.arch`` without a task or a full run config (serving a checkpoint): ``from_config``
+    gets a config with only ``model`` and a task with only ``vocab``, ``specials``, ``conditional``, ``banned_ids``."""
+    task = SimpleNamespace(vocab=vocab, specials=specials, conditional=conditional, banned_ids=tuple(banned_ids))
+    return registry.model_class(model_cfg.arch).from_config(SimpleNamespace(model=model_cfg), task)
 
 
 def make_discriminator(cfg: RunConfig, task) -> CNNDiscriminator:

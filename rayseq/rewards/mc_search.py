@@ -4,6 +4,10 @@
                             = D(Y_1:T)                                           for t = T
 
 Every prefix Y_1:t (t = 1..T−1) of every sequence is completed N times by the rollout policy G_β.
+The policy is any model of the protocol (:mod:`rayseq.models.protocol`): its ``prefix_states``, ``advance``,
+``output_logits``, ``state_index`` and ``state_cat`` — a GRU's recurrent state and a Transformer's key/value cache
+alike (every active row at position p has read p + 1 tokens, so cached keys/values of joining and running rows
+have one length and join along the batch).
 
 :func:`mc_search` does this as ONE batch of B·(T−1)·N continuations. A single teacher-forced pass
 over the B sampled sequences caches the decoder state after each prefix; a continuation starts from
@@ -27,7 +31,6 @@ from typing import NamedTuple
 
 import torch
 
-from rayseq.models.generator import state_cat, state_index
 from rayseq.models.sampling import multinomial_sample, sample_projected, sample_with_logp
 
 
@@ -41,21 +44,10 @@ def sequence_lengths(token_mask: torch.Tensor) -> torch.Tensor:
     return (token_mask > 0).sum(1).long()
 
 
-@torch.no_grad()
 def prefix_states(policy, src, src_len, tokens):
-    """States after each prefix: decoder top outputs (B, T−1, H) and recurrent states, for prefix
-    lengths 1..T−1 (the state after feeding BOS, y_1..y_t, which gives the distribution of y_{t+1})."""
-    B, T = tokens.shape
-    h = policy.encode(src, src_len)
-    tok = torch.full((B,), policy.bos_id, dtype=torch.long, device=tokens.device)
-    outs, hs = [], []
-    for t in range(T):  # feed BOS, y_1..y_{T−1}; the state after BOS (prefix length 0) is not kept
-        out, h = policy.decoder(policy.embedding(tok).unsqueeze(1), h)
-        if t > 0:
-            outs.append(out[:, 0])
-            hs.append(h)
-        tok = tokens[:, t]
-    return outs, hs
+    """Outputs (B, H) and decoding states after each prefix <bos>, y_1..y_t for t = 1..T−1 (what gives y_{t+1}):
+    the policy's own ``prefix_states`` (an RNN steps its decoder; a Transformer slices one pass's key/value cache)."""
+    return policy.prefix_states(src, src_len, tokens)
 
 
 def draw_uniforms(B: int, T: int, N: int, generator: torch.Generator | None = None, device="cpu"):
@@ -84,8 +76,8 @@ def mc_search(policy, src, src_len, tokens, token_mask, n_rollouts: int, *, temp
     if T < 2:
         return Continuations(cont, cont_len)
     outs, hs = prefix_states(policy, src, src_len, tokens)
-    W = policy.out.weight
-    bias = policy.out.bias + policy.logit_bias  # the output layer's bias and the banned ids (−inf), as policy._logits
+    # a linear output layer (both built-in policies): the fused sampler, without the (R, V) logits in memory
+    projection = policy.output_projection() if hasattr(policy, "output_projection") else None
     n_idx = torch.arange(N, device=dev)
     act_out = act_h = None  # active rows: top outputs (R, H), recurrent state
     act_b = act_t = act_n = torch.zeros(0, dtype=torch.long, device=dev)
@@ -97,22 +89,27 @@ def mc_search(policy, src, src_len, tokens, token_mask, n_rollouts: int, *, temp
             jb = rows.repeat_interleave(N)
             jn = n_idx.repeat(len(rows))
             j_out = outs[p - 1].index_select(0, jb)
-            j_h = state_index(hs[p - 1], jb)
+            j_h = policy.state_index(hs[p - 1], jb)
             cont[jb, p - 1, jn, p:] = policy.pad_id
             act_out = j_out if act_out is None else torch.cat([act_out, j_out])
-            act_h = j_h if act_h is None else state_cat([act_h, j_h])
+            act_h = j_h if act_h is None else policy.state_cat([act_h, j_h])
             act_b, act_n = torch.cat([act_b, jb]), torch.cat([act_n, jn])
             act_t = torch.cat([act_t, torch.full_like(jb, p)])
             alive = torch.cat([alive, torch.ones_like(jb, dtype=torch.bool)])
         if act_out is None:
             continue
-        y = sample_projected(act_out, W, bias, u[act_b, act_t - 1, act_n, p], temperature)
+        if projection is not None:
+            y = sample_projected(act_out, *projection, u[act_b, act_t - 1, act_n, p], temperature)
+        else:
+            logits = policy.output_logits(act_out)  # banned ids at −inf
+            if temperature != 1.0:
+                logits.div_(temperature)
+            y, _ = sample_with_logp(logits, u[act_b, act_t - 1, act_n, p])
         y = torch.where(alive, y, policy.pad_id)
         cont[act_b, act_t - 1, act_n, p] = y
         alive = alive & (y != policy.eos_id)
         if p < T - 1:
-            out, act_h = policy.decoder(policy.embedding(y).unsqueeze(1), act_h)
-            act_out = out[:, 0]
+            act_out, act_h = policy.advance(y, act_h)
     # lengths: real tokens = up to and including the first EOS, else T
     is_eos = cont == policy.eos_id
     first_eos = torch.where(is_eos.any(-1), is_eos.float().argmax(-1) + 1, torch.full_like(cont_len, T))

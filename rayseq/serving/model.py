@@ -20,7 +20,7 @@ import torch
 from rayseq.checkpoint import load_checkpoint, resolve_checkpoint
 from rayseq.config import ModelConfig
 from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
-from rayseq.models.generator import build_generator
+from rayseq.models.factory import generator_from_parts
 from rayseq.vocab import Vocab
 
 
@@ -102,7 +102,8 @@ class ChatModel:
         self.fixed_length = task.get("fixed_reply_length", _OLD_FIXED_LENGTH.get(task["name"])) is not None
         cfg = ck["config"]
         self.device = torch.device(device)
-        self.generator = build_generator(len(self.vocab), ModelConfig(**cfg["model"]), self.vocab.specials)
+        self.generator = generator_from_parts(ModelConfig(**cfg["model"]), self.vocab, self.vocab.specials,
+                                              banned_ids=tuple(task.get("banned_ids", ())))
         self.generator.load_state_dict(ck["learner"]["generator"])
         self.generator.to(self.device).eval()
         by, its = produced_by(ck)

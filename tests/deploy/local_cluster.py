@@ -56,20 +56,35 @@ class LocalCluster:
         # rayseq as installed on a cluster: this checkout first
         self.env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [self.env.get("PYTHONPATH")])])
         self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+        self._args: dict[str, tuple] = {}
+        self._old_groups: set[int] = set()
         self._resource: dict[str, str] = {}  # node name -> the custom resource that tells it apart
         self.temp_dirs: list[str] = []
         self.gcs = self.dashboard = None
 
     # -- nodes ------------------------------------------------------------------------------------------
     def _start(self, name: str, args: list[str], resources: dict | None = None) -> None:
+        self._args[name] = (args, resources)
+        if name in self.procs:  # a node started again: its old process group is torn down with the cluster too
+            self._old_groups.add(self.procs[name].pid)
         temp_dir = tempfile.mkdtemp(prefix=f"rsq{name}", dir="/tmp")  # short: Ray's socket paths live below it
         self.temp_dirs.append(temp_dir)
         resources = json.dumps(resources or {f"node_{name}": 1})
-        self.procs[name] = subprocess.Popen(
-            [RAY, "start", "--block", *args, *node_ports(), f"--num-cpus={self.num_cpus}", f"--resources={resources}",
-             "--disable-usage-stats", f"--temp-dir={temp_dir}"],
-            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
+        self.logs[name] = Path(temp_dir) / "ray-start.log"
+        with open(self.logs[name], "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                [RAY, "start", "--block", *args, *node_ports(), f"--num-cpus={self.num_cpus}",
+                 f"--resources={resources}", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    def log_tail(self, name: str) -> str:
+        """The end of node ``name``'s `ray start` output (why it did not come up)."""
+        try:
+            return self.logs[name].read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
 
     def start(self, timeout: float = 120) -> LocalCluster:
         """The head (GCS, dashboard and job agent on free ports); returns once it accepts `ray job` calls."""
@@ -86,7 +101,7 @@ class LocalCluster:
             if r.returncode == 0:
                 return self
             if self.procs["head"].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ray head did not come up: {r.stderr[-2000:]}")
+                raise RuntimeError(f"ray head did not come up: {r.stderr[-2000:]}\n{self.log_tail('head')}")
             time.sleep(1)
 
     @property
@@ -102,11 +117,17 @@ class LocalCluster:
         if wait:
             self.wait_node(name, timeout)
 
-    def wait_node(self, name: str, timeout: float = 120) -> None:
+    def wait_node(self, name: str, timeout: float = 120, retries: int = 1) -> None:
+        """Until node ``name`` is alive in the GCS. `ray start` gives a raylet 30 s (fixed) to register, which a
+        loaded machine can miss: a node whose `ray start` gave up is started once more (fresh ports)."""
         deadline = time.monotonic() + timeout
         while self._live_node(self._resource[name]) is None:
-            if self.procs[name].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"node {name} did not join the cluster")
+            if self.procs[name].poll() is not None and retries > 0:
+                retries -= 1
+                self._stop_group(self.procs[name].pid)
+                self._start(name, *self._args[name])
+            elif self.procs[name].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"node {name} did not join the cluster: {self.log_tail(name)}")
             time.sleep(1)
 
     def nodes(self) -> list[dict]:
@@ -135,15 +156,12 @@ class LocalCluster:
         pgid = self.procs[name].pid
         (raylet,) = [p for p in psutil.Process(pgid).children(recursive=True) if p.name() == "raylet"]
         raylet.kill()
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self._stop_group(pgid)
         return raylet.pid
 
     # -- teardown ---------------------------------------------------------------------------------------
     def shutdown(self) -> None:
-        groups = {p.pid for p in self.procs.values()}  # each node's process group (start_new_session)
+        groups = {p.pid for p in self.procs.values()} | self._old_groups  # each node's group (start_new_session)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pgid in groups:
                 try:
@@ -159,6 +177,13 @@ class LocalCluster:
             p.poll()
         for d in self.temp_dirs:
             shutil.rmtree(d, ignore_errors=True)
+
+    @staticmethod
+    def _stop_group(pgid: int) -> None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     @staticmethod
     def _left(groups: set[int]) -> list[int]:

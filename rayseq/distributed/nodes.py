@@ -76,9 +76,8 @@ class Placement:
         also = f" (and placement-group bundles {others})" if others else ""
         raise NodeLost(
             f"lost {self.describe(node)}{iteration}: it held the learner{also}, whose weights and optimizer state "
-            "since the last checkpoint went with it, so the run stops. Continue from the last checkpoint with "
-            "--resume once the cluster can place the learner again (a replacement node with the resources it "
-            "needs, or other learner.* resources on --resume)",
+            "since the last checkpoint went with it, so the run stops; resume it once the cluster can place the "
+            "learner again (a replacement node with the resources it needs, or other learner.resources on --resume)",
             node,
         )
 

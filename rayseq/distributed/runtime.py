@@ -308,6 +308,8 @@ class RayRuntime:
                         kind, i, self.placement.describe(node))
 
     def _wait_alive(self, worker, timeout: float = 120.0) -> None:
+        """Until Ray has restarted ``worker`` (a worker or scorer); after a node loss that waits for its bundle
+        to be re-placed on a surviving node, which needs room there."""
         ray = self._ray
         deadline = time.monotonic() + timeout
         while True:
@@ -315,9 +317,14 @@ class RayRuntime:
                 ray.get(worker.pid.remote(), timeout=10)
                 return
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-                    ray.exceptions.GetTimeoutError):
+                    ray.exceptions.GetTimeoutError) as exc:
                 if time.monotonic() > deadline:
-                    raise
+                    raise RuntimeError(
+                        f"a failed actor was not back within {timeout:.0f} s ({type(exc).__name__}): if its node was "
+                        "lost, the surviving nodes have no room for its bundle (available: "
+                        f"{ray.available_resources()}); --resume continues the run once the cluster has room, or "
+                        "with fewer rollout.num_workers / scorer.num_scorers"
+                    ) from exc
                 time.sleep(0.5)
 
     def worker_stats(self) -> list[dict]:

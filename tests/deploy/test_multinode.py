@@ -31,8 +31,10 @@ RUN = ["python", "-m", "rayseq.train", "model.emb_dim=16", "model.hidden_dim=32"
        "progress=false", "rollout.num_workers=2", "rollout.placement_strategy=SPREAD"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
+    """One cluster for this module (starting three nodes costs most of a test's time): each test kills a different
+    worker node (w2, then w1, which is replaced), finding nodes by the resource they advertise."""
     if not Path(RAY).exists():
         pytest.skip(f"ray CLI not found next to {RAY}")
     c = LocalCluster(num_cpus=2)
@@ -44,6 +46,18 @@ def cluster():
         yield c
     finally:
         c.shutdown()
+
+
+@pytest.fixture
+def jobs(cluster):
+    """Ids of the jobs a test submits and has not seen end; any still running at its end is stopped (the cluster
+    outlives the test)."""
+    ids: list[str] = []
+    yield ids
+    for job in ids:
+        if job_status(cluster, job) in ("RUNNING", "PENDING"):
+            subprocess.run([RAY, "job", "stop", "--address", cluster.address, job], env=cluster.env,
+                           capture_output=True, timeout=120)
 
 
 def job_status(c: LocalCluster, job: str) -> str:
@@ -107,16 +121,18 @@ def check_metrics(run_dir: Path) -> None:
     assert summary["iterations"] == PRETRAIN + ITERS
 
 
-def test_worker_node_lost_mid_run_the_run_completes(cluster, tmp_path):
+def test_worker_node_lost_mid_run_the_run_completes(cluster, jobs, tmp_path):
     """SPREAD puts the two rollout workers on the worker nodes (the learner is pinned to the head); node w2 is
     killed after the first algorithm-stage checkpoint; the run completes with every iteration logged."""
     c = cluster
     run_dir = tmp_path / "spread"
     head, w1, w2 = c.node_id("head"), c.node_id("w1"), c.node_id("w2")
     job = start_job(c, *RUN, "learner.resources={node_head: 1}", f"run_dir={run_dir}")
+    jobs.append(job)
     wait_for_checkpoint(run_dir, PRETRAIN + EVERY, c, job)
     c.kill_node("w2")
     status = wait_job(c, job)
+    jobs.remove(job)
     logs = job_logs(c, job)
     assert status == "SUCCEEDED", logs[-4000:]
     check_metrics(run_dir)
@@ -135,20 +151,24 @@ def test_worker_node_lost_mid_run_the_run_completes(cluster, tmp_path):
     assert len(moved) == 1 and moved[0][-1] in (head, w1), nodes
 
 
-def test_learner_node_lost_the_run_fails_naming_it_and_resume_completes(cluster, tmp_path):
+def test_learner_node_lost_the_run_fails_naming_it_and_resume_completes(cluster, jobs, tmp_path):
     """The learner is pinned to w1 (learner.resources); node w1 is killed mid-run: the job fails with a message
     naming w1's node; a replacement node advertising the same resource joins and `--resume` completes the run."""
     c = cluster
     run_dir = tmp_path / "learner-lost"
     w1 = c.node_id("w1")
     job = start_job(c, *RUN, "learner.resources={node_w1: 1}", f"run_dir={run_dir}")
+    jobs.append(job)
     wait_for_checkpoint(run_dir, PRETRAIN + EVERY, c, job)
     c.kill_node("w1")
     assert wait_job(c, job) == "FAILED"
+    jobs.remove(job)
     logs = job_logs(c, job)
     assert f"error: lost node {w1} (" in logs and "node_w1" in logs and "it held the learner" in logs, logs[-4000:]
     assert f"python -m rayseq.train run_dir={run_dir} --resume" in logs, logs[-4000:]
     c.add_node("w1b", resources={"node_w1": 1})  # a replacement node
     r = submit(c, "python", "-m", "rayseq.train", f"run_dir={run_dir}", "--resume")
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert f"resuming {run_dir} after iteration " in out, out[-4000:]
     check_metrics(run_dir)

@@ -35,36 +35,48 @@ def describe_node(node: dict) -> str:
 
 
 class Placement:
-    """Where a run's bundles lie: a snapshot of the placement group's bundle -> node map and of those nodes, taken
-    when the group is ready (a lost node's resources are gone from the GCS table afterwards, so it is described
-    from this snapshot)."""
+    """Where a run's bundles lie: the placement group's bundle -> node map and descriptions of those nodes, kept
+    as first placed and updated when Ray re-places a bundle on a live node (a lost node's resources are gone from
+    the GCS table afterwards, so it is described from what was kept)."""
 
     def __init__(self, pg):
         import ray
-        from ray.util.placement_group import placement_group_table
 
         self._ray = ray
         self._pg = pg
-        self.bundle_nodes: dict[int, str] = dict(placement_group_table(pg)["bundles_to_node_id"])
-        self._described = {n["NodeID"]: describe_node(n) for n in ray.nodes()}
+        self.bundle_nodes: dict[int, str] = {}
+        self._described: dict[str, str] = {}
+        self._update()
 
-    def alive(self, node_id: str) -> bool:
-        return any(n["NodeID"] == node_id and n["Alive"] for n in self._ray.nodes())
+    def _update(self, bundles=None) -> set[str]:
+        """Takes in ``bundles`` (default all) that Ray placed on a live node other than the one recorded (a first
+        placement, or again after their node was lost); returns the ids of the live nodes."""
+        from ray.util.placement_group import placement_group_table
+
+        table = placement_group_table(self._pg)["bundles_to_node_id"]
+        live = {n["NodeID"]: n for n in self._ray.nodes() if n["Alive"]}
+        for bundle, node in table.items():
+            if (bundles is None or bundle in bundles) and node in live and node != self.bundle_nodes.get(bundle):
+                self.bundle_nodes[bundle] = node
+                self._described[node] = describe_node(live[node])
+        return set(live)
 
     def describe(self, node_id: str) -> str:
         return self._described.get(node_id, f"node {node_id}")
 
     @property
     def nodes(self) -> set[str]:
-        """Ids of the nodes the run's bundles were placed on."""
+        """Ids of the nodes the run's bundles are (or were last) placed on."""
         return set(self.bundle_nodes.values())
 
     def lost_node(self, bundle: int) -> str | None:
-        """The node bundle ``bundle`` was placed on, if the GCS now has it dead (else None)."""
+        """The node bundle ``bundle`` was last placed on, if the GCS now has it dead (else None). Then the bundle's
+        new node is recorded if Ray has re-placed it already (a later loss is named right)."""
         node = self.bundle_nodes.get(bundle)
-        return node if node and not self.alive(node) else None
+        live = self._update({bundle})
+        return node if node and node not in live else None
 
-    def check_learner(self, iteration: str = "", wait_s: float = 0.0) -> None:
+    def check_learner(self, wait_s: float = 0.0) -> None:
         """Raises :class:`NodeLost` if the learner's node (bundle 0) is dead. ``wait_s``: give the GCS that long
         to notice (an actor error can arrive before the node's missed health checks have marked it dead)."""
         deadline = time.monotonic() + wait_s
@@ -75,15 +87,8 @@ class Placement:
         others = sorted(i for i, n in self.bundle_nodes.items() if n == node and i)
         also = f" (and placement-group bundles {others})" if others else ""
         raise NodeLost(
-            f"lost {self.describe(node)}{iteration}: it held the learner{also}, whose weights and optimizer state "
+            f"lost {self.describe(node)}: it held the learner{also}, whose weights and optimizer state "
             "since the last checkpoint went with it, so the run stops; resume it once the cluster can place the "
             "learner again (a replacement node with the resources it needs, or other learner.resources on --resume)",
             node,
         )
-
-    def refresh(self) -> None:
-        """Re-reads the bundle -> node map (after Ray re-placed a lost node's bundles) and the node descriptions."""
-        from ray.util.placement_group import placement_group_table
-
-        self.bundle_nodes = dict(placement_group_table(self._pg)["bundles_to_node_id"])
-        self._described |= {n["NodeID"]: describe_node(n) for n in self._ray.nodes() if n["Alive"]}

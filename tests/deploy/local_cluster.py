@@ -151,16 +151,28 @@ class LocalCluster:
 
     def kill_node(self, name: str) -> int:
         """Node ``name`` lost, as when its machine goes down: SIGKILL to its raylet, then to every other process of
-        the node (its process group: the `ray start` process, agents, the actors' worker processes). Returns the
-        raylet's pid. Only this cluster's node is signalled."""
-        pgid = self.procs[name].pid
-        (raylet,) = [p for p in psutil.Process(pgid).children(recursive=True) if p.name() == "raylet"]
+        the node (the `ray start` process, agents, and the actors' worker processes, each of which the raylet puts
+        in a process group of its own). Returns the raylet's pid. Only this cluster's node is signalled."""
+        procs = self._descendants(name)
+        (raylet,) = [p for p in procs if p.name() == "raylet"]
         raylet.kill()
-        self._stop_group(pgid)
+        for p in [psutil.Process(self.procs[name].pid), *procs]:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
         return raylet.pid
+
+    def _descendants(self, name: str) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.procs[name].pid).children(recursive=True)
+        except psutil.Error:
+            return []
 
     # -- teardown ---------------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        # the actors' worker processes have process groups of their own: signalled one by one at the end
+        workers = [p for name in self.procs for p in self._descendants(name)]
         groups = {p.pid for p in self.procs.values()} | self._old_groups  # each node's group (start_new_session)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pgid in groups:
@@ -173,6 +185,11 @@ class LocalCluster:
                 time.sleep(0.5)
             if not self._left(groups):
                 break
+        for p in workers:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
         for p in self.procs.values():
             p.poll()
         for d in self.temp_dirs:

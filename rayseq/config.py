@@ -378,13 +378,43 @@ class AlgoConfig(_Section):
         return v
 
 
+# resources Ray names itself: reserved through the num_cpus / num_gpus keys, or not reservable per actor
+_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+def _custom_resources(v: dict[str, float], key: str) -> dict[str, float]:
+    """Checks a ``{name: amount}`` of custom Ray resources (``ray start --resources``) reserved per actor."""
+    for name, amount in v.items():
+        if not name or name in _BUILTIN_RESOURCES or name.startswith("node:"):
+            hint = " (use the num_cpus / num_gpus keys)" if name in ("CPU", "GPU") else ""
+            raise ValueError(f"{key}: {name!r} is not a custom resource{hint}; name one a node advertises with "
+                             "`ray start --resources`")
+        if not math.isfinite(amount) or amount < 0:
+            raise ValueError(f"{key}: {name}={amount} must be a finite number >= 0 (0 = not needed)")
+    return v
+
+
 class RolloutConfig(_Section):
     num_workers: int = Field(2, ge=0, description="RolloutWorker actors; 0 = sample in-process.")
     num_cpus_per_worker: float = Field(0.5, gt=0, description="CPUs reserved per worker.")
     num_gpus_per_worker: float = Field(0.0, ge=0, description="GPUs reserved per worker (fractions ok).")
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources reserved per worker, e.g. {rollout_node: 1}: the "
+        "workers go to nodes started with `ray start --resources`. 0 = not needed (drops a saved key on --resume).",
+    )
+    placement_strategy: Literal["PACK", "SPREAD"] = Field(
+        "PACK", description="How the run's placement group (learner, workers, scorers) lies on the cluster: PACK = "
+        "on as few nodes as fit, SPREAD = over as many nodes as possible, so one node's loss takes fewer actors. "
+        "Either way Ray re-creates a lost node's workers and scorers on the surviving nodes if they have room.",
+    )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
     torch_threads: int = Field(1, ge=1, description="torch threads inside each worker.")
     max_restarts: int = Field(3, ge=0, description="Times a crashed worker actor is restarted.")
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _resources(cls, v: dict[str, float]) -> dict[str, float]:
+        return _custom_resources(v, "rollout.resources_per_worker")
 
 
 class ScorerConfig(_Section):
@@ -396,15 +426,32 @@ class ScorerConfig(_Section):
     )
     num_cpus_per_scorer: float = Field(0.5, gt=0, description="CPUs reserved per scorer.")
     num_gpus_per_scorer: float = Field(0.0, ge=0, description="GPUs reserved per scorer (fractions ok).")
+    resources_per_scorer: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources reserved per scorer (as rollout.resources_per_worker).",
+    )
     torch_threads: int = Field(1, ge=1, description="torch threads inside each scorer.")
     batch_size: int = Field(4096, ge=1, description="Sequences per discriminator forward pass.")
+
+    @field_validator("resources_per_scorer")
+    @classmethod
+    def _resources(cls, v: dict[str, float]) -> dict[str, float]:
+        return _custom_resources(v, "scorer.resources_per_scorer")
 
 
 class LearnerConfig(_Section):
     num_cpus: float = Field(1.0, gt=0, description="CPUs reserved for the learner actor.")
     num_gpus: float = Field(0.0, ge=0, description="GPUs reserved for the learner actor.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources reserved for the learner, e.g. {learner_node: 1}: "
+        "it goes to a node started with `ray start --resources` (its loss stops the run: --resume continues it).",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda if reserved, else cpu.")
     torch_threads: int = Field(1, ge=1, description="torch threads of the learner.")
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, v: dict[str, float]) -> dict[str, float]:
+        return _custom_resources(v, "learner.resources")
 
 
 class TrainConfig(_Section):
@@ -768,7 +815,9 @@ RESUMABLE = {
     "resources": ("rollout.num_workers", "rollout.num_cpus_per_worker", "rollout.num_gpus_per_worker",
                   "rollout.torch_threads", "rollout.max_restarts", "scorer.num_scorers", "scorer.num_cpus_per_scorer",
                   "scorer.num_gpus_per_scorer", "scorer.torch_threads", "scorer.batch_size", "learner.num_cpus",
-                  "learner.num_gpus", "learner.device", "learner.torch_threads"),
+                  "learner.num_gpus", "learner.device", "learner.torch_threads", "rollout.placement_strategy",
+                  # {name: amount} keys: each name below them (learner.resources.node_a)
+                  "rollout.resources_per_worker", "scorer.resources_per_scorer", "learner.resources"),
 }
 
 
@@ -805,7 +854,7 @@ def resume_config(saved: dict, data: dict | None = None, overrides: list[str] | 
     allowed = {k for group in RESUMABLE.values() for k in group}
     if stage not in (None, "mle"):
         allowed.discard("train.pretrain_iters")
-    if refused := [c for c in changed if c[0] not in allowed]:
+    if refused := [c for c in changed if c[0] not in allowed and c[0].rsplit(".", 1)[0] not in allowed]:
         _refuse_on_resume(refused)
     return after, changed
 

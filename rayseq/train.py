@@ -183,6 +183,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from rayseq.data.preparation import DataError
     from rayseq.distributed.driver import Interrupted, Trainer
+    from rayseq.distributed.nodes import NodeLost
     from rayseq.rewards.reward import RewardError
 
     trainer = None
@@ -211,6 +212,14 @@ def main(argv=None) -> int:
         else:
             print("interrupted before the first checkpoint: nothing to resume", file=sys.stderr)
         return 130
+    except NodeLost as exc:  # the learner's node died: its state since the last checkpoint is gone
+        print(f"error: {exc}", file=sys.stderr)
+        if _has_checkpoint(trainer.run_dir):
+            print("Continue from the last checkpoint with:", file=sys.stderr)
+            print(resume_command(trainer.run_dir), file=sys.stderr)
+        else:
+            print("lost before the first checkpoint: nothing to resume; start the run again", file=sys.stderr)
+        return 1
     except (FileExistsError, FileNotFoundError, DataError, RewardError) as exc:
         # a reward function's error raised on a scorer actor arrives as Ray's RayTaskError, an instance of both
         # that and the RewardError: its `cause` is the error itself, without the remote traceback

@@ -95,7 +95,8 @@ def make_trainable(exp: Experiment):
     payload = {"experiment": exp.to_dict(), "storage_path": storage}
 
     def resources(config: dict):
-        return tune.PlacementGroupFactory(trial_bundles(exp.trial_config(config)))
+        cfg = exp.trial_config(config)
+        return tune.PlacementGroupFactory(trial_bundles(cfg), strategy=cfg.rollout.placement_strategy)
 
     return tune.with_resources(tune.with_parameters(run_trial, exp=payload), resources=resources)
 

@@ -224,3 +224,22 @@ def test_cuda_learner_without_a_reserved_gpu_is_a_config_error():
     else:  # in-process without a GPU: a clear error, not a CPU run that says it is on the GPU
         with pytest.raises(RuntimeError, match="no CUDA device is visible"):
             Learner(config_to_dict(cfg))
+
+
+def test_custom_resources_and_placement_strategy_are_checked():
+    """learner.resources / rollout.resources_per_worker / scorer.resources_per_scorer take custom Ray resources
+    only (CPUs and GPUs have their own keys); amounts are finite and >= 0; the strategy is PACK or SPREAD."""
+    cfg = build_config(overrides=["learner.resources={node_a: 1}", "rollout.resources_per_worker={pool: 0.5}",
+                                  "scorer.resources_per_scorer={pool: 0}", "rollout.placement_strategy=SPREAD"])
+    assert cfg.learner.resources == {"node_a": 1.0} and cfg.rollout.resources_per_worker == {"pool": 0.5}
+    assert cfg.rollout.placement_strategy == "SPREAD" and build_config().rollout.placement_strategy == "PACK"
+    for override, message in [
+        ("learner.resources={CPU: 1}", r"learner\.resources: 'CPU' is not a custom resource \(use the num_cpus"),
+        ("rollout.resources_per_worker={memory: 1}", r"rollout\.resources_per_worker: 'memory' is not a custom"),
+        ("scorer.resources_per_scorer={node:10.0.0.1: 1}", r"scorer\.resources_per_scorer: 'node:10.0.0.1' is not"),
+        ("learner.resources={a: -1}", r"learner\.resources: a=-1.0 must be a finite number >= 0"),
+        ("learner.resources={a: .inf}", r"learner\.resources: a=inf must be a finite number"),
+        ("rollout.placement_strategy=STRICT_PACK", r"rollout\.placement_strategy: Input should be 'PACK' or 'SPREAD'"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            build_config(overrides=[override])

@@ -18,6 +18,7 @@ import numpy as np
 
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.learner import Learner
+from rayseq.distributed.nodes import Placement
 from rayseq.distributed.scorer import ScorerActor
 from rayseq.distributed.worker import RolloutWorker
 from rayseq.types import PromptBatch, Rollout, RolloutRequest
@@ -125,11 +126,13 @@ def dropping_log_messages(logger_name: str, *prefixes: str):
 
 class RayRuntime:
     """One Learner actor, ``rollout.num_workers`` RolloutWorker actors and (SeqGAN) ``scorer.num_scorers``
-    ScorerActors in one placement group.
+    ScorerActors in one placement group (``rollout.placement_strategy``: PACK or SPREAD over the nodes).
 
     Weights go out once per version: the learner's ``get_weights`` result lives in the object store
     and every worker receives the same ObjectRef. A worker that crashes is restarted by Ray
-    (``max_restarts``); its shard is re-sent after it has been given the current weights.
+    (``max_restarts``); its shard is re-sent after it has been given the current weights. A lost node's
+    workers and scorers are re-created by Ray on the surviving nodes (:mod:`rayseq.distributed.nodes`); losing the
+    learner's node ends the run with :class:`~rayseq.distributed.nodes.NodeLost` naming that node.
 
     ``placement_group``: reserve elsewhere (a Tune trial's ``tune.PlacementGroupFactory``, built by
     :func:`bundles`) and pass it in; its bundle 0 is the learner's, bundles 1..n the workers', then the
@@ -150,16 +153,18 @@ class RayRuntime:
         self._started_ray = init_ray(min_cpus=sum(b["CPU"] for b in wanted))
         self._own_pg = placement_group is None
         if placement_group is None:
-            placement_group = make_pg(wanted, strategy="PACK")
+            placement_group = make_pg(wanted, strategy=r.placement_strategy)
             try:
                 ray.get(placement_group.ready(), timeout=120)
             except ray.exceptions.GetTimeoutError:
                 raise RuntimeError(
                     f"cluster cannot reserve {wanted} "
                     f"(available: {ray.available_resources()}); lower rollout.num_workers, scorer.num_scorers "
-                    "or their num_cpus_per_* / learner.num_cpus"
+                    "or their num_cpus_per_* / learner.num_cpus (and custom resources: learner.resources, "
+                    "rollout.resources_per_worker, scorer.resources_per_scorer)"
                 ) from None
         self.pg = placement_group
+        self.placement = Placement(placement_group)
 
         def strategy(i):
             return PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i)
@@ -189,7 +194,11 @@ class RayRuntime:
         self._score_remotely = cfg.rollouts_scored_remotely and m > 0
 
     def learner(self, method: str, *args):
-        return self._ray.get(getattr(self._learner, method).remote(*args))
+        try:
+            return self._ray.get(getattr(self._learner, method).remote(*args))
+        except self._ray.exceptions.RayActorError:
+            self.placement.check_learner(wait_s=20)  # its node lost: NodeLost names it
+            raise
 
     def sync_weights(self, version: int) -> None:
         if version == self.version:
@@ -271,6 +280,7 @@ class RayRuntime:
             try:
                 return ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                self._check_node_loss(exc, kind, i)
                 self.restarts += 1
                 log.warning("%s %d failed (%s); re-dispatching its work", kind, i, type(exc).__name__)
                 if kind == "scorer":
@@ -284,7 +294,22 @@ class RayRuntime:
                 ref = resubmit(a)
         raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
 
+    def _check_node_loss(self, exc, kind: str, i: int) -> None:
+        """After actor ``i``'s call failed: :class:`NodeLost` if the learner went with its node (the failure is the
+        learner's own, or its weights' a worker waited for); a warning naming the node if the actor's node is
+        lost (Ray re-creates the actor on a surviving node once its bundle is re-placed there)."""
+        learner_failed = getattr(exc, "actor_id", None) == self._learner._actor_id.hex()
+        self.placement.check_learner(wait_s=20 if learner_failed else 0)
+        if learner_failed:
+            raise exc
+        bundle = 1 + i if kind == "worker" else 1 + len(self._workers) + i
+        if node := self.placement.lost_node(bundle):
+            log.warning("%s %d was on %s and is lost with it; waiting for Ray to re-create it on a surviving node",
+                        kind, i, self.placement.describe(node))
+
     def _wait_alive(self, worker, timeout: float = 120.0) -> None:
+        """Until Ray has restarted ``worker`` (a worker or scorer); after a node loss that waits for its bundle
+        to be re-placed on a surviving node, which needs room there."""
         ray = self._ray
         deadline = time.monotonic() + timeout
         while True:
@@ -292,9 +317,14 @@ class RayRuntime:
                 ray.get(worker.pid.remote(), timeout=10)
                 return
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-                    ray.exceptions.GetTimeoutError):
+                    ray.exceptions.GetTimeoutError) as exc:
                 if time.monotonic() > deadline:
-                    raise
+                    raise RuntimeError(
+                        f"a failed actor was not back within {timeout:.0f} s ({type(exc).__name__}): if its node was "
+                        "lost, the surviving nodes have no room for its bundle (available: "
+                        f"{ray.available_resources()}); --resume continues the run once the cluster has room, or "
+                        "with fewer rollout.num_workers / scorer.num_scorers"
+                    ) from exc
                 time.sleep(0.5)
 
     def worker_stats(self) -> list[dict]:
@@ -318,12 +348,17 @@ class RayRuntime:
 def bundles(cfg: RunConfig) -> list[dict]:
     """Resource bundles of a run: [learner, worker × n, scorer × m] (a Tune trial's PlacementGroupFactory)."""
     r, lc, sc = cfg.rollout, cfg.learner, cfg.scorer
-    learner = {"CPU": lc.num_cpus} | ({"GPU": lc.num_gpus} if lc.num_gpus else {})
+    learner = _bundle(lc.num_cpus, lc.num_gpus, lc.resources)
     if r.num_workers == 0:
         return [learner]
-    worker = {"CPU": r.num_cpus_per_worker} | ({"GPU": r.num_gpus_per_worker} if r.num_gpus_per_worker else {})
-    scorer = {"CPU": sc.num_cpus_per_scorer} | ({"GPU": sc.num_gpus_per_scorer} if sc.num_gpus_per_scorer else {})
+    worker = _bundle(r.num_cpus_per_worker, r.num_gpus_per_worker, r.resources_per_worker)
+    scorer = _bundle(sc.num_cpus_per_scorer, sc.num_gpus_per_scorer, sc.resources_per_scorer)
     return [learner] + [worker] * r.num_workers + [scorer] * cfg.num_scorers
+
+
+def _bundle(cpus: float, gpus: float, custom: dict[str, float]) -> dict:
+    """One actor's bundle: CPUs, GPUs if any, and its custom resources (those > 0) that pick its node."""
+    return {"CPU": cpus} | ({"GPU": gpus} if gpus else {}) | {k: v for k, v in custom.items() if v}
 
 
 def make_runtime(cfg: RunConfig, placement_group=None):

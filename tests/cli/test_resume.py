@@ -161,6 +161,13 @@ def test_resume_takes_the_original_command_again_and_safe_changes(finished_run, 
     assert [k for k, _, _ in changed] == ["progress", "algo.lr", "rollout.num_workers", "train.iters",
                                           "train.checkpoint_every"]
     assert cfg.train.iters == 10 and cfg.model == tiny_config().model
+    # where the actors run may change: the placement strategy and custom resources (a lost node's replacement
+    # advertises others; 0 drops a saved one)
+    cfg, changed = resume_config(saved, None, ["rollout.placement_strategy=SPREAD", "learner.resources={node_b: 1}"])
+    assert [k for k, _, _ in changed] == ["rollout.placement_strategy", "learner.resources.node_b"]
+    saved_pinned = config_to_dict(cfg)
+    cfg, changed = resume_config(saved_pinned, None, ["learner.resources.node_b=0"])
+    assert changed == [("learner.resources.node_b", 1.0, 0.0)] and cfg.learner.resources == {"node_b": 0.0}
     # MLE's length may change only while the run is in MLE
     resume_config(saved, None, ["train.pretrain_iters=40"], stage="mle")
     with pytest.raises(ConfigError, match=r"train.pretrain_iters \(20 -> 40\) \(MLE pretraining is over\)"):

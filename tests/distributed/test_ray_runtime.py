@@ -93,3 +93,27 @@ def test_local_runtime_in_process():
     rt.sync_weights(3)
     assert rt.worker_stats()[0]["pid"] == os.getpid()
     assert rt.worker_stats()[0]["version"] == 3
+
+
+def test_placement_strategy_and_custom_resources_reach_the_placement_group(ray_session):
+    """rollout.placement_strategy is the group's strategy; custom resources (those > 0) go into each actor's bundle;
+    the runtime knows which node holds each bundle (here all on the one local node, alive)."""
+    from ray.util.placement_group import placement_group_table
+
+    from rayseq.distributed.runtime import bundles
+
+    pinned = tiny_config("rollout.num_workers=2", "learner.resources={node_a: 1}", "algo.name=seqgan",
+                         "rollout.resources_per_worker={pool: 0.5, gone: 0}", "scorer.resources_per_scorer={s: 2}")
+    assert bundles(pinned) == [{"CPU": 1.0, "node_a": 1.0}, {"CPU": 0.5, "pool": 0.5}, {"CPU": 0.5, "pool": 0.5},
+                               {"CPU": 0.5, "s": 2.0}]
+    cfg = tiny_config("rollout.num_workers=2", "rollout.placement_strategy=SPREAD", "learner.num_cpus=1")
+    rt = RayRuntime(cfg)
+    try:
+        assert placement_group_table(rt.pg)["strategy"] == "SPREAD"
+        (node,) = rt.placement.nodes
+        assert sorted(rt.placement.bundle_nodes) == [0, 1, 2]
+        assert rt.placement.describe(node).startswith(f"node {node} (")
+        assert rt.placement.lost_node(0) is None and rt.placement.lost_node(1) is None
+        rt.placement.check_learner()  # its node is alive: nothing raised
+    finally:
+        rt.shutdown()

@@ -1,0 +1,94 @@
+"""Which cluster node holds which of a run's actors, and what to say when a node is lost.
+
+A run's placement group has bundle 0 for the learner, 1..n for the rollout workers, then the scorers
+(:func:`rayseq.distributed.runtime.bundles`). When a node dies, Ray re-places the bundles it held on the surviving
+nodes (the group goes through ``RESCHEDULING``) if they have room, and restarts the workers and scorers there (their
+``max_restarts``); the runtime re-sends their shards. The learner is not restarted — its weights and optimizer state
+since the last checkpoint were on that node — so losing its node ends the run with :class:`NodeLost`, which names
+the node; ``--resume`` continues from the last checkpoint.
+
+Only the GCS's tables are read (``ray.nodes()``, ``ray.util.placement_group_table``): no dashboard needed.
+"""
+
+from __future__ import annotations
+
+import time
+
+# resources every node has; what is left of a node's resources are the custom ones it advertises
+_BUILTIN = ("CPU", "GPU", "memory", "object_store_memory", "accelerator_type")
+
+
+class NodeLost(RuntimeError):
+    """The node holding the learner died: the run cannot go on (``--resume`` continues it)."""
+
+    def __init__(self, message: str, node_id: str):
+        super().__init__(message)
+        self.node_id = node_id
+
+
+def describe_node(node: dict) -> str:
+    """``node 3f2a…c1 (10.0.0.7, node_w1)``: id, address and the custom resources it advertises (how its
+    ``ray start --resources`` told it apart)."""
+    custom = sorted(k for k in node.get("Resources", {}) if not k.startswith(("node:", *_BUILTIN)))
+    where = ", ".join([node.get("NodeManagerAddress") or "?", *custom])
+    return f"node {node['NodeID']} ({where})"
+
+
+class Placement:
+    """Where a run's bundles lie: the placement group's bundle -> node map and descriptions of those nodes, kept
+    as first placed and updated when Ray re-places a bundle on a live node (a lost node's resources are gone from
+    the GCS table afterwards, so it is described from what was kept)."""
+
+    def __init__(self, pg):
+        import ray
+
+        self._ray = ray
+        self._pg = pg
+        self.bundle_nodes: dict[int, str] = {}
+        self._described: dict[str, str] = {}
+        self._update()
+
+    def _update(self, bundles=None) -> set[str]:
+        """Takes in ``bundles`` (default all) that Ray placed on a live node other than the one recorded (a first
+        placement, or again after their node was lost); returns the ids of the live nodes."""
+        from ray.util.placement_group import placement_group_table
+
+        table = placement_group_table(self._pg)["bundles_to_node_id"]
+        live = {n["NodeID"]: n for n in self._ray.nodes() if n["Alive"]}
+        for bundle, node in table.items():
+            if (bundles is None or bundle in bundles) and node in live and node != self.bundle_nodes.get(bundle):
+                self.bundle_nodes[bundle] = node
+                self._described[node] = describe_node(live[node])
+        return set(live)
+
+    def describe(self, node_id: str) -> str:
+        return self._described.get(node_id, f"node {node_id}")
+
+    @property
+    def nodes(self) -> set[str]:
+        """Ids of the nodes the run's bundles are (or were last) placed on."""
+        return set(self.bundle_nodes.values())
+
+    def lost_node(self, bundle: int) -> str | None:
+        """The node bundle ``bundle`` was last placed on, if the GCS now has it dead (else None). Then the bundle's
+        new node is recorded if Ray has re-placed it already (a later loss is named right)."""
+        node = self.bundle_nodes.get(bundle)
+        live = self._update({bundle})
+        return node if node and node not in live else None
+
+    def check_learner(self, wait_s: float = 0.0) -> None:
+        """Raises :class:`NodeLost` if the learner's node (bundle 0) is dead. ``wait_s``: give the GCS that long
+        to notice (an actor error can arrive before the node's missed health checks have marked it dead)."""
+        deadline = time.monotonic() + wait_s
+        while (node := self.lost_node(0)) is None:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.5)
+        others = sorted(i for i, n in self.bundle_nodes.items() if n == node and i)
+        also = f" (and placement-group bundles {others})" if others else ""
+        raise NodeLost(
+            f"lost {self.describe(node)}: it held the learner{also}, whose weights and optimizer state "
+            "since the last checkpoint went with it, so the run stops; resume it once the cluster can place the "
+            "learner again (a replacement node with the resources it needs, or other learner.resources on --resume)",
+            node,
+        )

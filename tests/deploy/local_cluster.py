@@ -1,0 +1,234 @@
+"""A real multi-node Ray cluster on this one machine, for tests: a head and worker nodes, each one a
+`ray start --block` process in its own process group (own ports, own temp dir, its own custom resource), joined
+with `ray start --address` and token authentication on.
+
+Teardown signals only these process groups (and what is left of them): `ray stop` would stop every Ray instance of
+the user on the machine, other test sessions' included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+# node loss is noticed in ~2 s instead of Ray's default ~15 s (5 missed health checks, 3 s apart)
+FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
+                      "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_ports() -> list[str]:
+    """Every port a node binds, free ones: another Ray on this machine holds the defaults."""
+    return [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+            "--min-worker-port=0", "--max-worker-port=0",  # 0: each worker binds a port the OS picks
+            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+
+
+class LocalCluster:
+    """``start()`` the head, ``add_node(name)`` worker nodes, ``kill_node(name)``, ``shutdown()``.
+
+    Every node advertises the custom resource ``node_<name>: 1`` (the head ``node_head``), so a config can pin an
+    actor to a node (``learner.resources={node_w1: 1}``)."""
+
+    def __init__(self, num_cpus: int = 2):
+        self.num_cpus = num_cpus
+        self.env = dict(os.environ, RAY_AUTH_MODE="token", **FAST_HEALTH_CHECKS)
+        self.env.pop("RAY_ADDRESS", None)
+        # rayseq as installed on a cluster: this checkout first
+        self.env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [self.env.get("PYTHONPATH")])])
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+        self._args: dict[str, tuple] = {}
+        self._old_groups: set[int] = set()
+        self._resource: dict[str, str] = {}  # node name -> the custom resource that tells it apart
+        self.temp_dirs: list[str] = []
+        self.gcs = self.dashboard = None
+
+    # -- nodes ------------------------------------------------------------------------------------------
+    def _start(self, name: str, args: list[str], resources: dict | None = None) -> None:
+        self._args[name] = (args, resources)
+        if name in self.procs:  # a node started again: its old process group is torn down with the cluster too
+            self._old_groups.add(self.procs[name].pid)
+        temp_dir = tempfile.mkdtemp(prefix=f"rsq{name}", dir="/tmp")  # short: Ray's socket paths live below it
+        self.temp_dirs.append(temp_dir)
+        resources = json.dumps(resources or {f"node_{name}": 1})
+        self.logs[name] = Path(temp_dir) / "ray-start.log"
+        with open(self.logs[name], "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                [RAY, "start", "--block", *args, *node_ports(), f"--num-cpus={self.num_cpus}",
+                 f"--resources={resources}", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    def log_tail(self, name: str) -> str:
+        """The end of node ``name``'s `ray start` output (why it did not come up)."""
+        try:
+            return self.logs[name].read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+    def start(self, timeout: float = 120) -> LocalCluster:
+        """The head (GCS, dashboard and job agent on free ports); returns once it accepts `ray job` calls."""
+        subprocess.run([RAY, "get-auth-token", "--generate"], env=self.env, check=True, capture_output=True,
+                       timeout=60)
+        self.gcs, self.dashboard = free_port(), free_port()
+        self._start("head", ["--head", f"--port={self.gcs}", f"--dashboard-port={self.dashboard}",
+                             f"--ray-client-server-port={free_port()}", "--include-dashboard=true",
+                             "--dashboard-host=127.0.0.1"])
+        deadline = time.monotonic() + timeout
+        while True:
+            r = subprocess.run([RAY, "job", "list", "--address", self.address], env=self.env, capture_output=True,
+                               text=True, timeout=60)
+            if r.returncode == 0:
+                return self
+            if self.procs["head"].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray head did not come up: {r.stderr[-2000:]}\n{self.log_tail('head')}")
+            time.sleep(1)
+
+    @property
+    def address(self) -> str:
+        """The dashboard's (job submission) address."""
+        return f"http://127.0.0.1:{self.dashboard}"
+
+    def add_node(self, name: str, resources: dict | None = None, wait: bool = True, timeout: float = 120) -> None:
+        """A worker node joining the head (advertising ``resources``, default ``{node_<name>: 1}``); with ``wait``,
+        returns once the GCS lists it alive (else :meth:`wait_node`)."""
+        self._start(name, [f"--address=127.0.0.1:{self.gcs}"], resources)
+        self._resource[name] = next(iter(resources or {f"node_{name}": 1}))
+        if wait:
+            self.wait_node(name, timeout)
+
+    def wait_node(self, name: str, timeout: float = 120, retries: int = 1) -> None:
+        """Until node ``name`` is alive in the GCS. `ray start` gives a raylet 30 s (fixed) to register, which a
+        loaded machine can miss: a node whose `ray start` gave up is started once more (fresh ports)."""
+        deadline = time.monotonic() + timeout
+        while self._live_node(self._resource[name]) is None:
+            if self.procs[name].poll() is not None and retries > 0:
+                retries -= 1
+                self._stop_group(self.procs[name].pid)
+                self._start(name, *self._args[name])
+            elif self.procs[name].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"node {name} did not join the cluster: {self.log_tail(name)}")
+            time.sleep(1)
+
+    def nodes(self) -> list[dict]:
+        """The cluster's node table from Ray's state API (`ray list nodes --detail`): node_id, state,
+        resources_total… (a subprocess: this test process keeps its own Ray settings, authentication included)."""
+        r = subprocess.run([RAY, "list", "nodes", "--address", self.address, "--detail", "--format", "json"],
+                           env=self.env, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"ray list nodes failed: {r.stderr[-2000:]}")
+        return json.loads(r.stdout)
+
+    def node_id(self, name: str) -> str | None:
+        """Id of the live node advertising ``node_<name>`` (None until it has joined)."""
+        return self._live_node(f"node_{name}")
+
+    def _live_node(self, resource: str) -> str | None:
+        for n in self.nodes():
+            if n["state"] == "ALIVE" and resource in (n.get("resources_total") or {}):
+                return n["node_id"]
+        return None
+
+    def kill_node(self, name: str) -> int:
+        """Node ``name`` lost, as when its machine goes down: SIGKILL to its raylet, then to every other process of
+        the node (the `ray start` process, agents, and the actors' worker processes, each of which the raylet puts
+        in a process group of its own). Returns the raylet's pid. Only this cluster's node is signalled."""
+        procs = self._descendants(name)
+        (raylet,) = [p for p in procs if p.name() == "raylet"]
+        raylet.kill()
+        for p in [psutil.Process(self.procs[name].pid), *procs]:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        return raylet.pid
+
+    def _descendants(self, name: str) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.procs[name].pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
+    # -- teardown ---------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        # the actors' worker processes have process groups of their own: signalled one by one at the end
+        workers = [p for name in self.procs for p in self._descendants(name)]
+        groups = {p.pid for p in self.procs.values()} | self._old_groups  # each node's group (start_new_session)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pgid in groups:
+                try:
+                    os.killpg(pgid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and self._left(groups):
+                time.sleep(0.5)
+            if not self._left(groups):
+                break
+        for p in workers:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        for p in self.procs.values():
+            p.poll()
+        for d in self.temp_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+    @staticmethod
+    def _stop_group(pgid: int) -> None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    @staticmethod
+    def _left(groups: set[int]) -> list[int]:
+        """Live processes of these process groups (orphans of a node included)."""
+        left = []
+        for p in psutil.process_iter():
+            try:
+                if os.getpgid(p.pid) in groups and p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(p.pid)
+            except (psutil.Error, ProcessLookupError):
+                pass
+        return left
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def submit(cluster: LocalCluster, *cmd: str, wait_s: float = 120, options: tuple | list = ()):
+    """`ray job submit --working-dir <repo> [options] -- cmd`; "No available agent" (the head's job agent not
+    yet registered) is retried."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        r = subprocess.run([RAY, "job", "submit", "--address", cluster.address, "--working-dir", str(ROOT),
+                            *options, "--", *cmd],
+                           env=cluster.env, capture_output=True, text=True, timeout=900)
+        if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr or time.monotonic() > deadline:
+            return r
+        time.sleep(2)

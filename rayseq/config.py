@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import math
 import re
 from pathlib import Path
@@ -79,6 +80,9 @@ class TaskConfig(_Section):
     prepare: bool = Field(
         False, description="Pairs: prepare task.source into task.data first if it holds no dataset."
     )
+    hf_tokenizer: str | None = Field(
+        None, description="Pairs: a local Hugging Face tokenizer directory whose tokens replace the prepared "
+        "vocabulary (the dataset's text is re-tokenised with it); set from model.path when model.arch=hf.")
 
     @field_validator("name")
     @classmethod
@@ -208,6 +212,48 @@ class ModelConfig(_Section):
     num_layers: int = Field(1, ge=1, description="GRU layers in encoder and decoder.")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout between GRU layers and on outputs.")
     cell: Literal["gru", "lstm"] = Field("gru", description="Recurrent cell (SeqGAN's generator: lstm).")
+    arch: str = Field(
+        "rnn", description="The policy: rnn (the GRU/LSTM seq2seq of emb_dim, hidden_dim, ...), transformer, hf (a "
+        "local Hugging Face causal LM, model.path) or your own class as an import path package.module:Class.",
+    )
+    path: str | None = Field(
+        None, description="hf: a local Hugging Face model directory (config.json, weights, tokenizer), loaded with "
+        "local_files_only (never a download); its tokenizer replaces the task's vocabulary.",
+    )
+    lora_r: int = Field(0, ge=0, description="hf: rank of LoRA adapters (peft) trained instead of the weights; 0 = "
+                        "full fine-tuning. With adapters the KL reference is the model with them disabled.")
+    lora_alpha: float = Field(16.0, gt=0, description="hf: LoRA scaling alpha (the update is alpha/r · B·A).")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="hf: dropout on the LoRA adapters' input.")
+    lora_target_modules: list[str] | None = Field(
+        None, description="hf: names of the modules that get adapters (e.g. [c_attn] for GPT-2, [q_proj, v_proj] "
+        "for Llama); None = peft's default for the architecture.",
+    )
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, v: str) -> str:
+        if v == "hf" and importlib.util.find_spec("transformers") is None:
+            raise ValueError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]' (transformers, tokenizers, "
+                             "safetensors, peft)")
+        registry.model_class(v)  # ValueError naming what is wrong
+        return v
+
+    @model_validator(mode="after")
+    def _check_hf(self) -> ModelConfig:
+        if self.arch != "hf":
+            given = [k for k in ("path", "lora_target_modules") if getattr(self, k) is not None]
+            given += ["lora_r"] if self.lora_r else []
+            if given:
+                raise ValueError(f"model.{given[0]}: read only by model.arch=hf (model.arch={self.arch})")
+            return self
+        if not self.path:
+            raise ValueError("model.arch=hf: set model.path to a local Hugging Face model directory (one that "
+                             "save_pretrained wrote: config.json, weights, tokenizer files)")
+        if not Path(self.path).expanduser().is_dir():
+            raise ValueError(f"model.path={self.path}: no such directory")
+        if not (Path(self.path).expanduser() / "config.json").is_file():
+            raise ValueError(f"model.path={self.path}: no config.json there (not a Hugging Face model directory)")
+        return self
 
 
 class DiscConfig(_Section):
@@ -435,6 +481,10 @@ class RunConfig(_Section):
             data = {**data, "algo": algo}
         if isinstance(data, dict) and isinstance(data.get("task", {}), dict):
             data = {**data, "task": resolve_task_section(data.get("task", {}))}
+            model = data.get("model")
+            if isinstance(model, dict) and model.get("arch") == "hf" and model.get("path") \
+                    and data["task"].get("hf_tokenizer") is None:  # the model's tokenizer replaces the vocabulary
+                data = {**data, "task": {**data["task"], "hf_tokenizer": model["path"]}}
         return data
 
     @model_validator(mode="after")
@@ -456,6 +506,18 @@ class RunConfig(_Section):
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")
+        if self.model.arch == "hf":
+            if "hf_tokenizer" not in task.params:
+                raise ValueError(f"model.arch=hf replaces the task's vocabulary with the model's tokenizer; the "
+                                 f"{self.task.name} task has its own (use a text task: pairs, chitchat, or a task "
+                                 "class with hf_tokenizer in its params)")
+            if self.task.hf_tokenizer != self.model.path:
+                raise ValueError(f"task.hf_tokenizer={self.task.hf_tokenizer}: with model.arch=hf the tokenizer is "
+                                 f"the model's (model.path={self.model.path}); leave task.hf_tokenizer out")
+            if self.is_gan:
+                raise ValueError(f"algo.name={self.algo.name}: the SeqGAN family is not supported with "
+                                 "model.arch=hf (its discriminator and Monte-Carlo search need rayseq's vocabulary "
+                                 "and the RNN's states); use a rollout algorithm, e.g. ppo_dynamic or grpo")
         needing = self.reward.needing_references()
         if needing and not task.has_references:
             raise ValueError(f"reward: {needing[0]} compares replies with reference replies; the {self.task.name} task "

@@ -64,6 +64,14 @@ REWARDS: dict[str, str] = {
     "chrf": "rayseq.rewards.library:chrf",
     "length": "rayseq.rewards.library:length",
 }
+# policies (``model.arch``): a class with ``from_config(cfg: RunConfig, task) -> nn.Module`` and the phase methods of
+# rayseq.models.generator.Seq2SeqGRU; imported on first use like the rest ("transformer" resolves only where its
+# module exists)
+MODELS: dict[str, str] = {
+    "rnn": "rayseq.models.generator:Seq2SeqGRU",
+    "transformer": "rayseq.models.transformer:TransformerGenerator",
+    "hf": "rayseq.models.hf:HFCausalLM",
+}
 REWARD_ARGS = ("prompts", "replies", "references")  # what a reward function is called with, in this order
 # algo.* keys every algorithm reads: its name, the learning rate of the algorithm stage, the gradient clip
 COMMON_ALGO_KEYS = ("name", "lr", "max_grad_norm")
@@ -131,6 +139,16 @@ def algorithm_class(name: str):
 def task_class(name: str):
     """The class of task ``name``: a key of :data:`TASKS` or an import path ``package.module:Class``."""
     return _load("task", TASKS, name)
+
+
+def model_class(name: str):
+    """The policy class of ``model.arch`` ``name``: a key of :data:`MODELS` or an import path ``package.module:Class``
+    (a class with a ``from_config(cfg, task)`` classmethod)."""
+    cls, attr = _import("model", MODELS, name)
+    if not isinstance(cls, type) or not hasattr(cls, "from_config"):
+        raise ValueError(f"{name}: {attr} is not a model class (it needs a classmethod from_config(cfg, task); see "
+                         "rayseq/models/generator.py)")
+    return cls
 
 
 def reward_function(name: str, kwargs: dict | None = None, *, check_kwargs: bool = True):

@@ -3,10 +3,10 @@
 from rayseq.models.baseline import ValueBaseline
 from rayseq.models.critic import Critic
 from rayseq.models.discriminator import CNNDiscriminator, build_discriminator
-from rayseq.models.factory import make_discriminator, make_generator
+from rayseq.models.factory import make_discriminator, make_generator, reference_policy
 from rayseq.models.generator import GeneratorOutput, SampleOutput, Seq2SeqGRU
 
 __all__ = [
     "CNNDiscriminator", "Critic", "GeneratorOutput", "SampleOutput", "Seq2SeqGRU", "ValueBaseline",
-    "build_discriminator", "make_discriminator", "make_generator",
+    "build_discriminator", "make_discriminator", "make_generator", "reference_policy",
 ]

@@ -95,6 +95,12 @@ class Seq2SeqGRU(nn.Module):
         ban[list(self.banned_ids)] = float("-inf")
         self.register_buffer("logit_bias", ban, persistent=False)  # (V,) 0 or −inf
 
+    @classmethod
+    def from_config(cls, cfg, task) -> Seq2SeqGRU:
+        """``model.arch=rnn``: the task's generator (conditional or not, banned ids) from the ``model.*`` sizes."""
+        return build_generator(len(task.vocab), cfg.model, task.specials, conditional=task.conditional,
+                               banned_ids=task.banned_ids)
+
     # -- building blocks -------------------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_len: torch.Tensor):
         """src (B, S), src_len (B,) -> initial decoder state ((L, B, H), or a pair for LSTM).

@@ -52,3 +52,12 @@ def make_tiny_hf(out: Path, *, vocab_size: int = 400, extra_lines: tuple[str, ..
                         pad_token_id=fast.pad_token_id)
     GPT2LMHeadModel(config).save_pretrained(out)
     return out
+
+
+def logged_text(prompts, replies, references, *, log: str):
+    """A user reward on detokenised text (``reward.fn=tests.hf_fixtures:logged_text``): the reply's length in
+    characters over 20, capped at 1; appends every (prompt, reply, references) it sees to ``log`` as JSON lines."""
+    with open(log, "a") as f:
+        for p, r, refs in zip(prompts, replies, references):
+            f.write(json.dumps({"prompt": p, "reply": r, "references": refs}) + "\n")
+    return [min(len(r) / 20.0, 1.0) for r in replies]

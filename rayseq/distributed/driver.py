@@ -22,6 +22,7 @@ from datetime import datetime
 import numpy as np
 import yaml
 
+from rayseq import registry
 from rayseq.algos import make_algo
 from rayseq.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from rayseq.config import RunConfig, config_to_dict
@@ -96,6 +97,8 @@ class Trainer:
             "learner": rt.learner("state_dict"),
             "driver": self._driver_state(),
         }
+        if getattr(registry.model_class(self.cfg.model.arch), "weights_format", "torch") == "safetensors":
+            payload["weights_format"] = "safetensors"  # the trained weights beside the .pt (rayseq.checkpoint)
         path = save_checkpoint(self.store, self.iteration, payload, keep=self.cfg.train.keep_checkpoints)
         if self.metrics.rows:  # written with the next flush
             self.metrics.rows[-1]["time/checkpoint_s"] = time.perf_counter() - t0

@@ -43,8 +43,10 @@ def load_causal_lm(path: str):
     """``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` in float32."""
     try:
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
     except ImportError:
         raise ImportError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]'") from None
+    hf_logging.disable_progress_bar()  # one bar per actor that builds the model, in every log
     return AutoModelForCausalLM.from_pretrained(str(Path(path).expanduser()), local_files_only=True,
                                                 dtype=torch.float32)
 

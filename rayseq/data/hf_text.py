@@ -91,6 +91,34 @@ class HFVocab:
         return {"hf_tokenizer": self.path}
 
 
+class HFJoiner:
+    """Incremental decoding by token id, as :class:`rayseq.data.text.Joiner` for words: :meth:`push` a token, get the
+    text it adds (the decoded reply so far minus the text before it, so the pieces concatenate to the decoded reply);
+    :meth:`peek` the piece a token would add. A token that ends inside a multi-byte character adds nothing until
+    the character is complete."""
+
+    def __init__(self, vocab: HFVocab):
+        self.vocab, self.ids, self.text = vocab, [], ""
+
+    def _piece(self, tid: int) -> tuple[str, str]:
+        if tid in (self.vocab.specials.eos, self.vocab.specials.pad):
+            return "", self.text
+        text = self.vocab.tokenizer.decode(self.ids + [tid], skip_special_tokens=True)
+        if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for its remaining bytes
+            return "", self.text
+        return (text[len(self.text):] if text.startswith(self.text) else text), text
+
+    def push(self, tid: int) -> str:
+        piece, text = self._piece(int(tid))
+        self.ids.append(int(tid))
+        if text.startswith(self.text):
+            self.text = text
+        return piece
+
+    def peek(self, tid: int) -> str:
+        return self._piece(int(tid))[0]
+
+
 def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
     """A :class:`rayseq.data.dataset.DialogueData` with its text re-tokenised by ``vocab``: every row's input and
     reply (the prepared word tokens, detokenised) encoded again; rows, groups and splits unchanged, so the references

@@ -163,12 +163,13 @@ class RewardConfig(_RewardFunction):
     """
 
     fn: str = Field(
-        "task", description="A built-in reward: task (the task's own), bleu, chrf, length; or your own function as "
+        "task", description="A built-in reward: task (the task's own), bleu, chrf, length, hf_classifier (a local "
+        "Hugging Face classifier: kwargs path, label); or your own function as "
         "an import path package.module:function(prompts, replies, references) -> floats.",
     )
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of reward.fn (bleu: max_order; chrf: char_order, "
-        "word_order, beta; length: target).")
+        "word_order, beta; length: target; hf_classifier: path, label, with_prompt, batch_size, max_length).")
     terms: list[RewardTerm] = Field(
         default_factory=list, description="A weighted sum instead of reward.fn: a list of {fn, weight, kwargs, name}; "
         "each term is logged as reward/<name>.")

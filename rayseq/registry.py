@@ -63,6 +63,7 @@ REWARDS: dict[str, str] = {
     "bleu": "rayseq.rewards.library:bleu",
     "chrf": "rayseq.rewards.library:chrf",
     "length": "rayseq.rewards.library:length",
+    "hf_classifier": "rayseq.rewards.hf_classifier:hf_classifier",  # a local Hugging Face classifier (hf extra)
 }
 # policies (``model.arch``): a class with ``from_config(cfg: RunConfig, task) -> nn.Module`` and the phase methods of
 # rayseq.models.generator.Seq2SeqGRU; imported on first use like the rest ("transformer" resolves only where its

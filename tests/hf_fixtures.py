@@ -61,3 +61,21 @@ def logged_text(prompts, replies, references, *, log: str):
         for p, r, refs in zip(prompts, replies, references):
             f.write(json.dumps({"prompt": p, "reply": r, "references": refs}) + "\n")
     return [min(len(r) / 20.0, 1.0) for r in replies]
+
+
+def make_tiny_classifier(out: Path, tokenizer_dir: Path, *, seed: int = 1) -> Path:
+    """A randomly initialised 2-class GPT-2 sequence classifier (labels ``dull``, ``lively``) with the tiny
+    tokenizer, saved into ``out``: the model of ``reward.fn=hf_classifier`` in the tests."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2ForSequenceClassification
+
+    out = Path(out)
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    tok.save_pretrained(out)
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=16, n_layer=1, n_head=2, num_labels=2,
+                        id2label={0: "dull", 1: "lively"}, label2id={"dull": 0, "lively": 1},
+                        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                        eos_token_id=tok.eos_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    GPT2ForSequenceClassification(config).save_pretrained(out)
+    return out

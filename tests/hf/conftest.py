@@ -15,3 +15,10 @@ def hf_dir(tmp_path_factory):
     # the test corpus's words too, so that its prompts and replies are a few tokens each
     return make_tiny_hf(tmp_path_factory.mktemp("hf") / "tiny-gpt2",
                         extra_lines=tuple(GREETINGS + REPLIES + TOPICS) * 5)
+
+
+@pytest.fixture(scope="session")
+def classifier_dir(hf_dir, tmp_path_factory):
+    from tests.hf_fixtures import make_tiny_classifier
+
+    return make_tiny_classifier(tmp_path_factory.mktemp("hf") / "tiny-classifier", hf_dir)

@@ -69,7 +69,7 @@ class GeneratorRLModule(TorchRLModule, ValueFunctionAPI):
         cfg, learner_state, source = generator_source(dict(self.model_config or {}))
         task = make_task(cfg.task)  # vocabulary size, special ids, banned ids, conditional or not
         self.generator = make_generator(cfg, task)
-        self.baseline = ValueBaseline(cfg.model.hidden_dim)
+        self.baseline = ValueBaseline(self.generator.hidden_dim)
         if learner_state is not None:
             self.generator.load_state_dict(learner_state["generator"])
             self.baseline.load_state_dict(learner_state["baseline"])

@@ -3,7 +3,10 @@
 Data: a dataset prepared by ``python -m rayseq.data prepare SOURCE --out DIR`` (``task.data``), e.g. your own
 ``jsonl:FILE`` of ``{"prompt", "reply"}`` rows (:mod:`rayseq.data.preparation`). Rows with the same prompt are its
 references (one-to-many); ``task.prepare=true`` prepares ``task.source`` into ``task.data`` first when it holds no
-dataset. The ``chitchat`` task (:mod:`rayseq.tasks.chitchat`) is this task on the chit-chat corpus.
+dataset. The ``chitchat`` task (:mod:`rayseq.tasks.chitchat`) is this task on the chit-chat corpus. With
+``task.hf_tokenizer`` (set from ``model.path`` by ``model.arch=hf``) a Hugging Face tokenizer's ids replace the
+prepared vocabulary: every row's text is re-tokenised (:func:`rayseq.data.hf_text.retokenize`), so BLEU-2 counts
+its subword tokens, and replies are decoded by it.
 
 Reward: the task's own is sentence BLEU-2 of the sampled reply against ALL references of its prompt, the reward
 of Tuan et al. (2018, Sec. 5.2) for their chatbot, vectorised (:func:`rayseq.rewards.bleu.sentence_bleu_padded`,

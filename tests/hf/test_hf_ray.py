@@ -18,27 +18,33 @@ ACTORS = ["rollout.num_cpus_per_worker=0.5", "scorer.num_scorers=1", "scorer.num
           "learner.num_cpus=0.5"]
 
 
-def test_weights_reach_the_worker(ray_session, corpus, hf_dir):
-    cfg = hf_config(corpus, hf_dir, "rollout.num_workers=1", *ACTORS)
+@pytest.mark.parametrize("lora_r", [0, 4])
+def test_weights_reach_the_worker(ray_session, corpus, hf_dir, lora_r):
+    """What is trained goes out (every weight, or the adapters only) and the worker's model is the learner's."""
+    cfg = hf_config(corpus, hf_dir, "rollout.num_workers=1", f"model.lora_r={lora_r}", *ACTORS)
     rt = RayRuntime(cfg)
     try:
         rt.sync_weights(0)
         weights = rt.learner("get_weights")["generator"]
         assert weights and all(k.startswith("model.") for k in weights)
-        learner_sum = sum(float(v.double().sum()) for v in weights.values())
+        assert all("lora_" in k for k in weights) == bool(lora_r)
         (stats,) = rt.worker_stats()
         assert stats["version"] == 0 and stats["loads"] == 1
-        assert stats["checksum"] == pytest.approx(learner_sum, rel=1e-9)
+        if not lora_r:  # the checksum sums every parameter: with adapters, the base weights too
+            learner_sum = sum(float(v.double().sum()) for v in weights.values())
+            assert stats["checksum"] == pytest.approx(learner_sum, rel=1e-9)
     finally:
         rt.shutdown()
 
 
-@pytest.mark.parametrize("algo", ["ppo_dynamic", "grpo"])
-def test_ray_run_matches_in_process_run(ray_session, corpus, hf_dir, tmp_path, algo):
-    """PPO-dynamic / GRPO with the KL penalty and a user reward scored on the scorer actor."""
+@pytest.mark.parametrize(("algo", "lora_r"), [("ppo_dynamic", 0), ("grpo", 4)])
+def test_ray_run_matches_in_process_run(ray_session, corpus, hf_dir, tmp_path, algo, lora_r):
+    """PPO-dynamic (full fine-tuning) / GRPO (LoRA adapters: only they are published to the worker) with the KL
+    penalty and a user reward scored on the scorer actor."""
     rows = {}
     for n in (0, 1):
         cfg = hf_config(corpus, hf_dir, f"rollout.num_workers={n}", f"algo.name={algo}", "algo.kl_coef=0.05",
+                        f"model.lora_r={lora_r}", "algo.lr=0.01",
                         "reward.fn=tests.hf_fixtures:logged_text", f"reward.kwargs={{log: '{tmp_path / 'log'}'}}",
                         *ACTORS, run_dir=tmp_path / f"w{n}")
         summary = Trainer(cfg).run()

@@ -141,3 +141,13 @@ def test_lora_trains_adapters_only(corpus, hf_dir, tmp_path):
     assert ck["learner"]["ref_policy"] == {}
     rows = [r for r in pq.read_table(tmp_path / "lora" / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert all(r["kl/per_reply"] is not None for r in rows)
+
+
+def test_mle_pretraining_lowers_the_nll(corpus, hf_dir, tmp_path):
+    """MLE on the re-tokenised pairs (teacher-forced log-probs of the references) fits the tiny corpus."""
+    cfg = hf_config(corpus, hf_dir, "train.pretrain_iters=25", "train.pretrain_lr=1e-2", "train.iters=0",
+                    run_dir=tmp_path / "mle")
+    Trainer(cfg).run()
+    nll = [r["loss/nll"] for r in pq.read_table(tmp_path / "mle" / "metrics.parquet").to_pylist()
+           if r["stage"] == "mle"]
+    assert len(nll) == 25 and np.mean(nll[-5:]) < 0.6 * np.mean(nll[:3])

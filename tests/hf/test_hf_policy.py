@@ -84,6 +84,26 @@ def test_generate_matches_logprobs(policy, vocab):
     assert torch.equal(out.tokens[0, :n][out.token_mask[0, :n] > 0], greedy[0, :n][out.token_mask[0, :n] > 0])
 
 
+def test_generate_draws_as_the_rnn_loop_does(policy, vocab):
+    """HFCausalLM.generate draws each row's uniforms step by step (no (B, T, V) array): the same replies as
+    Seq2SeqGRU.generate's loop (all uniforms up front) run on this model, for every sampling setting."""
+    from rayseq.models.generator import Seq2SeqGRU
+
+    src, src_len = _prompts(vocab, TEXTS * 2)
+    args = (torch.tensor([7, 3, 9, 7, 5, 1]), torch.tensor([1.0, 0.0, 1.3, 0.8, 1.0, 2.0]),
+            torch.tensor([0, 0, 5, 0, 20, 0]))
+    top_p = torch.tensor([1.0, 1.0, 1.0, 0.9, 0.5, 1.0])
+
+    def gens():
+        return [torch.Generator().manual_seed(10 + i) for i in range(6)]
+
+    lean = policy.generate(src, src_len, *args, gens(), top_p=top_p)
+    ref = Seq2SeqGRU.generate(policy, src, src_len, *args, gens(), top_p=top_p)
+    for a, b in zip(lean, ref):
+        assert torch.equal(a, b)
+    assert lean.tokens.shape[1] == 9 and (lean.token_mask.sum(1) <= args[0]).all()
+
+
 def test_state_dict_is_the_trained_weights(hf_dir, vocab, policy):
     """Full fine-tuning: every parameter once (GPT-2's tied lm_head not twice); LoRA: only the adapters. A round
     trip restores the policy's outputs."""

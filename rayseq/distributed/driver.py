@@ -111,7 +111,11 @@ class Trainer:
         if not ckpts:
             raise FileNotFoundError(f"--resume: no checkpoint in {self.store.display('checkpoints')}")
         ck = load_checkpoint(ckpts[-1])
-        theirs, ours = ck["config"], config_to_dict(self.cfg)
+        try:  # as this version reads it: keys added since (model.arch) take their defaults
+            theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
+        except ValueError:
+            theirs = ck["config"]
+        ours = config_to_dict(self.cfg)
         diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec]
                 if theirs.get(sec, {}).get(k) != ours[sec][k]]
         diff += ["algo.name"] if theirs.get("algo", {}).get("name") != self.cfg.algo.name else []

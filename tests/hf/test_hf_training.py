@@ -151,3 +151,4 @@ def test_mle_pretraining_lowers_the_nll(corpus, hf_dir, tmp_path):
     nll = [r["loss/nll"] for r in pq.read_table(tmp_path / "mle" / "metrics.parquet").to_pylist()
            if r["stage"] == "mle"]
     assert len(nll) == 25 and np.mean(nll[-5:]) < 0.6 * np.mean(nll[:3])
+

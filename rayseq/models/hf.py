@@ -71,9 +71,12 @@ class HFCausalLM(nn.Module):
                                                      target_modules=lora_target_modules, task_type="CAUSAL_LM"))
         self.model = model
         logits_dim = int(model.get_output_embeddings().weight.shape[0])
+        if vocab_size is not None and vocab_size > logits_dim:
+            raise ValueError(f"model.path={path}: the tokenizer has {vocab_size} tokens but the model only "
+                             f"{logits_dim} output rows; model.resize_token_embeddings(len(tokenizer)) and save it")
         self.vocab_size = logits_dim
         self.pad_id, self.bos_id, self.eos_id = specials.pad, specials.bos, specials.eos
-        self.num_layers, self.cell, self.conditional = 0, "hf", True
+        self.conditional = True
         # never valid outputs: pad, the separator (unless it is also the end token, as GPT-2's <|endoftext|>), the
         # task's banned ids, and the LM's padding rows beyond the tokenizer
         beyond = range(vocab_size, logits_dim) if vocab_size is not None else ()

@@ -139,3 +139,8 @@ def test_lora_reference_is_the_base_model(hf_dir, vocab, policy):
     assert torch.allclose(ref.logprobs(src, src_len, tokens).logp, base, atol=1e-5)
     assert not torch.allclose(lora.logprobs(src, src_len, tokens).logp, base, atol=1e-3)
     assert ref.state_dict() == {}
+
+
+def test_tokenizer_larger_than_the_model_is_refused(hf_dir, vocab):
+    with pytest.raises(ValueError, match="the tokenizer has 1000 tokens but the model only 400 output rows"):
+        HFCausalLM(str(hf_dir), vocab.specials, vocab_size=1000)

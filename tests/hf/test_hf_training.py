@@ -129,10 +129,15 @@ def test_resume_reproduces_the_uninterrupted_run(corpus, hf_dir, tmp_path):
 
 
 def test_lora_trains_adapters_only(corpus, hf_dir, tmp_path):
-    """model.lora_r: the checkpoint holds the adapters only (safetensors; the base weights are model.path's), and
-    the KL reference is the base model (no copy of it in the checkpoint)."""
+    """model.lora_r: the learner publishes and the checkpoint holds the adapters only (safetensors; the base weights
+    are model.path's), and the KL reference is the base model (no copy of it in the checkpoint)."""
     cfg = hf_config(corpus, hf_dir, "algo.name=grpo", "algo.kl_coef=0.05", "model.lora_r=4",
                     "model.lora_target_modules=[c_attn]", "algo.lr=0.01", run_dir=tmp_path / "lora")
+    from rayseq.config import config_to_dict
+    from rayseq.distributed.learner import Learner
+
+    published = Learner(config_to_dict(cfg)).get_weights()["generator"]  # what goes to the rollout workers
+    assert published and all("lora_" in k for k in published)
     summary = Trainer(cfg).run()
     ck = load_checkpoint(summary["checkpoint"])
     weights = ck["learner"]["generator"]

@@ -24,9 +24,9 @@ TINY = ["task.name=pairs", "task.test_size=100", "task.val_size=10", "train.pret
         "algo.minibatch_size=8", "rollout.num_workers=0", "progress=false"]
 
 
-def hf_config(corpus, hf_dir, *extra, run_dir=None):
+def hf_config(corpus, hf_dir, *extra, run_dir=None, tiny=TINY):
     where = [f"run_dir={run_dir}"] if run_dir is not None else []
-    return build_config(None, [*TINY, f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}", *where,
+    return build_config(None, [*tiny, f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}", *where,
                                *extra])
 
 
@@ -157,3 +157,26 @@ def test_mle_pretraining_lowers_the_nll(corpus, hf_dir, tmp_path):
            if r["stage"] == "mle"]
     assert len(nll) == 25 and np.mean(nll[-5:]) < 0.6 * np.mean(nll[:3])
 
+
+
+ALGO_EXTRA = {"scheduled_sampling": ["algo.ss_k=2"], "raml": ["algo.raml_pool=8", "algo.raml_samples=2"],
+              "erpo_interpolation": ["algo.interp_val_every=1"]}
+
+
+def _non_adversarial() -> list[str]:
+    from rayseq import registry
+
+    return [n for n in registry.ALGORITHMS if n != "mle" and not registry.algorithm_class(n).adversarial]
+
+
+@pytest.mark.parametrize("algo", _non_adversarial())
+def test_every_non_adversarial_algorithm_updates_the_hf_policy(corpus, hf_dir, tmp_path, algo):
+    """No algorithm branches on the architecture: each of them (the SeqGAN family is refused) runs its update on the
+    Hugging Face policy through the same phase methods and moves its weights."""
+    cfg = hf_config(corpus, hf_dir, f"algo.name={algo}", "train.pretrain_iters=0", "train.iters=2",
+                    "train.eval_every=0", "algo.lr=0.01", *ALGO_EXTRA.get(algo, []), run_dir=tmp_path / algo,
+                    tiny=[a for a in TINY if not a.startswith("algo.minibatch_size")])
+    summary = Trainer(cfg).run()
+    final = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
+    initial = _initial_weights(hf_dir)
+    assert any(not torch.equal(final[f"model.{k}"], initial[k]) for k in initial if k != "lm_head.weight")

@@ -105,6 +105,14 @@ class TaskConfig(_Section):
         return self
 
 
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (configs are validated on every actor)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def rename_aliases(section: dict, aliases: dict[str, str], where: str) -> dict:
     """``section`` with old key names replaced by the current ones (an error if both are given)."""
     if not any(old in section for old in aliases):
@@ -233,7 +241,7 @@ class ModelConfig(_Section):
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, v: str) -> str:
-        if v == "hf" and importlib.util.find_spec("transformers") is None:
+        if v == "hf" and not _installed("transformers"):
             raise ValueError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]' (transformers, tokenizers, "
                              "safetensors, peft)")
         registry.model_class(v)  # ValueError naming what is wrong

@@ -180,3 +180,20 @@ def test_every_non_adversarial_algorithm_updates_the_hf_policy(corpus, hf_dir, t
     final = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
     initial = _initial_weights(hf_dir)
     assert any(not torch.equal(final[f"model.{k}"], initial[k]) for k in initial if k != "lm_head.weight")
+
+
+def test_rnn_on_a_hugging_face_tokenizer(corpus, hf_dir, tmp_path):
+    """The tokenizer replaces the vocabulary through the task (task.hf_tokenizer), not the architecture: rayseq's
+    RNN trains on the tokenizer's ids and serves decoded replies."""
+    from rayseq.serving.model import ChatModel, GenRequest
+
+    cfg = build_config(None, [*TINY, f"task.data={corpus}", f"task.hf_tokenizer={hf_dir}", "model.emb_dim=8",
+                              "model.hidden_dim=16", "algo.name=ppo_dynamic", f"run_dir={tmp_path / 'rnn'}"])
+    summary = Trainer(cfg).run()
+    assert summary["checkpoint"].endswith(".pt")
+    ck = load_checkpoint(summary["checkpoint"])
+    assert ck["learner"]["generator"]["embedding.weight"].shape[0] == 400  # the tokenizer's ids
+    assert not list((tmp_path / "rnn" / "checkpoints").glob("*.safetensors"))
+    model = ChatModel(tmp_path / "rnn")
+    res = model.generate([GenRequest("hi there", max_tokens=6)])[0]
+    assert "".join(res.pieces[0]) == res.replies[0] and res.unknown_words == []

@@ -62,7 +62,7 @@ class HFCausalLM(nn.Module):
         super().__init__()
         model = load_causal_lm(path)
         self.path = str(path)
-        self.hidden_dim = int(model.config.hidden_size)
+        self.hidden_dim = self.state_dim = int(model.config.hidden_size)  # H of the states the baseline reads
         self.lora = lora_r > 0
         if self.lora:
             from peft import LoraConfig, get_peft_model
@@ -92,7 +92,8 @@ class HFCausalLM(nn.Module):
         """The policy of ``model.path`` with the task's special ids (its vocabulary is the model's tokenizer)."""
         m = cfg.model
         if not getattr(task, "conditional", True):
-            raise ValueError(f"model.arch=hf: the {task.name} task is unconditional; use a prompt -> reply task")
+            raise ValueError(f"model.arch=hf: the {getattr(task, 'name', '')} task is unconditional; use a prompt -> "
+                             "reply task")
         return cls(m.path, task.specials, vocab_size=len(task.vocab), banned_ids=tuple(task.banned_ids),
                    lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
                    lora_target_modules=m.lora_target_modules)
@@ -154,6 +155,16 @@ class HFCausalLM(nn.Module):
                          past_key_values=state.cache, use_cache=True, output_hidden_states=True)
         return self._logits(out.logits[:, 0]), out.hidden_states[-1][:, 0], _Prefix(out.past_key_values, mask,
                                                                                       state.pos + 1)
+
+    def advance(self, tok: torch.Tensor, state: _Prefix):
+        """:meth:`decode_step` without the logits: (hidden (B, H), new state) (the step protocol's building block)."""
+        _, hidden, state = self.decode_step(tok, state)
+        return hidden, state
+
+    def output_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """The LM's output layer on last-layer hidden states (..., H) -> (..., V), banned ids at −inf: the logits
+        the LM itself gives (its head is a linear map of the final, normalised hidden state)."""
+        return self._logits(self.model.get_output_embeddings()(out))
 
     # -- phase methods ------------------------------------------------------------------------------
     def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:

@@ -44,6 +44,19 @@ def test_sampled_logprobs_equal_teacher_forced(policy, vocab):
     assert tf.logits.shape == (*out.tokens.shape, policy.vocab_size)
 
 
+def test_step_building_blocks_agree_with_the_lm(policy, vocab):
+    """advance + output_logits (the step protocol) give decode_step's logits, and output_logits on logprobs' states
+    gives its logits: the LM head is a linear map of the last hidden layer."""
+    src, src_len = _prompts(vocab, TEXTS)
+    tokens = torch.tensor([[10, 20, 30, vocab.specials.eos]] * 3)
+    tf = policy.logprobs(src, src_len, tokens)
+    assert torch.allclose(policy.output_logits(tf.states), tf.logits, atol=1e-4)
+    logits, hidden, _ = policy.decode_step(torch.full((3,), vocab.specials.bos), policy.encode(src, src_len))
+    out, _ = policy.advance(torch.full((3,), vocab.specials.bos), policy.encode(src, src_len))
+    assert torch.allclose(out, hidden) and torch.allclose(policy.output_logits(out), logits, atol=1e-4)
+    assert policy.state_dim == policy.hidden_dim == 32
+
+
 def test_rows_do_not_depend_on_their_batch(policy, vocab):
     """Left-aligned prompts with position ids of real tokens: a prompt's log-probs are the same alone and in a batch
     with longer prompts."""

@@ -3,6 +3,12 @@
 Layout: ``<run_dir>/checkpoints/ckpt_<iteration:08d>.pt``; the run directory may be a local path or
 any pyarrow.fs URI (:class:`rayseq.storage.RunStore`). Written atomically (temporary name, then a
 move), so a crash never leaves a half-written checkpoint; the last ``keep`` are kept.
+
+A payload with ``weights_format: safetensors`` (a policy class that declares it: ``model.arch=hf``) has the trained
+generator weights (``learner.generator``: all of them, or the LoRA adapters) written beside it as
+``ckpt_<iteration:08d>.safetensors`` — the format Hugging Face tools read — and the ``.pt`` holds the rest with
+``learner.generator = {"safetensors": <file name>}``; :func:`load_checkpoint` puts the weights back. The
+``.safetensors`` is written first, so a ``.pt`` never exists without its weights.
 """
 
 from __future__ import annotations
@@ -26,12 +32,21 @@ def _store(run_dir: str | os.PathLike | RunStore) -> RunStore:
 def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2) -> str:
     """Write ``payload`` as the checkpoint of ``iteration``; returns its location."""
     store = _store(run_dir)
+    name = f"ckpt_{iteration:08d}.pt"
+    if payload.get("weights_format") == "safetensors":
+        from safetensors.torch import save
+
+        weights = name.removesuffix(".pt") + ".safetensors"
+        tensors = {k: v.detach().cpu().contiguous() for k, v in payload["learner"]["generator"].items()}
+        store.write_bytes(f"{CKPT_DIR}/{weights}", save(tensors, metadata={"format": "pt"}))
+        payload = {**payload, "learner": {**payload["learner"], "generator": {"safetensors": weights}}}
     buf = io.BytesIO()
     torch.save(payload, buf)
-    name = f"ckpt_{iteration:08d}.pt"
     store.write_bytes(f"{CKPT_DIR}/{name}", buf.getvalue())
     for old in list_checkpoints(store)[:-keep]:
-        store.delete(f"{CKPT_DIR}/{old.rsplit('/', 1)[-1]}")
+        old_name = old.rsplit("/", 1)[-1]
+        store.delete(f"{CKPT_DIR}/{old_name}")
+        store.delete(f"{CKPT_DIR}/{old_name.removesuffix('.pt')}.safetensors")  # nothing there unless it has one
     return store.display(CKPT_DIR, name)
 
 
@@ -63,5 +78,13 @@ def load_checkpoint(location: str | os.PathLike, map_location="cpu") -> dict:
     """Load a checkpoint (file, run directory or URI) with ``weights_only=True``."""
     path = resolve_checkpoint(location)
     parent, _, name = path.rpartition("/")
-    data = RunStore(parent or ".").read_bytes(name)
-    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    store = RunStore(parent or ".")
+    ck = torch.load(io.BytesIO(store.read_bytes(name)), map_location=map_location, weights_only=True)
+    generator = ck.get("learner", {}).get("generator") if isinstance(ck.get("learner"), dict) else None
+    if isinstance(generator, dict) and set(generator) == {"safetensors"}:
+        from safetensors.torch import load
+
+        weights = load(store.read_bytes(generator["safetensors"]))
+        device = torch.device(map_location) if isinstance(map_location, (str, torch.device)) else None
+        ck["learner"]["generator"] = {k: v.to(device) for k, v in weights.items()} if device else weights
+    return ck

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import math
 import re
 from pathlib import Path
@@ -79,6 +80,9 @@ class TaskConfig(_Section):
     prepare: bool = Field(
         False, description="Pairs: prepare task.source into task.data first if it holds no dataset."
     )
+    hf_tokenizer: str | None = Field(
+        None, description="Pairs: a local Hugging Face tokenizer directory whose tokens replace the prepared "
+        "vocabulary (the dataset's text is re-tokenised with it); set from model.path when model.arch=hf.")
 
     @field_validator("name")
     @classmethod
@@ -99,6 +103,14 @@ class TaskConfig(_Section):
             raise ValueError("task.prepare=true: set task.source, what to prepare into task.data (e.g. "
                              "jsonl:pairs.jsonl)")
         return self
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (configs are validated on every actor)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def rename_aliases(section: dict, aliases: dict[str, str], where: str) -> dict:
@@ -159,12 +171,13 @@ class RewardConfig(_RewardFunction):
     """
 
     fn: str = Field(
-        "task", description="A built-in reward: task (the task's own), bleu, chrf, length; or your own function as "
+        "task", description="A built-in reward: task (the task's own), bleu, chrf, length, hf_classifier (a local "
+        "Hugging Face classifier: kwargs path, label); or your own function as "
         "an import path package.module:function(prompts, replies, references) -> floats.",
     )
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of reward.fn (bleu: max_order; chrf: char_order, "
-        "word_order, beta; length: target).")
+        "word_order, beta; length: target; hf_classifier: path, label, with_prompt, batch_size, max_length).")
     terms: list[RewardTerm] = Field(
         default_factory=list, description="A weighted sum instead of reward.fn: a list of {fn, weight, kwargs, name}; "
         "each term is logged as reward/<name>.")
@@ -204,13 +217,14 @@ class RewardConfig(_RewardFunction):
 
 class ModelConfig(_Section):
     """The generator (policy). ``arch`` picks the class; the keys below say which architecture reads them (``rnn``:
-    rayseq/models/generator.py, ``transformer``: rayseq/models/transformer.py); a key the chosen one does not read is
-    ignored."""
+    rayseq/models/generator.py, ``transformer``: rayseq/models/transformer.py, ``hf``: rayseq/models/hf.py); a shared
+    key the chosen one does not read is ignored, an ``hf``-only key given to ``rnn``/``transformer`` is refused."""
 
     arch: str = Field(
         "rnn", description="Generator architecture: rnn (GRU/LSTM encoder-decoder; SeqGAN's LSTM for unconditional "
-        "tasks), transformer (encoder-decoder; decoder-only for unconditional tasks; KV cache), or your own class as "
-        "an import path package.module:Class following rayseq/models/protocol.py.",
+        "tasks), transformer (encoder-decoder; decoder-only for unconditional tasks; KV cache), hf (a local Hugging "
+        "Face causal LM, model.path; the hf extra), or your own class as an import path package.module:Class "
+        "following rayseq/models/protocol.py.",
     )
     emb_dim: int = Field(128, ge=1, description="rnn: token embedding size (the transformer's is hidden_dim).")
     hidden_dim: int = Field(
@@ -232,10 +246,25 @@ class ModelConfig(_Section):
         128, ge=2, description="transformer: learned position embeddings, the longest source and the longest "
         "decoded reply (+1 for <bos>) it can read.",
     )
+    path: str | None = Field(
+        None, description="hf: a local Hugging Face model directory (config.json, weights, tokenizer), loaded with "
+        "local_files_only (never a download); its tokenizer replaces the task's vocabulary.",
+    )
+    lora_r: int = Field(0, ge=0, description="hf: rank of LoRA adapters (peft) trained instead of the weights; 0 = "
+                        "full fine-tuning. With adapters the KL reference is the model with them disabled.")
+    lora_alpha: float = Field(16.0, gt=0, description="hf: LoRA scaling alpha (the update is alpha/r · B·A).")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="hf: dropout on the LoRA adapters' input.")
+    lora_target_modules: list[str] | None = Field(
+        None, description="hf: names of the modules that get adapters (e.g. [c_attn] for GPT-2, [q_proj, v_proj] "
+        "for Llama); None = peft's default for the architecture.",
+    )
 
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, v: str) -> str:
+        if v == "hf" and not _installed("transformers"):
+            raise ValueError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]' (transformers, tokenizers, "
+                             "safetensors, peft)")
         registry.model_class(v)  # ValueError naming what is wrong
         return v
 
@@ -244,6 +273,25 @@ class ModelConfig(_Section):
         if self.arch == "transformer" and self.hidden_dim % self.n_heads:
             raise ValueError(f"model.hidden_dim={self.hidden_dim} must be a multiple of model.n_heads={self.n_heads} "
                              "(each head gets hidden_dim / n_heads)")
+        return self
+
+    @model_validator(mode="after")
+    def _check_hf(self) -> ModelConfig:
+        if self.arch in ("rnn", "transformer"):  # (a user's own class may read model.path)
+            given = [k for k in ("path", "lora_target_modules") if getattr(self, k) is not None]
+            given += ["lora_r"] if self.lora_r else []
+            if given:
+                raise ValueError(f"model.{given[0]}: read only by model.arch=hf (model.arch={self.arch})")
+            return self
+        if self.arch != "hf":
+            return self
+        if not self.path:
+            raise ValueError("model.arch=hf: set model.path to a local Hugging Face model directory (one that "
+                             "save_pretrained wrote: config.json, weights, tokenizer files)")
+        if not Path(self.path).expanduser().is_dir():
+            raise ValueError(f"model.path={self.path}: no such directory")
+        if not (Path(self.path).expanduser() / "config.json").is_file():
+            raise ValueError(f"model.path={self.path}: no config.json there (not a Hugging Face model directory)")
         return self
 
 
@@ -519,6 +567,10 @@ class RunConfig(_Section):
             data = {**data, "algo": algo}
         if isinstance(data, dict) and isinstance(data.get("task", {}), dict):
             data = {**data, "task": resolve_task_section(data.get("task", {}))}
+            model = data.get("model")
+            if isinstance(model, dict) and model.get("arch") == "hf" and model.get("path") \
+                    and data["task"].get("hf_tokenizer") is None:  # the model's tokenizer replaces the vocabulary
+                data = {**data, "task": {**data["task"], "hf_tokenizer": model["path"]}}
         return data
 
     @model_validator(mode="after")
@@ -540,6 +592,18 @@ class RunConfig(_Section):
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")
+        if self.model.arch == "hf":
+            if "hf_tokenizer" not in task.params:
+                raise ValueError(f"model.arch=hf replaces the task's vocabulary with the model's tokenizer; the "
+                                 f"{self.task.name} task has its own (use a text task: pairs, chitchat, or a task "
+                                 "class with hf_tokenizer in its params)")
+            if self.task.hf_tokenizer != self.model.path:
+                raise ValueError(f"task.hf_tokenizer={self.task.hf_tokenizer}: with model.arch=hf the tokenizer is "
+                                 f"the model's (model.path={self.model.path}); leave task.hf_tokenizer out")
+            if self.is_gan:
+                raise ValueError(f"algo.name={self.algo.name}: the SeqGAN family is not supported with "
+                                 "model.arch=hf (its discriminator and Monte-Carlo search need rayseq's vocabulary "
+                                 "and the RNN's states); use a rollout algorithm, e.g. ppo_dynamic or grpo")
         needing = self.reward.needing_references()
         if needing and not task.has_references:
             raise ValueError(f"reward: {needing[0]} compares replies with reference replies; the {self.task.name} task "

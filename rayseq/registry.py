@@ -64,12 +64,14 @@ TASKS: dict[str, str] = {
 MODELS: dict[str, str] = {  # model.arch: the generator (policy) class, see rayseq/models/protocol.py
     "rnn": "rayseq.models.generator:Seq2SeqGRU",
     "transformer": "rayseq.models.transformer:TransformerGenerator",
+    "hf": "rayseq.models.hf:HFCausalLM",  # a local Hugging Face causal LM (hf extra)
 }
 REWARDS: dict[str, str] = {
     "task": "rayseq.rewards.library:task",
     "bleu": "rayseq.rewards.library:bleu",
     "chrf": "rayseq.rewards.library:chrf",
     "length": "rayseq.rewards.library:length",
+    "hf_classifier": "rayseq.rewards.hf_classifier:hf_classifier",  # a local Hugging Face classifier (hf extra)
 }
 REWARD_ARGS = ("prompts", "replies", "references")  # what a reward function is called with, in this order
 # algo.* keys every algorithm reads: its name, the learning rate of the algorithm stage, the gradient clip

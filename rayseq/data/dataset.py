@@ -32,7 +32,10 @@ LEAKY_VERSIONS = ("rayseq-dialogue-v1",)
 
 def encode_text(text: str, vocab: Vocab, tokenizer: dict, max_len: int) -> np.ndarray:
     """(k,) int64 ids of ``text``, k <= max_len: the LAST ``max_len`` tokens, as inputs were truncated;
-    unknown words are <unk>. k is 0 for a text without tokens."""
+    unknown words are <unk>. k is 0 for a text without tokens. A vocabulary with its own tokenizer (``encode_text``:
+    a Hugging Face one, :mod:`rayseq.data.hf_text`) encodes the text itself."""
+    if hasattr(vocab, "encode_text"):
+        return vocab.encode_text(text, max_len)
     tokens = tokenize(text, **tokenizer)
     return vocab.encode(tokens[-max_len:] if max_len > 0 else [])
 

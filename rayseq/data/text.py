@@ -114,3 +114,11 @@ def detokenize(tokens: list[str], kind: str = "words", truecase: bool = False) -
     """Tokens back to readable text (module docstring); ``tokenize`` of the result gives the tokens back
     (up to case, and but for ``<unk>``)."""
     return "".join(detokenize_pieces(tokens, kind, truecase))
+
+
+def decode_ids(vocab, ids, kind: str = "words", truecase: bool = False) -> str:
+    """The text of a reply's ids up to its end token: ``vocab.decode_text`` for a vocabulary with its own tokenizer
+    (a Hugging Face one, :mod:`rayseq.data.hf_text`), else :func:`detokenize` of ``vocab.decode``."""
+    if hasattr(vocab, "decode_text"):
+        return vocab.decode_text(ids)
+    return detokenize(vocab.decode(ids), kind, truecase)

@@ -22,6 +22,7 @@ from datetime import datetime
 import numpy as np
 import yaml
 
+from rayseq import registry
 from rayseq.algos import make_algo
 from rayseq.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from rayseq.config import RunConfig, config_to_dict
@@ -96,6 +97,8 @@ class Trainer:
             "learner": rt.learner("state_dict"),
             "driver": self._driver_state(),
         }
+        if getattr(registry.model_class(self.cfg.model.arch), "weights_format", "torch") == "safetensors":
+            payload["weights_format"] = "safetensors"  # the trained weights beside the .pt (rayseq.checkpoint)
         path = save_checkpoint(self.store, self.iteration, payload, keep=self.cfg.train.keep_checkpoints)
         if self.metrics.rows:  # written with the next flush
             self.metrics.rows[-1]["time/checkpoint_s"] = time.perf_counter() - t0
@@ -108,7 +111,11 @@ class Trainer:
         if not ckpts:
             raise FileNotFoundError(f"--resume: no checkpoint in {self.store.display('checkpoints')}")
         ck = load_checkpoint(ckpts[-1])
-        theirs, ours = ck["config"], config_to_dict(self.cfg)
+        try:  # as this version reads it: keys added since (model.arch) take their defaults
+            theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
+        except ValueError:
+            theirs = ck["config"]
+        ours = config_to_dict(self.cfg)
         diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec]
                 if theirs.get(sec, {}).get(k) != ours[sec][k]]
         diff += ["algo.name"] if theirs.get("algo", {}).get("name") != self.cfg.algo.name else []

@@ -13,7 +13,7 @@ from rayseq.algos import MLE, LearnerState, make_algo, seqgan
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
 from rayseq.distributed.placement import placement_group_id
-from rayseq.models import Critic, ValueBaseline, make_discriminator, make_generator
+from rayseq.models import Critic, ValueBaseline, make_discriminator, make_generator, reference_policy
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, Rollout, to_torch
 
@@ -78,7 +78,7 @@ class Learner:
             if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
                 self.rollout_policy = copy.deepcopy(self.state.generator).eval()
             if self.kl is not None and self.kl.coef > 0:
-                self.ref_policy = copy.deepcopy(self.state.generator).eval().requires_grad_(False)
+                self.ref_policy = reference_policy(self.state.generator)
 
     def get_weights(self) -> dict:
         """Generator (and SeqGAN's rollout policy G_β) state dicts on CPU, published once per version."""

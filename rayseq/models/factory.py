@@ -9,6 +9,7 @@ checkpoint the same way (:func:`generator_from_parts`).
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 from torch import nn
@@ -29,6 +30,13 @@ def generator_from_parts(model_cfg: ModelConfig, vocab, specials, *, conditional
     gets a config with only ``model`` and a task with only ``vocab``, ``specials``, ``conditional``, ``banned_ids``."""
     task = SimpleNamespace(vocab=vocab, specials=specials, conditional=conditional, banned_ids=tuple(banned_ids))
     return registry.model_class(model_cfg.arch).from_config(SimpleNamespace(model=model_cfg), task)
+
+
+def reference_policy(generator: nn.Module):
+    """π_ref of the KL penalty, frozen: the generator's own ``reference_policy()`` when it has one (a LoRA policy:
+    itself with the adapters disabled), else a frozen copy."""
+    own = getattr(generator, "reference_policy", None)
+    return own() if own is not None else copy.deepcopy(generator).eval().requires_grad_(False)
 
 
 def make_discriminator(cfg: RunConfig, task) -> CNNDiscriminator:

@@ -62,6 +62,12 @@ class Seq2SeqGRU(StepDecoding, nn.Module):
         ban[list(self.banned_ids)] = float("-inf")
         self.register_buffer("logit_bias", ban, persistent=False)  # (V,) 0 or −inf
 
+    @classmethod
+    def from_config(cls, cfg, task) -> Seq2SeqGRU:
+        """``model.arch=rnn``: the task's generator (conditional or not, banned ids) from the ``model.*`` sizes."""
+        return build_generator(len(task.vocab), cfg.model, task.specials, conditional=task.conditional,
+                               banned_ids=task.banned_ids)
+
     # -- building blocks -------------------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_len: torch.Tensor):
         """src (B, S), src_len (B,) -> initial decoder state ((L, B, H), or a pair for LSTM).
@@ -98,12 +104,6 @@ class Seq2SeqGRU(StepDecoding, nn.Module):
         states, _ = self.decoder(self.embedding(dec_in), h0)
         logits = self.output_logits(states)
         return GeneratorOutput(self.token_logp(logits, tokens), states, logits)
-
-    @classmethod
-    def from_config(cls, cfg, task) -> Seq2SeqGRU:
-        """The task's RNN generator from ``cfg.model``: emb_dim, hidden_dim, num_layers, dropout, cell."""
-        return build_generator(len(task.vocab), cfg.model, task.specials, conditional=task.conditional,
-                               banned_ids=task.banned_ids)
 
 
 def build_generator(vocab_size: int, model_cfg, specials, *, conditional: bool = True,

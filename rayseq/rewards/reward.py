@@ -7,7 +7,7 @@ Each f_k is a built-in (:mod:`rayseq.rewards.library`: ``task``, ``bleu``, ``chr
 ``rewards(src, src_len, tokens, token_mask, key)`` contract, so :func:`rayseq.tasks.make_task` installs it as the
 task's reward: rollout scoring (on the ScorerActors, which may hold a GPU), SCST's greedy baseline, RAML's
 weights, ERPO interpolation's validation reward and ``val/reward`` / ``test/reward`` all use it. It turns token ids
-into text with the task's vocabulary and tokenizer (:func:`rayseq.data.text.detokenize`), calls each function on
+into text with the task's vocabulary and tokenizer (:func:`rayseq.data.text.decode_ids`), calls each function on
 ``reward.batch_size`` rows at a time, checks what comes back (B finite floats) and keeps every term's unweighted
 values for logging (``reward/<name>``). ``task`` and ``bleu`` skip the text: they run on the token ids (the task's
 own reward; the vectorised BLEU, :func:`rayseq.rewards.bleu.sentence_bleu_padded`).
@@ -26,7 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
-from rayseq.data.text import detokenize
+from rayseq.data.text import decode_ids
 from rayseq.rewards import library
 from rayseq.rewards.bleu import sentence_bleu_padded
 from rayseq.rewards.terminal import terminal_rewards
@@ -134,7 +134,7 @@ class _Batch:
 
     def _text(self, ids) -> str:
         task = self.reward.task
-        return detokenize(task.vocab.decode(ids), self.reward._kind)
+        return decode_ids(task.vocab, ids, self.reward._kind)
 
     @cached_property
     def prompts(self) -> list[str]:

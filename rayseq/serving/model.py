@@ -19,6 +19,7 @@ import torch
 
 from rayseq.checkpoint import load_checkpoint, resolve_checkpoint
 from rayseq.config import ModelConfig
+from rayseq.data.hf_text import HFJoiner, HFVocab
 from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
 from rayseq.models.factory import generator_from_parts
 from rayseq.vocab import Vocab
@@ -92,7 +93,8 @@ class ChatModel:
         if not task.get("conditional", task["name"] not in _OLD_UNCONDITIONAL):
             raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "
                              "reply to; serve a chat (or counting) checkpoint")
-        self.vocab = Vocab.from_spec(task["vocab"])
+        hf = "hf_tokenizer" in task["vocab"]  # model.arch=hf: the model's own tokenizer (rayseq.data.hf_text)
+        self.vocab = HFVocab(task["vocab"]["hf_tokenizer"]) if hf else Vocab.from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)
         self.truecase = self.tokenizer_kind == "words" and self.lowercase  # "i'm fine" -> "I'm fine"
@@ -117,8 +119,16 @@ class ChatModel:
             "load_s": round(time.perf_counter() - t0, 3),
         }
 
+    def _joiner(self):
+        """Incremental detokeniser of a reply by token id: ``push(id)`` -> the text it adds, ``peek(id)``."""
+        if isinstance(self.vocab, HFVocab):
+            return HFJoiner(self.vocab)
+        return _WordJoiner(Joiner(self.tokenizer_kind, self.truecase), self.vocab.itos)
+
     def encode(self, text: str) -> tuple[list[int], list[str]]:
         """Token ids of ``text`` (truncated to the model's input length) and the words that were unknown."""
+        if isinstance(self.vocab, HFVocab):  # a subword tokenizer: no word is unknown
+            return self.vocab.encode_text(text, self.max_src_len).tolist(), []
         words = tokenize(text, self.tokenizer_kind, self.lowercase)[-self.max_src_len :]
         ids = self.vocab.encode(words).tolist()
         unknown = [w for w, i in zip(words, ids) if i == self.vocab.specials.unk]
@@ -179,12 +189,12 @@ class ChatModel:
         ended = bool(seq) and seq[-1] == eos
         complete = ended or (self.fixed_length and len(seq) >= self.max_tgt_len)
         reason, n_tokens = ("stop" if complete else "length"), len(seq)
-        joiner = Joiner(self.tokenizer_kind, self.truecase)
+        joiner = self._joiner()
         pieces, entries, text = [], ([] if logp is not None else None), ""
         for j, tid in enumerate(seq[:-1] if ended else seq):
             if entries is not None:
                 entries.append(self._logprob_entry(joiner, logp[j], tid, r.logprobs))
-            piece = joiner.push(self.vocab.itos[tid])
+            piece = joiner.push(tid)
             pieces.append(piece)
             text += piece
             hits = [i for i in (text.find(s) for s in r.stop) if i >= 0]
@@ -202,13 +212,13 @@ class ChatModel:
                 break
         return text, reason, n_tokens, pieces, entries
 
-    def _logprob_entry(self, joiner: Joiner, logp: torch.Tensor, tid: int, k: int) -> dict:
+    def _logprob_entry(self, joiner, logp: torch.Tensor, tid: int, k: int) -> dict:
         """OpenAI's ``logprobs.content`` item for the token ``tid`` about to be pushed: its text piece, log-prob
         and the ``k`` most likely tokens here (``<eos>``: ending the reply; impossible tokens left out)."""
         def item(t: int, lp: float) -> dict:
             if t == self.vocab.specials.eos:
                 return {"token": "<eos>", "logprob": lp, "bytes": None}
-            piece = joiner.peek(self.vocab.itos[t])
+            piece = joiner.peek(t)
             return {"token": piece, "logprob": lp, "bytes": list(piece.encode())}
 
         entry = item(tid, float(logp[tid]))
@@ -217,3 +227,16 @@ class ChatModel:
             values, ids = logp.topk(min(k, logp.shape[0]))
             top = [item(int(t), float(v)) for v, t in zip(values.tolist(), ids.tolist()) if math.isfinite(v)]
         return {**entry, "top_logprobs": top}
+
+
+class _WordJoiner:
+    """:class:`rayseq.data.text.Joiner` by token id (the words/chars tokenizers)."""
+
+    def __init__(self, joiner: Joiner, itos: list[str]):
+        self.joiner, self.itos = joiner, itos
+
+    def push(self, tid: int) -> str:
+        return self.joiner.push(self.itos[tid])
+
+    def peek(self, tid: int) -> str:
+        return self.joiner.peek(self.itos[tid])

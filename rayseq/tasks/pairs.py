@@ -3,7 +3,10 @@
 Data: a dataset prepared by ``python -m rayseq.data prepare SOURCE --out DIR`` (``task.data``), e.g. your own
 ``jsonl:FILE`` of ``{"prompt", "reply"}`` rows (:mod:`rayseq.data.preparation`). Rows with the same prompt are its
 references (one-to-many); ``task.prepare=true`` prepares ``task.source`` into ``task.data`` first when it holds no
-dataset. The ``chitchat`` task (:mod:`rayseq.tasks.chitchat`) is this task on the chit-chat corpus.
+dataset. The ``chitchat`` task (:mod:`rayseq.tasks.chitchat`) is this task on the chit-chat corpus. With
+``task.hf_tokenizer`` (set from ``model.path`` by ``model.arch=hf``) a Hugging Face tokenizer's ids replace the
+prepared vocabulary: every row's text is re-tokenised (:func:`rayseq.data.hf_text.retokenize`), so BLEU-2 counts
+its subword tokens, and replies are decoded by it.
 
 Reward: the task's own is sentence BLEU-2 of the sampled reply against ALL references of its prompt, the reward
 of Tuan et al. (2018, Sec. 5.2) for their chatbot, vectorised (:func:`rayseq.rewards.bleu.sentence_bleu_padded`,
@@ -37,8 +40,9 @@ import numpy as np
 import torch
 
 from rayseq.data.dataset import DialogueData, encode_text
+from rayseq.data.hf_text import HFVocab, retokenize
 from rayseq.data.preparation import DataError
-from rayseq.data.text import detokenize
+from rayseq.data.text import decode_ids
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
 from rayseq.tasks.base import Task, task_spec
 from rayseq.types import PromptBatch
@@ -49,7 +53,7 @@ HELD_OUT = {"val": "valid", "test": "test"}  # evaluation split -> prepared spli
 
 class PairsTask(Task):
     name = "pairs"
-    params = ("data", "source", "prepare", "test_size", "val_size", "test_seed", "val_seed")
+    params = ("data", "source", "prepare", "test_size", "val_size", "test_seed", "val_seed", "hf_tokenizer")
     has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
     scored_remotely = True  # against all references of an input: worth the scorer actors
     example_prompts: tuple[str, ...] = ()  # replies to these are in the test details
@@ -68,6 +72,8 @@ class PairsTask(Task):
                 f"`python -m rayseq.data prepare {source} --out {cfg.data}` (or set task.source and task.prepare=true)"
             )
         self.data = DialogueData.load(cfg.data)
+        if cfg.hf_tokenizer:  # a Hugging Face tokenizer's tokens replace the prepared vocabulary (model.arch=hf)
+            self.data = retokenize(self.data, HFVocab(cfg.hf_tokenizer))
         self.vocab = self.data.vocab
         self.specials = self.vocab.specials
         self.max_src_len = self.data.max_src_len
@@ -121,7 +127,7 @@ class PairsTask(Task):
         s = self.train
         batch = PromptBatch(s.src[idx], s.src_len[idx], key=s.group[idx])
         if with_targets:
-            tgt = np.zeros((n, self.max_tgt_len), dtype=np.int64)
+            tgt = np.full((n, self.max_tgt_len), self.specials.pad, dtype=np.int64)
             tgt[:, : s.tgt.shape[1]] = s.tgt[idx]
             tgt[np.arange(n), s.tgt_len[idx]] = self.specials.eos
             batch.tgt, batch.tgt_len = tgt, s.tgt_len[idx] + 1
@@ -177,7 +183,7 @@ class PairsTask(Task):
         return [tokens[i, : lens[i]] for i in range(len(tokens))]
 
     def reply_text(self, ids: np.ndarray) -> str:
-        return detokenize(self.vocab.decode(ids), self.data.tokenizer.get("kind", "words"))
+        return decode_ids(self.vocab, ids, self.data.tokenizer.get("kind", "words"))
 
     @torch.no_grad()
     def validation_reward(self, generator, device="cpu") -> float:
@@ -220,7 +226,7 @@ class PairsTask(Task):
         }
         if self.example_prompts:
             prompts = [encode_text(p, self.vocab, self.data.tokenizer, self.max_src_len) for p in self.example_prompts]
-            p_src = np.zeros((len(prompts), self.max_src_len), dtype=np.int64)
+            p_src = np.full((len(prompts), self.max_src_len), self.specials.pad, dtype=np.int64)
             for i, p in enumerate(prompts):
                 p_src[i, : len(p)] = p
             p_len = np.array([max(len(p), 1) for p in prompts], dtype=np.int64)

@@ -185,3 +185,21 @@ def test_trainer_refuses_another_model_before_writing(finished_run):
     with pytest.raises(ValueError, match=r"trained with another model.hidden_dim"):
         Trainer(cfg, resume=True).run()
     assert snapshot(finished_run) == before
+
+
+def test_runs_from_before_model_arch_resume(tmp_path):
+    """A checkpoint whose config has no model.arch (written before the key existed) resumes as arch=rnn."""
+    from rayseq.checkpoint import load_checkpoint, save_checkpoint
+
+    cfg = tiny_config("rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=1", "train.checkpoint_every=1",
+                      run_dir=tmp_path / "old")
+    Trainer(cfg).run()
+    last = list_checkpoints(tmp_path / "old")[-1]
+    ck = load_checkpoint(last)
+    for key in ("arch", "path", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"):
+        del ck["config"]["model"][key]
+    iteration = int(last.rsplit("_", 1)[1].removesuffix(".pt"))
+    save_checkpoint(tmp_path / "old", iteration, ck)
+    longer = tiny_config("rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=2",
+                         "train.checkpoint_every=1", run_dir=tmp_path / "old")
+    assert Trainer(longer, resume=True).run()["iterations"] == 4

@@ -1,0 +1,147 @@
+"""A Hugging Face tokenizer as a task's vocabulary (``model.arch=hf``, ``task.hf_tokenizer``): its tokens replace
+the prepared vocabulary end to end — the dataset's inputs and replies are re-tokenised with it
+(:func:`retokenize`), rewards read replies decoded by it, serving encodes prompts and decodes replies with it.
+
+:class:`HFVocab` has what the rest of rayseq reads of a :class:`rayseq.vocab.Vocab` (``len``, ``specials``,
+``to_spec``) and the text protocol :func:`rayseq.data.dataset.encode_text` and :func:`rayseq.data.text.decode_ids`
+dispatch to: ``encode_text(text, max_len)`` and ``decode_text(ids)``. Loaded with ``local_files_only=True``: never
+a download at run time.
+
+Specials: ``<pad>`` must exist and differ from the end token (rayseq pads replies after their end and gives pad
+positions log-prob 0, so a pad that were also the end token would erase every reply's end); the separator between
+prompt and reply (rayseq's ``bos``) is the tokenizer's BOS, or its EOS when it has none (GPT-2's
+``<|endoftext|>``); ``unk`` falls back to pad (byte-level tokenizers have no unknown token).
+
+Math/data layer: numpy and transformers (imported when a vocabulary is built).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from rayseq.data.dataset import DialogueData
+from rayseq.data.text import detokenize
+from rayseq.vocab import Specials
+
+
+def load_tokenizer(path: str):
+    """``AutoTokenizer.from_pretrained(path, local_files_only=True)``; a clear error when there is none."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ImportError("a Hugging Face tokenizer needs the hf extra: pip install 'rayseq[hf]'") from None
+    if not Path(path).expanduser().is_dir():
+        raise FileNotFoundError(f"{path}: no such directory (a Hugging Face model or tokenizer directory)")
+    try:
+        return AutoTokenizer.from_pretrained(str(Path(path).expanduser()), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: no Hugging Face tokenizer could be loaded there ({exc})") from None
+
+
+class HFVocab:
+    """A Hugging Face tokenizer with the vocabulary interface rayseq's tasks, rewards and serving read."""
+
+    kind = "hf"
+
+    def __init__(self, path: str):
+        self.path = str(path)
+        self.tokenizer = tok = load_tokenizer(self.path)
+        if tok.eos_token_id is None:
+            raise ValueError(f"{path}: the tokenizer has no end token (eos_token); replies need one")
+        if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
+            raise ValueError(f"{path}: the tokenizer needs a pad token other than its end token {tok.eos_token!r} "
+                             "(rayseq pads replies after their end); add one (tokenizer.add_special_tokens("
+                             "{'pad_token': '<pad>'}), model.resize_token_embeddings(len(tokenizer))) and save both")
+        bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        unk = tok.unk_token_id if tok.unk_token_id is not None else tok.pad_token_id
+        self.specials = Specials(pad=tok.pad_token_id, bos=bos, eos=tok.eos_token_id, unk=unk)
+        self._size = len(tok)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def encode_text(self, text: str, max_len: int) -> np.ndarray:
+        """(k,) int64 ids of ``text`` without special tokens, its LAST ``max_len`` (as inputs are truncated)."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return np.asarray(ids[-max_len:] if max_len > 0 else [], dtype=np.int64)
+
+    def decode_text(self, ids) -> str:
+        """The text of ``ids`` up to the first end token, special tokens left out."""
+        ids = [int(i) for i in ids]
+        if self.specials.eos in ids:
+            ids = ids[: ids.index(self.specials.eos)]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def decode(self, ids, *, stop_at_eos: bool = True) -> list[str]:
+        """Token strings (``Vocab.decode``'s shape), up to the end token; pad left out."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if stop_at_eos and i == self.specials.eos:
+                break
+            if i != self.specials.pad:
+                out.append(self.tokenizer.convert_ids_to_tokens(i))
+        return out
+
+    def to_spec(self) -> dict:
+        """What a checkpoint stores: the tokenizer's directory (serving loads it from there)."""
+        return {"hf_tokenizer": self.path}
+
+
+class HFJoiner:
+    """Incremental decoding by token id, as :class:`rayseq.data.text.Joiner` for words: :meth:`push` a token, get the
+    text it adds (the decoded reply so far minus the text before it, so the pieces concatenate to the decoded reply);
+    :meth:`peek` the piece a token would add. A token that ends inside a multi-byte character adds nothing until
+    the character is complete."""
+
+    def __init__(self, vocab: HFVocab):
+        self.vocab, self.ids, self.text = vocab, [], ""
+
+    def _piece(self, tid: int) -> tuple[str, str]:
+        if tid in (self.vocab.specials.eos, self.vocab.specials.pad):
+            return "", self.text
+        text = self.vocab.tokenizer.decode(self.ids + [tid], skip_special_tokens=True)
+        if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for its remaining bytes
+            return "", self.text
+        return (text[len(self.text):] if text.startswith(self.text) else text), text
+
+    def push(self, tid: int) -> str:
+        piece, text = self._piece(int(tid))
+        self.ids.append(int(tid))
+        if text.startswith(self.text):
+            self.text = text
+        return piece
+
+    def peek(self, tid: int) -> str:
+        return self._piece(int(tid))[0]
+
+
+def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
+    """A :class:`rayseq.data.dataset.DialogueData` with its text re-tokenised by ``vocab``: every row's input and
+    reply (the prepared word tokens, detokenised) encoded again; rows, groups and splits unchanged, so the references
+    of an input are the same replies. The length caps become the longest encoded input and reply."""
+    kind = data.tokenizer.get("kind", "words")
+
+    def encode(texts: list[str]) -> list[np.ndarray]:
+        out = [vocab.encode_text(detokenize(t.split(), kind), 1 << 30) for t in texts]
+        return [o if len(o) else np.array([vocab.specials.unk], dtype=np.int64) for o in out]
+
+    encoded = {name: (encode(s.src_text), encode(s.tgt_text)) for name, s in data.splits.items()}
+    max_src = max(len(x) for src, _ in encoded.values() for x in src)
+    max_tgt = max(len(x) for _, tgt in encoded.values() for x in tgt)
+
+    def pad(rows: list[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
+        out = np.full((len(rows), width), vocab.specials.pad, dtype=np.int64)
+        for i, r in enumerate(rows):
+            out[i, : len(r)] = r
+        return out, np.array([len(r) for r in rows], dtype=np.int64)
+
+    splits = {}
+    for name, s in data.splits.items():
+        src, src_len = pad(encoded[name][0], max_src)
+        tgt, tgt_len = pad(encoded[name][1], max_tgt)
+        splits[name] = dataclasses.replace(s, src=src, src_len=src_len, tgt=tgt, tgt_len=tgt_len)
+    return DialogueData(vocab, {"kind": HFVocab.kind, "path": vocab.path}, max_src, max_tgt, data.manifest, splits)

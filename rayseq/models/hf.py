@@ -1,0 +1,269 @@
+"""A local Hugging Face causal LM as the policy (``model.arch=hf``, ``model.path=DIR``): π_θ(y_t | x, y_<t) is the
+LM's next-token distribution on the sequence ``x <bos> y_1 … y_{t−1}`` (the prompt, the separator, the reply so far).
+
+The phase methods are those of :class:`rayseq.models.generator.Seq2SeqGRU`, on the same shapes and conventions
+(right-padded ``src`` with ``src_len``, replies ending at ``eos`` and padded after, banned ids at logit −inf,
+log-prob 0 at pad positions): :meth:`HFCausalLM.logprobs` runs the whole teacher-forced sequence in one forward
+pass; sampling, serving-time generation, greedy decoding and the first-step distribution are the RNN's decoding
+loops (the same functions) run on this model's :meth:`HFCausalLM.encode` (the prompt through the LM, its KV
+cache kept) and :meth:`HFCausalLM.decode_step` (one token with the cache). Prompts are left-aligned inside the LM's
+input (left padding, masked, with position ids counting real tokens only), so every row's reply starts at the same
+column. ``states`` are the LM's last hidden layer at the positions that predict each reply token (the value
+baseline's and the critic's input).
+
+Weights (:meth:`HFCausalLM.state_dict`): what is trained — every parameter (full fine-tuning), or with
+``model.lora_r`` > 0 only the LoRA adapters (peft, Hu et al. 2021), the base weights being ``model.path``'s.
+Tied weights appear once, so the dict is safetensors-safe. The KL reference (:meth:`HFCausalLM.reference_policy`)
+is a frozen copy of the model (full fine-tuning) or the same model with its adapters disabled (LoRA: no second
+copy of the base weights).
+
+The model is loaded with ``local_files_only=True``: never a download at run time.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from rayseq.models.generator import GeneratorOutput, SampleOutput, Seq2SeqGRU
+
+
+class _Prefix(NamedTuple):
+    cache: object  # the LM's past_key_values
+    mask: torch.Tensor  # (B, L) attention mask of what the cache holds
+    pos: torch.Tensor  # (B,) position id of the next token
+
+
+def load_causal_lm(path: str):
+    """``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` in float32."""
+    try:
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        raise ImportError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]'") from None
+    hf_logging.disable_progress_bar()  # one bar per actor that builds the model, in every log
+    return AutoModelForCausalLM.from_pretrained(str(Path(path).expanduser()), local_files_only=True,
+                                                dtype=torch.float32)
+
+
+class HFCausalLM(nn.Module):
+    """A Hugging Face causal LM with the rayseq policy interface (module docstring)."""
+
+    weights_format = "safetensors"  # checkpoints write the trained weights as safetensors (rayseq.checkpoint)
+
+    def __init__(self, path: str, specials, *, vocab_size: int | None = None, banned_ids: tuple[int, ...] = (),
+                 lora_r: int = 0, lora_alpha: float = 16.0, lora_dropout: float = 0.0,
+                 lora_target_modules: list[str] | None = None):
+        super().__init__()
+        model = load_causal_lm(path)
+        self.path = str(path)
+        self.hidden_dim = self.state_dim = int(model.config.hidden_size)  # H of the states the baseline reads
+        self.lora = lora_r > 0
+        if self.lora:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+                                                     target_modules=lora_target_modules, task_type="CAUSAL_LM"))
+        self.model = model
+        logits_dim = int(model.get_output_embeddings().weight.shape[0])
+        if vocab_size is not None and vocab_size > logits_dim:
+            raise ValueError(f"model.path={path}: the tokenizer has {vocab_size} tokens but the model only "
+                             f"{logits_dim} output rows; model.resize_token_embeddings(len(tokenizer)) and save it")
+        self.vocab_size = logits_dim
+        self.pad_id, self.bos_id, self.eos_id = specials.pad, specials.bos, specials.eos
+        self.conditional = True
+        # never valid outputs: pad, the separator (unless it is also the end token, as GPT-2's <|endoftext|>), the
+        # task's banned ids, and the LM's padding rows beyond the tokenizer
+        beyond = range(vocab_size, logits_dim) if vocab_size is not None else ()
+        self.banned_ids = tuple(sorted({self.pad_id, self.bos_id, *banned_ids, *beyond} - {self.eos_id}))
+        ban = torch.zeros(logits_dim)
+        ban[list(self.banned_ids)] = float("-inf")
+        self.register_buffer("logit_bias", ban, persistent=False)
+        # what is trained, hence saved and published: the adapters, or every (distinct) parameter
+        self._trained = [n for n, p in self.named_parameters() if p.requires_grad or not self.lora]
+
+    @classmethod
+    def from_config(cls, cfg, task) -> HFCausalLM:
+        """The policy of ``model.path`` with the task's special ids (its vocabulary is the model's tokenizer)."""
+        m = cfg.model
+        if not getattr(task, "conditional", True):
+            raise ValueError(f"model.arch=hf: the {getattr(task, 'name', '')} task is unconditional; use a prompt -> "
+                             "reply task")
+        return cls(m.path, task.specials, vocab_size=len(task.vocab), banned_ids=tuple(task.banned_ids),
+                   lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+                   lora_target_modules=m.lora_target_modules)
+
+    # -- weights ------------------------------------------------------------------------------------
+    def state_dict(self, *args, **kwargs) -> dict:
+        """The trained weights only (module docstring), detached; tied weights once."""
+        params = dict(self.named_parameters())
+        return {n: params[n].detach() for n in self._trained}
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Load :meth:`state_dict`'s weights (the same names, all of them)."""
+        missing, extra = set(self._trained) - set(state_dict), set(state_dict) - set(self._trained)
+        if missing or extra:
+            raise KeyError(f"HFCausalLM weights do not match: missing {sorted(missing)[:3]}, unexpected "
+                           f"{sorted(extra)[:3]} (a checkpoint of another model.path or model.lora_r?)")
+        params = dict(self.named_parameters())
+        with torch.no_grad():
+            for n in self._trained:
+                params[n].copy_(state_dict[n])
+        return nn.modules.module._IncompatibleKeys([], [])
+
+    def reference_policy(self):
+        """π_ref for the KL penalty: a frozen copy (full fine-tuning) or this model with its adapters disabled."""
+        if self.lora:
+            return _AdaptersDisabled(self)
+        return copy.deepcopy(self).eval().requires_grad_(False)
+
+    # -- building blocks ----------------------------------------------------------------------------
+    def _left_aligned(self, src: torch.Tensor, src_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded (B, S) -> left-padded ids (B, S) and their mask (B, S) (prompts end at column S−1)."""
+        S = src.shape[1]
+        col = torch.arange(S, device=src.device).unsqueeze(0) - (S - src_len).unsqueeze(1)
+        mask = col >= 0
+        ids = src.gather(1, col.clamp(min=0)).masked_fill(~mask, self.pad_id)
+        return ids, mask.long()
+
+    def _logits(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.float() + self.logit_bias
+
+    token_logp = Seq2SeqGRU.token_logp
+
+    def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> _Prefix:
+        """Run the prompts through the LM: its KV cache, mask and next position (the state of :meth:`decode_step`)."""
+        ids, mask = self._left_aligned(src, src_len)
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        if ids.shape[1]:
+            self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        return _Prefix(cache, mask, mask.sum(1))
+
+    def decode_step(self, tok: torch.Tensor, state: _Prefix):
+        """One token through the LM with the cache: tok (B,) -> logits (B, V) (banned ids −inf), hidden (B, H),
+        new state."""
+        mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], 1)
+        out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=state.pos.unsqueeze(1),
+                         past_key_values=state.cache, use_cache=True, output_hidden_states=True)
+        return self._logits(out.logits[:, 0]), out.hidden_states[-1][:, 0], _Prefix(out.past_key_values, mask,
+                                                                                      state.pos + 1)
+
+    def advance(self, tok: torch.Tensor, state: _Prefix):
+        """:meth:`decode_step` without the logits: (hidden (B, H), new state) (the step protocol's building block)."""
+        _, hidden, state = self.decode_step(tok, state)
+        return hidden, state
+
+    def output_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """The LM's output layer on last-layer hidden states (..., H) -> (..., V), banned ids at −inf: the logits
+        the LM itself gives (its head is a linear map of the final, normalised hidden state)."""
+        return self._logits(self.model.get_output_embeddings()(out))
+
+    # -- phase methods ------------------------------------------------------------------------------
+    def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
+        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}``."""
+        S, T = src.shape[1], tokens.shape[1]
+        ids, mask = self._left_aligned(src, src_len)
+        bos = torch.full_like(tokens[:, :1], self.bos_id)
+        ids = torch.cat([ids, bos, tokens[:, :-1]], 1)
+        mask = torch.cat([mask, torch.ones_like(tokens)], 1)
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                         output_hidden_states=True)
+        logits = self._logits(out.logits[:, S : S + T])
+        states = out.hidden_states[-1][:, S : S + T]
+        return GeneratorOutput(self.token_logp(logits, tokens), states, logits)
+
+    # the RNN's decoding loops, on encode/decode_step above
+    first_step_logprobs = Seq2SeqGRU.first_step_logprobs
+    sample = Seq2SeqGRU.sample
+    greedy = Seq2SeqGRU.greedy
+
+    @torch.no_grad()
+    def generate(self, src, src_len, max_len, temperature, top_k, generators, top_p=None):
+        """Serving-time decoding: :meth:`Seq2SeqGRU.generate` (per-row temperature, top-k, top-p, Gumbel-max with
+        each row's own generator), with each row's uniforms drawn step by step, V at a time, instead of all
+        (B, T, V) up front: a Hugging Face vocabulary is 50k–150k tokens, which at 32 requests of 128 tokens would
+        be gigabytes. A generator gives the same numbers either way (its t-th V-block), so replies are the same."""
+        B, dev, V = src.shape[0], src.device, self.vocab_size
+        h = self.encode(src, src_len)
+        tok = torch.full((B,), self.bos_id, dtype=torch.long, device=dev)
+        alive = torch.ones(B, dtype=torch.bool, device=dev)
+        greedy = temperature <= 0
+        temp = torch.where(greedy, torch.ones_like(temperature), temperature).unsqueeze(1)
+        lengths = max_len.tolist()
+        k = top_k.clamp(min=0, max=V)
+        use_top_k = bool((k > 0).any())
+        p_cut = None if top_p is None or not bool((top_p < 1).any()) else top_p.unsqueeze(1)  # (B, 1)
+        tokens, token_mask, logps = [], [], []
+        for t in range(max(lengths, default=0)):
+            u = torch.full((B, V), 0.5, device=dev)
+            for i, (g, n) in enumerate(zip(generators, lengths)):
+                if t < n:
+                    u[i] = torch.rand(V, generator=g, device=dev)
+            alive = alive & (t < max_len)
+            if not alive.any():
+                break
+            logits, _, h = self.decode_step(tok, h)
+            logp_all = torch.log_softmax(logits, dim=-1)
+            scaled = logits / temp
+            if use_top_k:
+                kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
+                scaled = torch.where((k.unsqueeze(1) > 0) & (scaled < kth), float("-inf"), scaled)
+            if p_cut is not None:  # nucleus: as Seq2SeqGRU.generate
+                srt, order = scaled.sort(dim=-1, descending=True, stable=True)
+                probs = torch.softmax(srt, dim=-1)
+                drop = ((probs.cumsum(-1) - probs) >= p_cut) & (p_cut < 1)
+                scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float("-inf"))
+            gumbel = -torch.log(-torch.log(u.clamp_(min=1e-20, max=1.0 - 1e-7)))
+            nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel).argmax(-1))
+            nxt = torch.where(alive, nxt, torch.full_like(nxt, self.pad_id))
+            tokens.append(nxt)
+            token_mask.append(alive.float())
+            logps.append(torch.where(alive, logp_all.gather(1, nxt[:, None]).squeeze(1), 0.0))
+            alive = alive & (nxt != self.eos_id)
+            tok = nxt
+        if not tokens:
+            empty = torch.zeros(B, 0, device=dev)
+            return SampleOutput(empty.long(), empty, empty, empty)
+        mask = torch.stack(token_mask, 1)
+        return SampleOutput(torch.stack(tokens, 1), mask, mask, torch.stack(logps, 1))
+
+
+class _AdaptersDisabled:
+    """π_ref of a LoRA policy: its ``logprobs`` with the adapters disabled and in eval mode (the base weights as
+    loaded); nothing of its own to save."""
+
+    def __init__(self, policy: HFCausalLM):
+        self.policy = policy
+
+    @contextmanager
+    def _base(self):
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with self.policy.model.disable_adapter():
+                yield
+        finally:
+            self.policy.train(was_training)
+
+    @torch.no_grad()
+    def logprobs(self, src, src_len, tokens) -> GeneratorOutput:
+        with self._base():
+            return self.policy.logprobs(src, src_len, tokens)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state_dict) -> None:
+        return None
+
+
+__all__ = ["HFCausalLM", "load_causal_lm"]

@@ -1,0 +1,97 @@
+"""``reward.fn=hf_classifier``: a local Hugging Face sequence-classification model as the reward (a sentiment or
+toxicity classifier, a reward model), run where configured rewards run — on the scorer actors (``scorer.*``; their
+GPU with ``scorer.num_gpus_per_scorer``), the rollout workers when there are no scorers.
+
+    reward.fn=hf_classifier reward.kwargs={path: DIR, label: 1}
+
+kwargs:
+    path        a local model directory (``save_pretrained``: config.json, weights, tokenizer), loaded with
+                ``local_files_only=True`` (never a download), once per process
+    label       the class whose probability is the reward (an index, or a name of the config's ``id2label``);
+                default 1 (the positive class of a binary classifier). A model with one output (a regression head,
+                a reward model) gives that output itself and ignores ``label``
+    with_prompt classify the pair (prompt, reply) instead of the reply alone (a reward model of a reply to a prompt)
+    batch_size  replies per forward pass (64)
+    max_length  tokens per input, truncated beyond (512)
+
+Returns softmax(logits)[label] in [0, 1] per reply (or the single output); an empty reply is classified as one pad
+token. Math layer: torch, transformers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+_LOADED: dict[tuple[str, str], tuple] = {}  # (path, device) -> (tokenizer, model), one per process
+
+
+def _load(path: str, device: str):
+    key = (str(Path(path).expanduser()), device)
+    if key not in _LOADED:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        tok = AutoTokenizer.from_pretrained(key[0], local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(key[0], local_files_only=True).to(device).eval()
+        if model.config.pad_token_id is None and tok.pad_token_id is not None:
+            model.config.pad_token_id = tok.pad_token_id  # batched inputs are padded: the model must find their ends
+        _LOADED[key] = tok, model
+    return _LOADED[key]
+
+
+def _label_index(model, label) -> int:
+    if isinstance(label, str):
+        names = {v: int(k) for k, v in model.config.id2label.items()}
+        if label not in names:
+            raise ValueError(f"hf_classifier: label {label!r} is not one of the model's labels {sorted(names)}")
+        return names[label]
+    if not 0 <= label < model.config.num_labels:
+        raise ValueError(f"hf_classifier: label {label} is outside the model's {model.config.num_labels} classes")
+    return int(label)
+
+
+@torch.no_grad()
+def hf_classifier(prompts: list[str], replies: list[str], references: list[list[str]], *, path: str,
+                  label: int | str = 1, with_prompt: bool = False, batch_size: int = 64,
+                  max_length: int = 512) -> np.ndarray:
+    """The classifier's probability of ``label`` for each reply (module docstring)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tok, model = _load(path, device)
+    single = model.config.num_labels == 1
+    index = 0 if single else _label_index(model, label)
+    out = []
+    for a in range(0, len(replies), batch_size):
+        texts = replies[a : a + batch_size]
+        pair = (list(prompts[a : a + batch_size]), list(texts)) if with_prompt else (list(texts),)
+        enc = tok(*pair, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        empty = enc["attention_mask"].sum(1) == 0
+        if bool(empty.any()):  # an empty reply: one pad token, attended (a model needs a token to classify)
+            if enc["input_ids"].shape[1] == 0:
+                enc = {k: torch.zeros(len(texts), 1, dtype=torch.long) for k in ("input_ids", "attention_mask")}
+                enc["input_ids"].fill_(tok.pad_token_id if tok.pad_token_id is not None else 0)
+            enc["attention_mask"][empty, 0] = 1
+        enc = {k: v.to(device) for k, v in enc.items()}
+        logits = model(**enc).logits.float()
+        out.append((logits[:, 0] if single else torch.softmax(logits, -1)[:, index]).cpu().numpy())
+    return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
+
+
+def _check(path: str, label: int | str = 1, with_prompt: bool = False, batch_size: int = 64,
+           max_length: int = 512) -> None:
+    where = Path(str(path)).expanduser()
+    if not where.is_dir():
+        raise ValueError(f"path={path}: no such directory (a local Hugging Face sequence-classification model)")
+    if not (where / "config.json").is_file():
+        raise ValueError(f"path={path}: no config.json there (not a Hugging Face model directory)")
+    if not isinstance(label, (int, str)) or isinstance(label, bool):
+        raise ValueError(f"label must be a class index or name, got {label!r}")
+    for k, v in (("batch_size", batch_size), ("max_length", max_length)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
+
+
+hf_classifier.check_kwargs = _check

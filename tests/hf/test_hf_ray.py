@@ -1,0 +1,57 @@
+"""model.arch=hf on the real Ray path: the learner, a rollout worker and a scorer actor each build the model from
+model.path, the learner's trained weights reach the worker (once per version), and a run on actors equals the
+in-process run (same seed: same rollouts, rewards and updates)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from rayseq.distributed.driver import Trainer
+from rayseq.distributed.runtime import RayRuntime
+from tests.hf.test_hf_training import hf_config
+
+pytestmark = pytest.mark.ray
+
+ACTORS = ["rollout.num_cpus_per_worker=0.5", "scorer.num_scorers=1", "scorer.num_cpus_per_scorer=0.5",
+          "learner.num_cpus=0.5"]
+
+
+def test_weights_reach_the_worker(ray_session, corpus, hf_dir):
+    """The learner's trained weights reach the worker's model (LoRA's adapters-only publication:
+    tests/hf/test_hf_training.py::test_lora_trains_adapters_only)."""
+    cfg = hf_config(corpus, hf_dir, "rollout.num_workers=1", *ACTORS)
+    rt = RayRuntime(cfg)
+    try:
+        rt.sync_weights(0)
+        weights = rt.learner("get_weights")["generator"]
+        assert weights and all(k.startswith("model.") for k in weights)
+        learner_sum = sum(float(v.double().sum()) for v in weights.values())
+        (stats,) = rt.worker_stats()
+        assert stats["version"] == 0 and stats["loads"] == 1
+        assert stats["checksum"] == pytest.approx(learner_sum, rel=1e-9)
+    finally:
+        rt.shutdown()
+
+
+@pytest.mark.parametrize(("algo", "lora_r"), [("ppo_dynamic", 0), ("grpo", 4)])
+def test_ray_run_matches_in_process_run(ray_session, corpus, hf_dir, tmp_path, algo, lora_r):
+    """PPO-dynamic (full fine-tuning) / GRPO (LoRA adapters: only they are published to the worker) with the KL
+    penalty and a user reward scored on the scorer actor."""
+    rows = {}
+    for n in (0, 1):
+        cfg = hf_config(corpus, hf_dir, f"rollout.num_workers={n}", f"algo.name={algo}", "algo.kl_coef=0.05",
+                        f"model.lora_r={lora_r}", "algo.lr=0.01",
+                        "reward.fn=tests.hf_fixtures:logged_text", f"reward.kwargs={{log: '{tmp_path / 'log'}'}}",
+                        *ACTORS, run_dir=tmp_path / f"w{n}")
+        summary = Trainer(cfg).run()
+        assert summary["rollout_workers"] == n
+        rows[n] = pq.read_table(tmp_path / f"w{n}" / "metrics.parquet").to_pandas()
+    a, b = rows[0], rows[1]
+    assert list(a["iteration"]) == list(b["iteration"])
+    for col in ("loss/nll", "rollout/reward_mean", "loss/policy", "kl/per_reply", "val/reward"):
+        np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=1e-4, atol=1e-5,
+                                   equal_nan=True, err_msg=col)
+    train = b[b.stage == "train"]
+    assert (train["rollout/staleness"] == 0).all() and train["rollout/reward_mean"].notna().all()

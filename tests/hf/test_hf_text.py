@@ -1,0 +1,61 @@
+"""HFVocab and HFJoiner (rayseq/data/hf_text.py): a Hugging Face tokenizer as a task's vocabulary."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from rayseq.data.dataset import encode_text
+from rayseq.data.hf_text import HFJoiner, HFVocab
+from rayseq.data.text import decode_ids
+
+TEXT = "héllo , how are you ? 😀 fine"
+
+
+def test_vocab_encodes_and_decodes_text(hf_dir):
+    vocab = HFVocab(str(hf_dir))
+    s = vocab.specials
+    assert (s.pad, s.bos, s.eos, s.unk) == (0, 1, 2, 3) and len(vocab) == 400
+    ids = vocab.encode_text(TEXT, 1000)
+    assert ids.dtype == np.int64 and vocab.decode_text(ids) == TEXT
+    assert np.array_equal(vocab.encode_text(TEXT, 3), ids[-3:])  # the LAST tokens, as inputs are truncated
+    assert np.array_equal(encode_text(TEXT, vocab, {"kind": "hf"}, 1000), ids)  # the dataset's entry point
+    with_end = np.concatenate([ids, [s.eos, 50, 60, s.pad]])
+    assert decode_ids(vocab, with_end) == TEXT  # up to the end token
+
+
+def test_joiner_pieces_concatenate_to_the_text(hf_dir):
+    """Byte-level BPE splits é and 😀 into several tokens: a token inside a character adds nothing, the one that
+    completes it adds the character; the pieces concatenate to the decoded reply and peek == push."""
+    vocab = HFVocab(str(hf_dir))
+    ids = vocab.encode_text(TEXT, 1000).tolist()
+    assert len(ids) > len(TEXT.split())
+    joiner, pieces = HFJoiner(vocab), []
+    for t in ids:
+        peeked = joiner.peek(t)
+        pieces.append(joiner.push(t))
+        assert peeked == pieces[-1]
+    assert "".join(pieces) == TEXT and "\ufffd" not in "".join(pieces)
+    assert "" in pieces  # some token ended inside a multi-byte character
+    assert joiner.push(vocab.specials.eos) == ""
+
+
+def test_tokenizer_without_a_pad_token_is_refused(hf_dir, tmp_path):
+    import json
+
+    d = tmp_path / "nopad"
+    shutil.copytree(hf_dir, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg.pop("pad_token", None)
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    special = d / "special_tokens_map.json"
+    if special.exists():
+        m = json.loads(special.read_text())
+        m.pop("pad_token", None)
+        special.write_text(json.dumps(m))
+    with pytest.raises(ValueError, match="needs a pad token other than its end token"):
+        HFVocab(str(d))
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        HFVocab(str(tmp_path / "nowhere"))

@@ -14,7 +14,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def readme_train_commands() -> list[list[str]]:
     text = README.read_text(encoding="utf-8")
-    section = text.split("#### Hugging Face policies", 1)[1]
+    section = text.split("### Hugging Face policies", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
     commands = []
     for line in block.splitlines():

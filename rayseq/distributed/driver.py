@@ -26,7 +26,6 @@ from rayseq.algos import make_algo
 from rayseq.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.runtime import make_runtime
-from rayseq.rewards import terminal_rewards
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import make_task
@@ -293,9 +292,11 @@ class Trainer:
     def _rollout_iteration(self, rt, algo) -> dict:
         """One iteration of a rollout algorithm: ``algo.policy_steps()`` times sample, score as the algorithm says
         (``algo.scoring``), update; then, for an adversarial one, ``algo.discriminator_steps`` d-steps (SeqGAN
-        Algorithm 1: g-steps, then d-steps)."""
+        Algorithm 1: g-steps, then d-steps). The rollout stays where it was sampled until the learner fetches it:
+        the driver holds its shard handles and receives metrics only."""
         cfg = self.cfg
         m: dict = {}
+        received = rt.recv_bytes
         if algo.validate_every and self.stage_iter == 0:
             m.update(rt.learner("validate"))  # the starting point the first interval is judged against
         steps = algo.policy_steps()
@@ -308,14 +309,13 @@ class Trainer:
             request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
             request = (rt.learner("rollout_request", *request_args) if algo.stateful_request
                        else algo.rollout_request(*request_args))
-            rollout = rt.sample(prompts, request)
-            if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
-                m.update(self.task.reward.metrics(rollout.term_scores))
+            shards = rt.sample(prompts, request)
             t2 = time.perf_counter()
-            m.update(self._score(rt, algo, rollout, seed))
+            scores, timing = self._score(rt, algo, shards, seed)
             t3 = time.perf_counter()
-            m.update(rt.learner("update", rollout, self.stage_iter))
+            m.update(rt.learner("update_rollout", shards, self.stage_iter, scores))
             t4 = time.perf_counter()
+            m.update(timing)
             m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3})
             if algo.scoring != "task":
                 m["time/mc_total_s"] = t3 - t2
@@ -325,43 +325,34 @@ class Trainer:
                 m.update(self._d_step(rt))
             m["time/disc_s"] = time.perf_counter() - t5
         m["rollout/worker_restarts"] = float(rt.restarts)
+        if rt.remote:
+            m["driver/recv_bytes"] = float(rt.recv_bytes - received)
         return m
 
-    def _score(self, rt, algo, rollout, seed: int) -> dict:
-        """Give a sampled rollout its rewards as the algorithm says (``algo.scoring``; returns metrics):
+    def _score(self, rt, algo, shards: list, seed: int) -> tuple[dict | None, dict]:
+        """Score a sampled rollout (its shard handles) as the algorithm says (``algo.scoring``): returns the
+        ``scores`` argument of the learner's ``update_rollout`` (handles of per-shard scores, which the learner gives
+        the rollout: :func:`rayseq.distributed.learner.assign_scores`) and timing metrics.
 
-        - ``task``: the task's reward, already computed where it was sampled (workers or scorer actors);
+        - ``task``: the task's reward, already computed where it was sampled (workers or scorer actors): None;
         - ``monte_carlo_q``: SeqGAN's Q(Y_1:t−1, y_t) for every token (Eq. 4): N continuations of each prefix by
           the rollout policy on the workers, scored by D on the scorers, as ``Rollout.returns``;
         - ``discriminator``: D(Y) of each whole sequence as its terminal reward (SeqGAN-critic).
         """
         if algo.scoring == "task":
-            return {}
+            return None, {}
         a = self.cfg.algo
         rt.sync_disc(rt.learner("get_disc_version"))
-        T = rollout.tokens.shape[1]
-        lengths = (rollout.token_mask > 0).sum(1)
-        m = {"rollout/tokens": float(lengths.sum())}
         if algo.scoring == "monte_carlo_q":
-            q, info = rt.mc_q(rollout, a.mc_rollouts, self.cfg.rollout.temperature, seed)
-            rollout.returns = q[:, :T]
-            rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
-            m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
-            # what Q costs beyond sampling Y: continuation steps of every prefix, and D evaluations
-            m["rollout/extra_gen_steps"] = float(a.mc_rollouts * int((lengths * (lengths - 1) // 2).sum()))
-            m["rollout/d_evals"] = float(a.mc_rollouts * int(np.maximum(lengths - 1, 0).sum()) + len(lengths))
+            parts, info = rt.mc_q(shards, a.mc_rollouts, self.cfg.rollout.temperature, seed)
         elif algo.scoring == "discriminator":  # D scores the sampled sequences only; a critic may do the rest
-            d, info = rt.disc_scores(rollout)
+            parts, info = rt.disc_scores(shards)
             info = {"mc_s": 0.0, **info}
-            rollout.score = d
-            rollout.rewards = terminal_rewards(d, rollout.token_mask)
-            m["rollout/extra_gen_steps"] = 0.0
-            m["rollout/d_evals"] = float(len(lengths))
         else:
             raise ValueError(f"algo.name={a.name}: unknown scoring {algo.scoring!r} (task, monte_carlo_q, "
                              "discriminator)")
-        m.update({"time/mc_s": info["mc_s"], "time/score_s": info["score_s"]})
-        return m
+        scores = {"scoring": algo.scoring, "parts": parts, "mc_rollouts": a.mc_rollouts}
+        return scores, {"time/mc_s": info["mc_s"], "time/score_s": info["score_s"]}
 
 
 def _sync_generator(rt) -> None:

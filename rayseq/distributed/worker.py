@@ -59,6 +59,19 @@ class RolloutWorker:
             self.loads += 1
         return self.version
 
+    # -- the Ray runtime's calls: (data, small info) as two return objects; the data goes on by reference to the
+    # scorer or the learner, the driver reads the info only (rayseq.distributed.handles)
+    def sample_shard(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True) -> tuple[Rollout, dict]:
+        """:meth:`sample`, and its info (worker, timings, rows)."""
+        rollout = self.sample(prompts, request, score)
+        return rollout, {**rollout.info, "rows": len(rollout)}
+
+    def mc_search_shard(self, rollout: Rollout, n_rollouts: int, temperature: float,
+                        seed: int) -> tuple[MCBatch, dict]:
+        """:meth:`mc_search`, and its info (worker, ``mc_s``)."""
+        batch = self.mc_search(rollout, n_rollouts, temperature, seed)
+        return batch, dict(batch.info)
+
     def mc_search(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int) -> MCBatch:
         """SeqGAN Eq. 4's continuations of every prefix of this shard (batched, from cached states)."""
         t0 = time.perf_counter()

@@ -3,12 +3,15 @@
 Stages: ``mle`` (pretraining), ``disc`` (SeqGAN only: discriminator pretraining, ``disc.pretrain_steps``
 d-steps) and ``train`` (the configured algorithm).
 
-Per RL iteration (DESIGN.md data flow):
-  learner --weights(version)--> object store --> workers          (time/sync_s)
-  task prompts --> workers sample + score --> Rollout              (time/rollout_s)
-  SeqGAN: workers' Monte-Carlo search --> scorers' D --> Q         (time/mc_s, time/score_s)
-  Rollout --> learner.update --> metrics                           (time/learn_s)
-  SeqGAN: ``disc.d_steps`` d-steps with fresh negatives            (time/disc_s)
+Per RL iteration (DESIGN.md data flow; under Ray the data moves by reference, the driver receives metrics):
+  learner --weights(version), one buffer--> object store            (time/sync_s: publishing, no call)
+  task prompts + that weights ref --> workers sample + score        (time/rollout_s; time/sample_s on the workers)
+  SeqGAN: workers' Monte-Carlo search --> scorers' D --> Q refs      (time/mc_s, time/score_s)
+  rollout + score refs --> learner fetches, updates --> metrics      (time/learn_s; time/update_s the update alone)
+            and its new weights --> object store (the next iteration's weights ref)
+  SeqGAN: ``disc.d_steps`` d-steps with fresh negatives             (time/disc_s)
+With task rewards the update is sent right behind the sampling calls (the learner starts as the shards arrive), so
+``time/rollout_s`` is the sending and ``time/learn_s`` covers sampling and update.
 """
 
 from __future__ import annotations
@@ -309,11 +312,12 @@ class Trainer:
             request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
             request = (rt.learner("rollout_request", *request_args) if algo.stateful_request
                        else algo.rollout_request(*request_args))
-            shards = rt.sample(prompts, request)
+            # task rewards: the update is sent at once behind the sampling (the learner takes the shards as they come)
+            shards = rt.sample(prompts, request, wait=algo.scoring != "task")
             t2 = time.perf_counter()
             scores, timing = self._score(rt, algo, shards, seed)
             t3 = time.perf_counter()
-            m.update(rt.learner("update_rollout", shards, self.stage_iter, scores))
+            m.update(rt.update(shards, self.stage_iter, scores))
             t4 = time.perf_counter()
             m.update(timing)
             m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3})
@@ -358,7 +362,7 @@ class Trainer:
 def _sync_generator(rt) -> None:
     """Publish the learner's weights tagged with its update count (what ``rollout/staleness`` compares
     against, also after ``train.init_from`` or a D-pretraining stage, where it differs from the iteration)."""
-    rt.sync_weights(rt.learner("get_version"))
+    rt.sync_weights(rt.learner_version())
 
 
 def _postfix(m: dict) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+import time
 
 import numpy as np
 import torch
@@ -12,7 +13,7 @@ import torch
 from rayseq.algos import MLE, LearnerState, make_algo, seqgan
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
-from rayseq.distributed.handles import as_rollout, concat_columns, resolve
+from rayseq.distributed.handles import FlatWeights, as_rollout, concat_columns, resolve
 from rayseq.distributed.placement import placement_group_id
 from rayseq.models import Critic, ValueBaseline, make_discriminator, make_generator
 from rayseq.rewards import terminal_rewards
@@ -90,6 +91,10 @@ class Learner:
 
         return {"generator": cpu(self.state.generator), "rollout_policy": cpu(self.rollout_policy)}
 
+    def get_flat_weights(self) -> FlatWeights:
+        """:meth:`get_weights` as one buffer (what the Ray runtime publishes: one object per version)."""
+        return FlatWeights.pack(self.get_weights())
+
     def get_version(self) -> int:
         """Generator updates so far (the weights version the rollouts of the next update are tagged with)."""
         return self.version
@@ -129,14 +134,26 @@ class Learner:
 
         ``scores``: ``{"scoring": "monte_carlo_q" | "discriminator", "parts": per-shard handles of SeqGAN's Q
         (B_i, T_i) or D(Y) (B_i,), "mc_rollouts": N}``, given to the rollout here (:func:`assign_scores`)."""
+        t0 = time.perf_counter()
         rollout = as_rollout(shards)
-        m = {}
+        m = {"time/fetch_s": time.perf_counter() - t0}  # the shards from the object store, concatenated
         if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
             m.update(self.task.reward.metrics(rollout.term_scores))
         if scores is not None:
             m.update(assign_scores(rollout, scores["scoring"], resolve(scores["parts"]), scores["mc_rollouts"]))
+        t1 = time.perf_counter()
         m.update(self.update(rollout, iteration))
+        m["time/update_s"] = time.perf_counter() - t1  # the algorithm's update alone (time/learn_s: and the calls)
         return m
+
+    def update_and_publish(self, shards: list, iteration: int, scores: dict | None = None) -> tuple[dict, FlatWeights]:
+        """:meth:`update_rollout`, and the updated weights (the Ray runtime's two return objects: the metrics go to
+        the driver, the weights by reference to the workers with their next call)."""
+        m = self.update_rollout(shards, iteration, scores)
+        t0 = time.perf_counter()
+        weights = self.get_flat_weights()
+        m["time/publish_s"] = time.perf_counter() - t0
+        return m, weights
 
     @torch.no_grad()
     def _kl_penalty(self, rollout: Rollout) -> dict:

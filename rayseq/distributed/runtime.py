@@ -65,14 +65,27 @@ class LocalRuntime:
         """The objects behind shard handles (here: the handles themselves)."""
         return list(handles)
 
+    def learner_version(self) -> int:
+        """The learner's weights version (its update count)."""
+        return self._learner.get_version()
+
+    def update(self, shards: list, iteration: int, scores: dict | None = None) -> dict:
+        """The learner's rollout update on the shards (``Learner.update_rollout``); its metrics, and
+        ``time/sample_s`` (the sampling)."""
+        sample_s = max(s.info.get("sample_s", 0.0) for s in shards)
+        return {**self._learner.update_rollout(shards, iteration, scores), "time/sample_s": sample_s}
+
     def sync_weights(self, version: int) -> None:
         if version != self.version:
             self._worker.set_weights(self._learner.get_weights(), version)
             self.version = version
 
-    def sample(self, prompts: PromptBatch, request: RolloutRequest) -> list:
-        """The rollout as one shard: ``[rollout]``."""
+    def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
+        """The rollout as one shard: ``[rollout]`` (sampled now, whatever ``wait`` says)."""
         return [self._worker.sample(prompts, _shard_request(request, 0))]
+
+    def confirm(self, shards: list) -> list:
+        return list(shards)
 
     def sync_disc(self, version: int) -> None:
         if version != self.disc_version:
@@ -198,14 +211,77 @@ class RayRuntime:
         self._scorers = stateless_actors(ScorerActor, m, 1 + n, sc.num_cpus_per_scorer, sc.num_gpus_per_scorer)
         self.version = -1
         self._weights_ref = None
+        self._learner_version: int | None = None  # known from the last update; None: ask the learner
+        self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update
+        self._unconfirmed: dict = {}  # shard ref -> (worker, (ref, info ref), resubmit) of sample(wait=False)
         self.disc_version = -1
         self._disc_ref = None
         self.restarts = 0
         self.recv_bytes = 0  # pickled size of everything the driver fetched (ray.get) through this runtime
         self._score_remotely = cfg.rollouts_scored_remotely and m > 0
 
+    # learner methods that leave the weights version as it is (any other call makes it unknown until asked again)
+    _KEEPS_VERSION = frozenset({"get_version", "get_disc_version", "get_weights", "get_flat_weights",
+                                "get_disc_weights", "evaluate", "placement", "state_dict", "rollout_request",
+                                "apply_config_lrs"})
+
     def learner(self, method: str, *args):
+        if method not in self._KEEPS_VERSION:
+            self._learner_version = None
         return self._received(self._ray.get(getattr(self._learner, method).remote(*args)))
+
+    def learner_version(self) -> int:
+        """The learner's weights version: known from its last update (no round trip), else asked."""
+        if self._learner_version is None:
+            self._learner_version = self.learner("get_version")
+        return self._learner_version
+
+    def update(self, shards: list, iteration: int, scores: dict | None = None) -> dict:
+        """The learner's rollout update on the shard refs (it fetches them); returns its metrics and
+        ``time/sample_s`` (the slowest worker's sampling). The updated weights come back as a second object, kept
+        in the object store for the workers' next calls.
+
+        Shards of ``sample(wait=False)`` may still be sampling: the learner starts on them as they arrive. If the
+        update fails because a worker died, its shard is re-sampled (``confirm``) and the update sent again (it
+        failed fetching its input, before it changed anything)."""
+        ray = self._ray
+        self._learner_version = None
+
+        def submit(shards):
+            return self._two(self._learner.update_and_publish).remote(shards, iteration, scores)
+
+        metrics_ref, weights_ref = submit(shards)
+        try:
+            metrics = ray.get(metrics_ref)
+        except ray.exceptions.RayError:
+            with contextlib.suppress(ray.exceptions.RayError):  # its second object holds the same error: seen
+                ray.get(weights_ref)
+            restarts = self.restarts
+            if not any(ref in self._unconfirmed for ref in shards):
+                raise
+            shards = self.confirm(shards)
+            if self.restarts == restarts:  # every shard was sampled: the learner's own failure
+                raise
+            metrics_ref, weights_ref = submit(shards)
+            metrics = ray.get(metrics_ref)
+        infos = [self._unconfirmed.pop(ref)[1][1] for ref in shards if ref in self._unconfirmed]
+        if infos:  # done by now (the learner has their shards): no wait
+            metrics["time/sample_s"] = max(info["sample_s"] for info in ray.get(infos))
+        self._received(metrics)
+        self._learner_version = int(metrics["learner/version"])
+        self._published = (self._learner_version, weights_ref)
+        return metrics
+
+    def confirm(self, shards: list) -> list:
+        """``shards`` once sampled: waits for the calls of ``sample(wait=False)`` among them, a crashed worker's
+        re-sent (its new ref in its place)."""
+        out = list(shards)
+        for k, ref in enumerate(shards):
+            call = self._unconfirmed.pop(ref, None)
+            if call is not None:
+                i, pair, submit = call
+                out[k], _ = self._get_pair(i, pair, submit)
+        return out
 
     def fetch(self, handles: list) -> list:
         """The objects behind shard handles, fetched to the driver (tests, benchmarks; the loop never does)."""
@@ -233,13 +309,18 @@ class RayRuntime:
         return method.options(num_returns=2)
 
     def sync_weights(self, version: int) -> None:
+        """Publish the learner's weights ``version`` (one FlatWeights object: the one its last update returned, or
+        fetched now); the workers load it with their next call, which carries it (no call of its own)."""
         if version == self.version:
             return
-        self._weights_ref = self._learner.get_weights.remote()
-        refs = [w.set_weights.remote(self._weights_ref, version) for w in self._workers]
+        published = self._published
+        self._weights_ref = (published[1] if published is not None and published[0] == version
+                             else self._learner.get_flat_weights.remote())
         self.version = version
-        for i, ref in enumerate(refs):
-            self._get_with_recovery(i, ref, lambda w: w.set_weights.remote(self._weights_ref, self.version))
+
+    def _weights(self) -> dict:
+        """The keyword arguments that send the current weights with a worker call."""
+        return {"weights": [self._weights_ref], "version": self.version} if self._weights_ref is not None else {}
 
     def sync_disc(self, version: int) -> None:
         """Publish the learner's discriminator (one object per d-step version) to every scorer."""
@@ -259,7 +340,8 @@ class RayRuntime:
         m = len(self._scorers)
 
         def search(i):
-            return lambda w: self._two(w.mc_search_shard).remote(shards[i], n_rollouts, temperature, seeds[i])
+            return lambda w: self._two(w.mc_search_shard).remote(shards[i], n_rollouts, temperature, seeds[i],
+                                                                  **self._weights())
 
         def score(batch):
             return lambda a: self._two(a.score_mc).remote(batch)
@@ -295,19 +377,29 @@ class RayRuntime:
         out = [self._get_pair(i % m, pair, score(i), kind="scorer") for i, pair in enumerate(pairs)]
         return [d for d, _ in out], {"score_s": max(info["score_s"] for _, info in out)}
 
-    def sample(self, prompts: PromptBatch, request: RolloutRequest) -> list:
+    def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
         """Shards to the workers; with scorer actors (expensive rewards), each shard is scored on scorer
-        i mod m as soon as it is sampled. Returns the scored shards' refs (shard i sampled on worker i)."""
+        i mod m as soon as it is sampled. Returns the scored shards' refs (shard i sampled on worker i).
+
+        ``wait=False`` (rewards computed on the workers): returns the refs at once, while the workers sample; the
+        learner's ``update`` (or ``confirm``) waits for them and re-sends a crashed worker's shard."""
         shards = prompts.split(len(self._workers))
         requests = [_shard_request(request, i) for i in range(len(shards))]
         m = len(self._scorers) if self._score_remotely else 0
 
         def sample(i):
-            return lambda w: self._two(w.sample_shard).remote(shards[i], requests[i], m == 0)
+            return lambda w: self._two(w.sample_shard).remote(shards[i], requests[i], m == 0, **self._weights())
 
         def score(rollout):
             return lambda a: self._two(a.score_rollout_shard).remote(rollout)
 
+        if not wait and m == 0:
+            refs = []
+            for i, w in enumerate(self._workers[: len(shards)]):
+                pair = sample(i)(w)
+                self._unconfirmed[pair[0]] = (i, pair, sample(i))
+                refs.append(pair[0])
+            return refs
         pending = {}
         for i, w in enumerate(self._workers[: len(shards)]):
             pair = sample(i)(w)
@@ -358,6 +450,9 @@ class RayRuntime:
                 time.sleep(0.5)
 
     def worker_stats(self) -> list[dict]:
+        """Each worker's stats, after it has loaded the published weights (it may not have needed them yet)."""
+        if self._weights_ref is not None:
+            self._ray.get([w.set_weights.remote([self._weights_ref], self.version) for w in self._workers])
         return self._received(self._ray.get([w.stats.remote() for w in self._workers]))
 
     def scorer_stats(self) -> list[dict]:

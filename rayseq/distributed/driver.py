@@ -71,6 +71,7 @@ class Trainer:
         self.pretrain_metrics: dict = {}
         self._test_cache: tuple | None = None  # (learner version, test metrics, details)
         self._stop = False
+        self._next: list | None = None  # rollout.pipeline: shard handles of the next batch, sampling
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _plan(self) -> dict[str, int]:
@@ -247,7 +248,7 @@ class Trainer:
                 m.update(rt.learner("update", batch, self.stage_iter))
                 m["time/learn_s"] = time.perf_counter() - t1
             else:
-                m.update(self._rollout_iteration(rt, algo))
+                m.update(self._rollout_iteration(rt, algo, last=self.stage_iter + 1 == n_iters))
             self.stage_iter += 1
             self.iteration += 1
             if algo is not None and algo.validate_every and self.stage_iter % algo.validate_every == 0:
@@ -292,17 +293,20 @@ class Trainer:
         prompts = self.task.sample_prompts(self.rng, n // copies, with_targets=algo.needs_targets)
         return prompts if copies == 1 else prompts.repeat(copies)
 
-    def _rollout_iteration(self, rt, algo) -> dict:
+    def _rollout_iteration(self, rt, algo, last: bool = False) -> dict:
         """One iteration of a rollout algorithm: ``algo.policy_steps()`` times sample, score as the algorithm says
         (``algo.scoring``), update; then, for an adversarial one, ``algo.discriminator_steps`` d-steps (SeqGAN
         Algorithm 1: g-steps, then d-steps). The rollout stays where it was sampled until the learner fetches it:
-        the driver holds its shard handles and receives metrics only."""
+        the driver holds its shard handles and receives metrics only. ``rollout.pipeline``: :meth:`_pipelined_step`
+        (``last``: the stage's last iteration, after which no batch is sampled)."""
         cfg = self.cfg
         m: dict = {}
         received = rt.recv_bytes
         if algo.validate_every and self.stage_iter == 0:
             m.update(rt.learner("validate"))  # the starting point the first interval is judged against
-        steps = algo.policy_steps()
+        steps = 0 if cfg.rollout.pipeline else algo.policy_steps()
+        if cfg.rollout.pipeline:
+            m.update(self._pipelined_step(rt, algo, last))
         for g in range(steps):
             t0 = time.perf_counter()
             _sync_generator(rt)
@@ -331,6 +335,37 @@ class Trainer:
         m["rollout/worker_restarts"] = float(rt.restarts)
         if rt.remote:
             m["driver/recv_bytes"] = float(rt.recv_bytes - received)
+        return m
+
+    def _submit_rollout(self, rt, algo, stage_iter: int, iteration: int) -> list:
+        """Start sampling the batch of iteration ``iteration`` (``stage_iter`` of the stage): prompts, request and
+        seed as the synchronous loop draws them; returns its shard handles at once (under Ray, while it samples)."""
+        cfg = self.cfg
+        prompts = self._prompts(algo, cfg.train.batch_size)
+        request = algo.rollout_request(stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
+                                       _rollout_seed(cfg, iteration))
+        return rt.sample(prompts, request, wait=False)
+
+    def _pipelined_step(self, rt, algo, last: bool) -> dict:
+        """``rollout.pipeline``: the learner updates on batch k, sampled while update k−1 ran (with the weights
+        before it: staleness 1, ``rollout/staleness``), while the workers sample batch k+1 with the current weights.
+        The algorithm's ratio π_θ / π_behaviour uses the log-probs recorded at sampling (``Rollout.logp``), which
+        corrects for the older weights (``off_policy_ratio``; rayseq.config.check_pipeline refuses the others).
+        In-process the same happens one call after the other: batch k+1 is sampled before update k.
+
+        The stage's first batch (and the first after a resume, where nothing is in flight) is sampled with the
+        current weights (staleness 0); prompts and seeds follow the synchronous loop's."""
+        t0 = time.perf_counter()
+        _sync_generator(rt)
+        t1 = time.perf_counter()
+        if self._next is None:
+            self._next = self._submit_rollout(rt, algo, self.stage_iter, self.iteration)
+        shards = self._next
+        self._next = None if last else self._submit_rollout(rt, algo, self.stage_iter + 1, self.iteration + 1)
+        t2 = time.perf_counter()
+        m = rt.update(shards, self.stage_iter)
+        t3 = time.perf_counter()
+        m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
         return m
 
     def _score(self, rt, algo, shards: list, seed: int) -> tuple[dict | None, dict]:

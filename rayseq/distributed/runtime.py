@@ -275,12 +275,23 @@ class RayRuntime:
     def confirm(self, shards: list) -> list:
         """``shards`` once sampled: waits for the calls of ``sample(wait=False)`` among them, a crashed worker's
         re-sent (its new ref in its place)."""
+        ray = self._ray
         out = list(shards)
         for k, ref in enumerate(shards):
             call = self._unconfirmed.pop(ref, None)
-            if call is not None:
-                i, pair, submit = call
-                out[k], _ = self._get_pair(i, pair, submit)
+            if call is None:
+                continue
+            i, pair, submit, scored, score = call
+            rollout, _ = self._get_pair(i, pair, submit)
+            if scored is None:
+                out[k] = rollout
+                continue
+            j = i % len(self._scorers)
+            if rollout is not pair[0]:  # re-sampled: the chained scorer call failed with the worker; score anew
+                with contextlib.suppress(ray.exceptions.RayError):
+                    ray.get(list(scored))
+                scored = score(rollout)(self._scorers[j])
+            out[k], _ = self._get_pair(j, scored, score(rollout), kind="scorer")
         return out
 
     def fetch(self, handles: list) -> list:
@@ -381,8 +392,9 @@ class RayRuntime:
         """Shards to the workers; with scorer actors (expensive rewards), each shard is scored on scorer
         i mod m as soon as it is sampled. Returns the scored shards' refs (shard i sampled on worker i).
 
-        ``wait=False`` (rewards computed on the workers): returns the refs at once, while the workers sample; the
-        learner's ``update`` (or ``confirm``) waits for them and re-sends a crashed worker's shard."""
+        ``wait=False``: returns the refs at once, while the workers sample (and the scorers score, each call chained
+        on its worker's result by reference); the learner's ``update`` (or ``confirm``) waits for them and re-sends
+        a crashed worker's shard (and its scoring) or a crashed scorer's call."""
         shards = prompts.split(len(self._workers))
         requests = [_shard_request(request, i) for i in range(len(shards))]
         m = len(self._scorers) if self._score_remotely else 0
@@ -393,12 +405,14 @@ class RayRuntime:
         def score(rollout):
             return lambda a: self._two(a.score_rollout_shard).remote(rollout)
 
-        if not wait and m == 0:
+        if not wait:  # each scorer call (if any) is chained on its worker's result by reference, no wait here
             refs = []
             for i, w in enumerate(self._workers[: len(shards)]):
                 pair = sample(i)(w)
-                self._unconfirmed[pair[0]] = (i, pair, sample(i))
-                refs.append(pair[0])
+                scored = self._two(self._scorers[i % m].score_rollout_shard).remote(pair[0]) if m else None
+                final = scored[0] if m else pair[0]
+                self._unconfirmed[final] = (i, pair, sample(i), scored, score)
+                refs.append(final)
             return refs
         pending = {}
         for i, w in enumerate(self._workers[: len(shards)]):

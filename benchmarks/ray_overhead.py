@@ -3,10 +3,14 @@
 Runs the counting task's algorithm stage (PPO-dynamic, batch 256, no MLE pretraining so every variant
 does identical work) for ``--iters`` iterations with ``rollout.num_workers`` = 0 (in-process), 1, 2,
 one after the other in this process's machine, and prints the median per-iteration phase times
-(``time/sync_s`` weight publication, ``time/rollout_s`` sampling + reward, ``time/learn_s`` update), the start-up
+(``time/sync_s`` weight publication, ``time/rollout_s``, ``time/learn_s``: below), the start-up
 cost (Ray start, placement group, actors) and what the driver fetched per iteration (``driver/recv_bytes``: the
 pickled size of everything it ray.gets; rollouts go from the workers to the learner by reference). One more row,
-2 workers at ``--big-batch`` (default 4 x batch), shows that figure does not grow with the batch.
+2 workers at ``--big-batch`` (default 4 x batch), shows that figure does not grow with the batch; ``--pipeline``
+adds 2 workers with ``rollout.pipeline=true`` (sampling of the next batch overlapped with the update).
+
+With task rewards the driver sends the update right behind the sampling calls: ``rollout`` is then the sending,
+and ``learn`` covers the workers' sampling and the update.
 
 Ray starts its worker processes at nice 15; here they run at nice 0 (``RAY_worker_niceness``, as
 ``benchmarks/rollout_throughput.py``), like this process and the in-process rows: on a machine shared with other
@@ -19,7 +23,7 @@ worker counts: its rows appear as "before", measured in the same run (the machin
 rows of one run only).
 
 Command   python benchmarks/ray_overhead.py [--iters 100] [--workers 0 1 2] [--batch 256] [--big-batch 1024]
-              [--repeats 1] [--compare-with /path/to/other/checkout]
+              [--repeats 1] [--pipeline] [--compare-with /path/to/other/checkout]
 Time      about 2 minutes on a 2-core machine (default settings); each repeat and --compare-with add as much.
 Writes    benchmarks/results/ray_overhead.md and .json
 """
@@ -110,22 +114,26 @@ def main() -> None:
                    "0: no such row)")
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--pipeline", action="store_true", help="one more row: 2 workers with rollout.pipeline=true")
     p.add_argument("--compare-with", type=Path, default=None)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = p.parse_args()
     os.environ.setdefault("RAY_worker_niceness", "0")  # before Ray starts; inherited by --compare-with's process
     big = 4 * args.batch if args.big_batch is None else args.big_batch
-    variants = [(n, args.batch) for n in args.workers] + ([(2, big)] if big else [])
+    variants = ([(n, args.batch, False) for n in args.workers] + ([(2, big, False)] if big else [])
+                + ([(2, args.batch, True)] if args.pipeline else []))
     runs: dict = {v: [] for v in variants}
     before: dict = {n: [] for n in args.workers}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
-            for n, batch in variants:
-                runs[(n, batch)].append(measure(n, args.iters, batch, Path(tmp), name=f"w{n}b{batch}r{rep}"))
+            for n, batch, pipe in variants:
+                runs[(n, batch, pipe)].append(measure(
+                    n, args.iters, batch, Path(tmp), name=f"w{n}b{batch}p{int(pipe)}r{rep}",
+                    overrides=["rollout.pipeline=true"] if pipe else ()))
             if args.compare_with:
                 for r in _measure_other(args.compare_with.resolve(), args, Path(tmp), rep):
                     before[r["workers"]].append(r)
-    base = _row("", runs[(args.workers[0], args.batch)], None)[1]["iter_ms"]
+    base = _row("", runs[(args.workers[0], args.batch, False)], None)[1]["iter_ms"]
     title = (f"Ray overhead, counting RL stage (PPO-dynamic, batch {args.batch}, {args.iters} iterations"
              f"{f', median of {args.repeats} interleaved repeats' if args.repeats > 1 else ''}); median ms per "
              "iteration; driver KB/iter: what the driver fetched per iteration")
@@ -134,11 +142,12 @@ def main() -> None:
              "| start-up + eval (s) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = []
-    for n, batch in variants:
+    for n, batch, pipe in variants:
         label = ("0 (in-process)" if n == 0 else str(n)) + (f", batch {batch}" if batch != args.batch else "")
-        line, rec = _row(label, runs[(n, batch)], base if batch == args.batch else None)
+        label += ", pipelined" if pipe else ""
+        line, rec = _row(label, runs[(n, batch, pipe)], base if batch == args.batch else None)
         lines.append(line)
-        rows.append({"workers": n, "batch": batch, **rec})
+        rows.append({"workers": n, "batch": batch, "pipeline": pipe, **rec})
     if args.compare_with:
         before_base = _row("", before[args.workers[0]], None)[1]["iter_ms"]
         for n in args.workers:

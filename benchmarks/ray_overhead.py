@@ -3,17 +3,35 @@
 Runs the counting task's algorithm stage (PPO-dynamic, batch 256, no MLE pretraining so every variant
 does identical work) for ``--iters`` iterations with ``rollout.num_workers`` = 0 (in-process), 1, 2,
 one after the other in this process's machine, and prints the median per-iteration phase times
-(``time/sync_s`` weight broadcast, ``time/rollout_s`` sampling + reward, ``time/learn_s`` update) and
-the start-up cost (Ray start, placement group, actors).
+(``time/sync_s`` weight publication, ``time/rollout_s``, ``time/learn_s``: below), the start-up
+cost (Ray start, placement group, actors) and what the driver fetched per iteration (``driver/recv_bytes``: the
+pickled size of everything it ray.gets; rollouts go from the workers to the learner by reference). One more row,
+2 workers at ``--big-batch`` (default 4 x batch), shows that figure does not grow with the batch; ``--pipeline``
+adds 2 workers with ``rollout.pipeline=true`` (sampling of the next batch overlapped with the update).
 
-Command   python benchmarks/ray_overhead.py [--iters 100] [--workers 0 1 2] [--batch 256]
-Time      about 1.5 minutes on a 2-core machine.
+With task rewards the driver sends the update right behind the sampling calls: ``rollout`` is then the sending,
+and ``learn`` covers the workers' sampling and the update.
+
+Ray starts its worker processes at nice 15; here they run at nice 0 (``RAY_worker_niceness``, as
+``benchmarks/rollout_throughput.py``), like this process and the in-process rows: on a machine shared with other
+work the figures then measure Ray's calls, not the OS scheduler's preference.
+
+``--repeats R`` runs every row R times, interleaved (repeat 1 of every row, then repeat 2), and reports the median
+over repeats. ``--compare-with DIR`` also runs DIR's copy of this script (another checkout of rayseq, e.g. the
+code before a change) after each repeat, in a subprocess with that checkout's code, same iterations, batch and
+worker counts: its rows appear as "before", measured in the same run (the machine is shared and noisy: compare
+rows of one run only).
+
+Command   python benchmarks/ray_overhead.py [--iters 100] [--workers 0 1 2] [--batch 256] [--big-batch 1024]
+              [--repeats 1] [--pipeline] [--compare-with /path/to/other/checkout]
+Time      about 2 minutes on a 2-core machine (default settings); each repeat and --compare-with add as much.
 Writes    benchmarks/results/ray_overhead.md and .json
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -37,9 +55,9 @@ def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict |
             overrides: Sequence[str] = (), name: str | None = None, phases: Sequence[str] = PHASES) -> dict:
     """Run the RL stage of ``config`` (an experiment file's content; default: the counting job) without MLE
     pretraining for ``iters`` iterations with ``n_workers`` rollout workers (``overrides`` applied after these).
-    Returns the median ms of each of ``phases`` the stage logs, start-up + final evaluation seconds, the last
-    reward and the test precision. ``name``: the run directory under ``tmp`` (default ``w<n_workers>``).
-    Also used by ``benchmarks/scaling.py``."""
+    Returns the median ms of each of ``phases`` the stage logs, start-up + final evaluation seconds, the median
+    bytes the driver fetched per iteration (Ray runs), the last reward and the test precision. ``name``: the run
+    directory under ``tmp`` (default ``w<n_workers>``). Also used by ``benchmarks/scaling.py``."""
     run_dir = tmp / (name or f"w{n_workers}")
     cfg = build_config(config, [
         f"rollout.num_workers={n_workers}", "train.pretrain_iters=0", f"train.iters={iters}",
@@ -51,35 +69,93 @@ def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict |
     rows = [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r.get("stage") == "train"]
     med = {p: statistics.median(r[p] for r in rows) * 1000 for p in phases if rows[0].get(p) is not None}
     loop = sum(r["time/iter_s"] for r in rows)
+    recv = [r["driver/recv_bytes"] for r in rows if r.get("driver/recv_bytes") is not None]
     return {"workers": n_workers, "wall_s": wall, "setup_s": wall - loop, "median_ms": med,
+            "recv_bytes": statistics.median(recv) if recv else None,
             "reward_last": rows[-1].get("rollout/reward_mean"), "precision": summary["metrics"]["test/precision"]}
+
+
+def _row(label: str, runs: list[dict], base_ms: float | None) -> tuple[str, dict]:
+    """One table row from the repeats of one variant: median over repeats of each run's median."""
+    def med(key):
+        vals = [r["median_ms"][key] for r in runs if key in r["median_ms"]]
+        return statistics.median(vals) if vals else float("nan")
+
+    iter_ms = med("time/iter_s")
+    recv = [r["recv_bytes"] for r in runs if r.get("recv_bytes") is not None]
+    kb = f"{statistics.median(recv) / 1024:.1f}" if recv else "-"
+    ratio = f"{iter_ms / base_ms:.2f}x" if base_ms else "-"
+    setup = statistics.median(r["setup_s"] for r in runs)
+    line = (f"| {label} | {med('time/sync_s'):.1f} | {med('time/rollout_s'):.1f} | {med('time/learn_s'):.1f} | "
+            f"{iter_ms:.1f} | {ratio} | {kb} | {setup:.1f} |")
+    return line, {"label": label, "iter_ms": iter_ms, "ratio": iter_ms / base_ms if base_ms else None,
+                  "driver_kb_per_iter": statistics.median(recv) / 1024 if recv else None, "runs": runs}
+
+
+def _measure_other(checkout: Path, args, tmp: Path, repeat: int) -> list[dict]:
+    """``checkout``'s benchmarks/ray_overhead.py, in a subprocess with that checkout's code (its own rows)."""
+    import json
+    import subprocess
+
+    out = tmp / f"other{repeat}"
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, str(checkout / "benchmarks" / "ray_overhead.py"), "--iters", str(args.iters), "--batch",
+           str(args.batch), "--workers", *map(str, args.workers), "--out", str(out)]
+    subprocess.run(cmd, cwd=checkout, env=env, check=True, stdout=subprocess.DEVNULL)
+    return json.loads((out / "ray_overhead.json").read_text())["results"]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--big-batch", type=int, default=None, help="batch of the extra 2-worker row (default 4 x batch; "
+                   "0: no such row)")
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--pipeline", action="store_true", help="one more row: 2 workers with rollout.pipeline=true")
+    p.add_argument("--compare-with", type=Path, default=None)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = p.parse_args()
+    os.environ.setdefault("RAY_worker_niceness", "0")  # before Ray starts; inherited by --compare-with's process
+    big = 4 * args.batch if args.big_batch is None else args.big_batch
+    variants = ([(n, args.batch, False) for n in args.workers] + ([(2, big, False)] if big else [])
+                + ([(2, args.batch, True)] if args.pipeline else []))
+    runs: dict = {v: [] for v in variants}
+    before: dict = {n: [] for n in args.workers}
     with tempfile.TemporaryDirectory() as tmp:
-        results = [measure(n, args.iters, args.batch, Path(tmp)) for n in args.workers]
-    base = results[0]["median_ms"]["time/iter_s"]
-    lines = [
-        f"Ray overhead, counting RL stage (PPO-dynamic, batch {args.batch}, {args.iters} iterations); "
-        "median ms per iteration",
-        "",
-        "| rollout workers | sync | rollout | learn | iteration | vs in-process | start-up + eval (s) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in results:
-        m = r["median_ms"]
-        label = "0 (in-process)" if r["workers"] == 0 else str(r["workers"])
-        lines.append(
-            f"| {label} | {m['time/sync_s']:.1f} | {m['time/rollout_s']:.1f} | {m['time/learn_s']:.1f} | "
-            f"{m['time/iter_s']:.1f} | {m['time/iter_s'] / base:.2f}x | {r['setup_s']:.1f} |"
-        )
-    write_report(args.out, "ray_overhead", "\n".join(lines), {"results": results})
+        for rep in range(args.repeats):
+            for n, batch, pipe in variants:
+                runs[(n, batch, pipe)].append(measure(
+                    n, args.iters, batch, Path(tmp), name=f"w{n}b{batch}p{int(pipe)}r{rep}",
+                    overrides=["rollout.pipeline=true"] if pipe else ()))
+            if args.compare_with:
+                for r in _measure_other(args.compare_with.resolve(), args, Path(tmp), rep):
+                    before[r["workers"]].append(r)
+    base = _row("", runs[(args.workers[0], args.batch, False)], None)[1]["iter_ms"]
+    title = (f"Ray overhead, counting RL stage (PPO-dynamic, batch {args.batch}, {args.iters} iterations"
+             f"{f', median of {args.repeats} interleaved repeats' if args.repeats > 1 else ''}); median ms per "
+             "iteration; driver KB/iter: what the driver fetched per iteration")
+    lines = [title, "",
+             "| rollout workers | sync | rollout | learn | iteration | vs in-process | driver KB/iter "
+             "| start-up + eval (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = []
+    for n, batch, pipe in variants:
+        label = ("0 (in-process)" if n == 0 else str(n)) + (f", batch {batch}" if batch != args.batch else "")
+        label += ", pipelined" if pipe else ""
+        line, rec = _row(label, runs[(n, batch, pipe)], base if batch == args.batch else None)
+        lines.append(line)
+        rows.append({"workers": n, "batch": batch, "pipeline": pipe, **rec})
+    if args.compare_with:
+        before_base = _row("", before[args.workers[0]], None)[1]["iter_ms"]
+        for n in args.workers:
+            line, rec = _row(f"before: {'0 (in-process)' if n == 0 else n}", before[n], before_base)
+            lines.append(line)
+            rows.append({"workers": n, "batch": args.batch, "code": str(args.compare_with), **rec})
+    write_report(args.out, "ray_overhead", "\n".join(lines), {"results": rows})
+
 
 if __name__ == "__main__":
     main()

@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import write_report  # noqa: E402
 from rayseq.config import build_config, config_to_dict  # noqa: E402
+from rayseq.distributed.handles import concat_columns  # noqa: E402
 from rayseq.distributed.learner import Learner  # noqa: E402
 from rayseq.distributed.worker import RolloutWorker  # noqa: E402
 from rayseq.models.sampling import sample_projected  # noqa: E402
@@ -226,7 +227,9 @@ class RayRows:
 
     def mc_q(self, layout: tuple[int, int], key: str | None = None) -> dict:
         t0 = time.perf_counter()
-        q, info = self.rts[layout].mc_q(self.rollout, self.n_rollouts, 1.0, SEED)
+        rt = self.rts[layout]
+        refs, info = rt.mc_q(self.rollout.split(layout[0]), self.n_rollouts, 1.0, SEED)
+        q = concat_columns(rt.fetch(refs), self.rollout.tokens.shape[1])  # the per-shard Q, fetched for the check
         wall = time.perf_counter() - t0
         if key:
             self.q[key] = q

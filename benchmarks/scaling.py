@@ -5,7 +5,9 @@ pretraining, so every run does the same work) with ``rollout.num_workers`` = eac
 the per-iteration phase times from the run's metrics.parquet. Tasks (``--tasks``):
 
   counting  the counting job's PPO-dynamic stage (rayseq defaults), batch ``--batch``, ``--iters`` iterations.
-            Rollout phase = ``time/rollout_s`` (the workers sample the batch and score it with the task reward).
+            Rollout phase = ``time/sample_s`` (the slowest worker's sampling and task reward, timed on the
+            workers: the driver sends the update right behind the sampling calls and no longer waits for the
+            rollout by itself, so ``time/rollout_s`` is only the sending).
   seqgan    SeqGAN on counting (``tune_configs/seqgan_counting.yaml``: N = 16 Monte-Carlo continuations of every
             prefix, each worker's shard scored by D on a scorer actor, then 1 d-step on 5,000 fresh negatives
             sampled by the workers), no D pretraining, ``--seqgan-iters`` iterations, as many scorers as
@@ -67,7 +69,7 @@ from rayseq.train import load_config_data  # noqa: E402
 
 # task -> (experiment file or None for rayseq's defaults, extra overrides, the phases making up its rollout phase)
 TASKS = {
-    "counting": (None, [], ("time/rollout_s",)),
+    "counting": (None, [], ("time/sample_s",)),
     "seqgan": ("tune_configs/seqgan_counting.yaml", ["disc.pretrain_steps=0"], ("time/rollout_s", "time/mc_total_s")),
 }
 LABELS = {"counting": "counting, PPO-dynamic", "seqgan": "counting, SeqGAN (MC Q, N = 16)"}

@@ -458,6 +458,11 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
     torch_threads: int = Field(1, ge=1, description="torch threads inside each worker.")
     max_restarts: int = Field(3, ge=0, description="Times a crashed worker actor is restarted.")
+    pipeline: bool = Field(
+        False, description="Pipelined rollouts: the workers sample batch k+1 with the weights before update k while "
+        "the learner updates on batch k (staleness 1, logged as rollout/staleness). For algorithms whose loss weighs "
+        "tokens by π_θ / π_behaviour with the log-probs recorded at sampling (PPO, PPO-dynamic, GRPO, ...).",
+    )
 
     @field_validator("resources_per_worker")
     @classmethod
@@ -586,6 +591,8 @@ class RunConfig(_Section):
             raise ValueError(f"algo.name={self.algo.name!r} samples tokens by their BLEU increment against reference "
                              f"replies; it needs a task with references: "
                              f"{', '.join(registry.names_with('task', has_references=True))}")
+        if self.rollout.pipeline:
+            check_pipeline(algo, self.algo.name)
         if self.is_gan and self.rollout.num_workers > 0 and self.scorer.num_scorers == 0:
             raise ValueError("scorer.num_scorers=0: SeqGAN scores Monte-Carlo continuations on scorer actors; "
                              "set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run in-process)")
@@ -784,6 +791,23 @@ def resolve_task_section(task: dict) -> dict:
     if not registry.resolves("task", name):
         return given
     return {**registry.task_class(name).defaults, **given}
+
+
+def check_pipeline(algo, name: str) -> None:
+    """``rollout.pipeline=true`` trains on rollouts one update old: only algorithms that correct for it with the
+    behaviour log-probs (``off_policy_ratio``), rewarded by the task and without state between batches."""
+    why = None
+    if not algo.off_policy_ratio:
+        why = ("its update has no importance ratio π_θ / π_behaviour to correct rollouts sampled with the previous "
+               "weights")
+    elif algo.adversarial or algo.scoring != "task":
+        why = "its rewards come from the discriminator, which trains between the batches"
+    elif algo.stateful_request or algo.validate_every:
+        why = "its rollout requests depend on the learner's state at sampling time"
+    if why:
+        raise ValueError(f"rollout.pipeline=true: algo.name={name} cannot train on pipelined rollouts ({why}); use "
+                         f"one of {', '.join(registry.names_with('algo', off_policy_ratio=True, adversarial=False))} "
+                         "or rollout.pipeline=false")
 
 
 def check_applicable(data: dict) -> None:

@@ -134,6 +134,10 @@ class Algorithm:
     validate_every = 0  # call on_validation with the validation reward every this many iterations (0: never)
     fields: dict = {}  # algo.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them
     regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)
+    # its loss weighs each sampled token by π_θ / π_behaviour with the log-probs recorded at sampling
+    # (Rollout.logp), so rollouts sampled with older weights are corrected: it may train on pipelined rollouts
+    # (rollout.pipeline, staleness 1)
+    off_policy_ratio = False
 
     def __init__(self, cfg, seed: int = 0):
         self.cfg = cfg

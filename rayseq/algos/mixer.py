@@ -85,6 +85,7 @@ class Mixer(RolloutAlgo):
 
 class MixerPPO(Mixer):
     name = "mixer_ppo"
+    off_policy_ratio = True
     params = (*BASELINE_PARAMS, *MIXER_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
@@ -96,6 +97,7 @@ class MixerPPO(Mixer):
 
 class MixerPPODynamic(Mixer):
     name = "mixer_ppo_dynamic"
+    off_policy_ratio = True
     params = (*BASELINE_PARAMS, *MIXER_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:

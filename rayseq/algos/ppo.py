@@ -87,6 +87,7 @@ def minibatch_seed(algo, iteration: int) -> int:
 
 class PPO(RolloutAlgo):
     name = "ppo"
+    off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     params = (*BASELINE_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:

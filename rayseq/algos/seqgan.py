@@ -130,6 +130,7 @@ class SeqGAN(Adversarial, Reinforce):
 
 class SeqGANPPO(Adversarial, RolloutAlgo):
     name = "seqgan_ppo"
+    off_policy_ratio = True
     params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
     monte_carlo = True
     scoring = "monte_carlo_q"
@@ -142,6 +143,7 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
 
 class SeqGANPPODynamic(Adversarial, RolloutAlgo):
     name = "seqgan_ppo_dynamic"
+    off_policy_ratio = True
     params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
     defaults = {"use_baseline": False, **SEQGAN_DYNAMIC_BOUNDS}
     monte_carlo = True

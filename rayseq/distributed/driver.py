@@ -3,12 +3,15 @@
 Stages: ``mle`` (pretraining), ``disc`` (SeqGAN only: discriminator pretraining, ``disc.pretrain_steps``
 d-steps) and ``train`` (the configured algorithm).
 
-Per RL iteration (DESIGN.md data flow):
-  learner --weights(version)--> object store --> workers          (time/sync_s)
-  task prompts --> workers sample + score --> Rollout              (time/rollout_s)
-  SeqGAN: workers' Monte-Carlo search --> scorers' D --> Q         (time/mc_s, time/score_s)
-  Rollout --> learner.update --> metrics                           (time/learn_s)
-  SeqGAN: ``disc.d_steps`` d-steps with fresh negatives            (time/disc_s)
+Per RL iteration (DESIGN.md data flow; under Ray the data moves by reference, the driver receives metrics):
+  learner --weights(version), one buffer--> object store            (time/sync_s: publishing, no call)
+  task prompts + that weights ref --> workers sample + score        (time/rollout_s; time/sample_s on the workers)
+  SeqGAN: workers' Monte-Carlo search --> scorers' D --> Q refs      (time/mc_s, time/score_s)
+  rollout + score refs --> learner fetches, updates --> metrics      (time/learn_s; time/update_s the update alone)
+            and its new weights --> object store (the next iteration's weights ref)
+  SeqGAN: ``disc.d_steps`` d-steps with fresh negatives             (time/disc_s)
+With task rewards the update is sent right behind the sampling calls (the learner starts as the shards arrive), so
+``time/rollout_s`` is the sending and ``time/learn_s`` covers sampling and update.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from rayseq.algos import make_algo
 from rayseq.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.runtime import make_runtime
-from rayseq.rewards import terminal_rewards
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import make_task
@@ -70,6 +72,7 @@ class Trainer:
         self.pretrain_metrics: dict = {}
         self._test_cache: tuple | None = None  # (learner version, test metrics, details)
         self._stop = False
+        self._next: list | None = None  # rollout.pipeline: shard handles of the next batch, sampling
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _plan(self) -> dict[str, int]:
@@ -252,7 +255,7 @@ class Trainer:
                 m.update(rt.learner("update", batch, self.stage_iter))
                 m["time/learn_s"] = time.perf_counter() - t1
             else:
-                m.update(self._rollout_iteration(rt, algo))
+                m.update(self._rollout_iteration(rt, algo, last=self.stage_iter + 1 == n_iters))
             self.stage_iter += 1
             self.iteration += 1
             if algo is not None and algo.validate_every and self.stage_iter % algo.validate_every == 0:
@@ -297,15 +300,20 @@ class Trainer:
         prompts = self.task.sample_prompts(self.rng, n // copies, with_targets=algo.needs_targets)
         return prompts if copies == 1 else prompts.repeat(copies)
 
-    def _rollout_iteration(self, rt, algo) -> dict:
+    def _rollout_iteration(self, rt, algo, last: bool = False) -> dict:
         """One iteration of a rollout algorithm: ``algo.policy_steps()`` times sample, score as the algorithm says
         (``algo.scoring``), update; then, for an adversarial one, ``algo.discriminator_steps`` d-steps (SeqGAN
-        Algorithm 1: g-steps, then d-steps)."""
+        Algorithm 1: g-steps, then d-steps). The rollout stays where it was sampled until the learner fetches it:
+        the driver holds its shard handles and receives metrics only. ``rollout.pipeline``: :meth:`_pipelined_step`
+        (``last``: the stage's last iteration, after which no batch is sampled)."""
         cfg = self.cfg
         m: dict = {}
+        received = rt.recv_bytes
         if algo.validate_every and self.stage_iter == 0:
             m.update(rt.learner("validate"))  # the starting point the first interval is judged against
-        steps = algo.policy_steps()
+        steps = 0 if cfg.rollout.pipeline else algo.policy_steps()
+        if cfg.rollout.pipeline:
+            m.update(self._pipelined_step(rt, algo, last))
         for g in range(steps):
             t0 = time.perf_counter()
             _sync_generator(rt)
@@ -315,14 +323,14 @@ class Trainer:
             request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
             request = (rt.learner("rollout_request", *request_args) if algo.stateful_request
                        else algo.rollout_request(*request_args))
-            rollout = rt.sample(prompts, request)
-            if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
-                m.update(self.task.reward.metrics(rollout.term_scores))
+            # task rewards: the update is sent at once behind the sampling (the learner takes the shards as they come)
+            shards = rt.sample(prompts, request, wait=algo.scoring != "task")
             t2 = time.perf_counter()
-            m.update(self._score(rt, algo, rollout, seed))
+            scores, timing = self._score(rt, algo, shards, seed)
             t3 = time.perf_counter()
-            m.update(rt.learner("update", rollout, self.stage_iter))
+            m.update(rt.update(shards, self.stage_iter, scores))
             t4 = time.perf_counter()
+            m.update(timing)
             m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3})
             if algo.scoring != "task":
                 m["time/mc_total_s"] = t3 - t2
@@ -332,49 +340,71 @@ class Trainer:
                 m.update(self._d_step(rt))
             m["time/disc_s"] = time.perf_counter() - t5
         m["rollout/worker_restarts"] = float(rt.restarts)
+        if rt.remote:
+            m["driver/recv_bytes"] = float(rt.recv_bytes - received)
         return m
 
-    def _score(self, rt, algo, rollout, seed: int) -> dict:
-        """Give a sampled rollout its rewards as the algorithm says (``algo.scoring``; returns metrics):
+    def _submit_rollout(self, rt, algo, stage_iter: int, iteration: int) -> list:
+        """Start sampling the batch of iteration ``iteration`` (``stage_iter`` of the stage): prompts, request and
+        seed as the synchronous loop draws them; returns its shard handles at once (under Ray, while it samples)."""
+        cfg = self.cfg
+        prompts = self._prompts(algo, cfg.train.batch_size)
+        request = algo.rollout_request(stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
+                                       _rollout_seed(cfg, iteration))
+        return rt.sample(prompts, request, wait=False)
 
-        - ``task``: the task's reward, already computed where it was sampled (workers or scorer actors);
+    def _pipelined_step(self, rt, algo, last: bool) -> dict:
+        """``rollout.pipeline``: the learner updates on batch k, sampled while update k−1 ran (with the weights
+        before it: staleness 1, ``rollout/staleness``), while the workers sample batch k+1 with the current weights.
+        The algorithm's ratio π_θ / π_behaviour uses the log-probs recorded at sampling (``Rollout.logp``), which
+        corrects for the older weights (``off_policy_ratio``; rayseq.config.check_pipeline refuses the others).
+        In-process the same happens one call after the other: batch k+1 is sampled before update k.
+
+        The stage's first batch (and the first after a resume, where nothing is in flight) is sampled with the
+        current weights (staleness 0); prompts and seeds follow the synchronous loop's."""
+        t0 = time.perf_counter()
+        _sync_generator(rt)
+        t1 = time.perf_counter()
+        if self._next is None:
+            self._next = self._submit_rollout(rt, algo, self.stage_iter, self.iteration)
+        shards = self._next
+        self._next = None if last else self._submit_rollout(rt, algo, self.stage_iter + 1, self.iteration + 1)
+        t2 = time.perf_counter()
+        m = rt.update(shards, self.stage_iter)
+        t3 = time.perf_counter()
+        m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
+        return m
+
+    def _score(self, rt, algo, shards: list, seed: int) -> tuple[dict | None, dict]:
+        """Score a sampled rollout (its shard handles) as the algorithm says (``algo.scoring``): returns the
+        ``scores`` argument of the learner's ``update_rollout`` (handles of per-shard scores, which the learner gives
+        the rollout: :func:`rayseq.distributed.learner.assign_scores`) and timing metrics.
+
+        - ``task``: the task's reward, already computed where it was sampled (workers or scorer actors): None;
         - ``monte_carlo_q``: SeqGAN's Q(Y_1:t−1, y_t) for every token (Eq. 4): N continuations of each prefix by
           the rollout policy on the workers, scored by D on the scorers, as ``Rollout.returns``;
         - ``discriminator``: D(Y) of each whole sequence as its terminal reward (SeqGAN-critic).
         """
         if algo.scoring == "task":
-            return {}
+            return None, {}
         a = self.cfg.algo
         rt.sync_disc(rt.learner("get_disc_version"))
-        T = rollout.tokens.shape[1]
-        lengths = (rollout.token_mask > 0).sum(1)
-        m = {"rollout/tokens": float(lengths.sum())}
         if algo.scoring == "monte_carlo_q":
-            q, info = rt.mc_q(rollout, a.mc_rollouts, self.cfg.rollout.temperature, seed)
-            rollout.returns = q[:, :T]
-            rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
-            m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
-            # what Q costs beyond sampling Y: continuation steps of every prefix, and D evaluations
-            m["rollout/extra_gen_steps"] = float(a.mc_rollouts * int((lengths * (lengths - 1) // 2).sum()))
-            m["rollout/d_evals"] = float(a.mc_rollouts * int(np.maximum(lengths - 1, 0).sum()) + len(lengths))
+            parts, info = rt.mc_q(shards, a.mc_rollouts, self.cfg.rollout.temperature, seed)
         elif algo.scoring == "discriminator":  # D scores the sampled sequences only; a critic may do the rest
-            d, info = rt.disc_scores(rollout)
+            parts, info = rt.disc_scores(shards)
             info = {"mc_s": 0.0, **info}
-            rollout.score = d
-            rollout.rewards = terminal_rewards(d, rollout.token_mask)
-            m["rollout/extra_gen_steps"] = 0.0
-            m["rollout/d_evals"] = float(len(lengths))
         else:
             raise ValueError(f"algo.name={a.name}: unknown scoring {algo.scoring!r} (task, monte_carlo_q, "
                              "discriminator)")
-        m.update({"time/mc_s": info["mc_s"], "time/score_s": info["score_s"]})
-        return m
+        scores = {"scoring": algo.scoring, "parts": parts, "mc_rollouts": a.mc_rollouts}
+        return scores, {"time/mc_s": info["mc_s"], "time/score_s": info["score_s"]}
 
 
 def _sync_generator(rt) -> None:
     """Publish the learner's weights tagged with its update count (what ``rollout/staleness`` compares
     against, also after ``train.init_from`` or a D-pretraining stage, where it differs from the iteration)."""
-    rt.sync_weights(rt.learner("get_version"))
+    rt.sync_weights(rt.learner_version())
 
 
 def _postfix(m: dict) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+import time
 
 import numpy as np
 import torch
@@ -12,8 +13,10 @@ import torch
 from rayseq.algos import MLE, LearnerState, make_algo, seqgan
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
+from rayseq.distributed.handles import FlatWeights, as_rollout, concat_columns, resolve
 from rayseq.distributed.placement import placement_group_id
 from rayseq.models import Critic, ValueBaseline, make_discriminator, make_generator, reference_policy
+from rayseq.rewards import terminal_rewards
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, Rollout, to_torch
 
@@ -88,6 +91,10 @@ class Learner:
 
         return {"generator": cpu(self.state.generator), "rollout_policy": cpu(self.rollout_policy)}
 
+    def get_flat_weights(self) -> FlatWeights:
+        """:meth:`get_weights` as one buffer (what the Ray runtime publishes: one object per version)."""
+        return FlatWeights.pack(self.get_weights())
+
     def get_version(self) -> int:
         """Generator updates so far (the weights version the rollouts of the next update are tagged with)."""
         return self.version
@@ -119,6 +126,35 @@ class Learner:
         metrics["learner/version"] = float(self.version)
         return metrics
 
+    def update_rollout(self, shards: list, iteration: int, scores: dict | None = None) -> dict:
+        """The rollout algorithm's update on a rollout that arrives as shard handles (ObjectRefs fetched here, from
+        the object store, never through the driver; in-process the shards themselves), concatenated here in shard
+        order. Returns the metrics: each configured reward term (``reward/<name>``), the scores' (below), the
+        update's.
+
+        ``scores``: ``{"scoring": "monte_carlo_q" | "discriminator", "parts": per-shard handles of SeqGAN's Q
+        (B_i, T_i) or D(Y) (B_i,), "mc_rollouts": N}``, given to the rollout here (:func:`assign_scores`)."""
+        t0 = time.perf_counter()
+        rollout = as_rollout(shards)
+        m = {"time/fetch_s": time.perf_counter() - t0}  # the shards from the object store, concatenated
+        if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
+            m.update(self.task.reward.metrics(rollout.term_scores))
+        if scores is not None:
+            m.update(assign_scores(rollout, scores["scoring"], resolve(scores["parts"]), scores["mc_rollouts"]))
+        t1 = time.perf_counter()
+        m.update(self.update(rollout, iteration))
+        m["time/update_s"] = time.perf_counter() - t1  # the algorithm's update alone (time/learn_s: and the calls)
+        return m
+
+    def update_and_publish(self, shards: list, iteration: int, scores: dict | None = None) -> tuple[dict, FlatWeights]:
+        """:meth:`update_rollout`, and the updated weights (the Ray runtime's two return objects: the metrics go to
+        the driver, the weights by reference to the workers with their next call)."""
+        m = self.update_rollout(shards, iteration, scores)
+        t0 = time.perf_counter()
+        weights = self.get_flat_weights()
+        m["time/publish_s"] = time.perf_counter() - t0
+        return m, weights
+
     @torch.no_grad()
     def _kl_penalty(self, rollout: Rollout) -> dict:
         """r_t − β·(log π_old − log π_ref) on the rollout (rayseq.algos.regularizers); then β's controller step."""
@@ -133,10 +169,11 @@ class Learner:
         return {"kl/per_reply": per_reply, "kl/per_token": float(kl.sum() / max(rollout.action_mask.sum(), 1.0)),
                 "kl/coef": coef}
 
-    def train_discriminator(self, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
-        """One d-step of SeqGAN's Algorithm 1 (:func:`rayseq.algos.seqgan.d_step`)."""
-        out = seqgan.d_step(self.disc, self.disc_opt, positives, negatives, self.cfg.disc, self.task.specials.pad,
-                            self.device, seed)
+    def train_discriminator(self, positives: PromptBatch, negatives: Rollout | list, seed: int) -> dict:
+        """One d-step of SeqGAN's Algorithm 1 (:func:`rayseq.algos.seqgan.d_step`); ``negatives``: a Rollout or the
+        shard handles of one (fetched here)."""
+        out = seqgan.d_step(self.disc, self.disc_opt, positives, as_rollout(negatives), self.cfg.disc,
+                            self.task.specials.pad, self.device, seed)
         self.disc_version += 1
         out["disc/version"] = float(self.disc_version)
         return out
@@ -226,6 +263,36 @@ class Learner:
             self.disc_version = int(d.get("disc_version", 0))
             loaded["disc"] = True
         return loaded
+
+
+def assign_scores(rollout: Rollout, scoring: str, parts: list[np.ndarray], mc_rollouts: int) -> dict:
+    """Give a sampled rollout the rewards its algorithm's ``scoring`` computed on the scorers (in place); returns
+    metrics.
+
+    - ``monte_carlo_q``: ``parts`` = per-shard SeqGAN Q(Y_1:t−1, y_t) (Eq. 4) of every token, as ``Rollout.returns``;
+      ``score`` = D(Y) of the whole sampled sequence (Q at its last token);
+    - ``discriminator``: ``parts`` = per-shard D(Y) of each whole sequence, its terminal reward (SeqGAN-critic).
+    """
+    T = rollout.tokens.shape[1]
+    lengths = (rollout.token_mask > 0).sum(1)
+    m = {"rollout/tokens": float(lengths.sum())}
+    if scoring == "monte_carlo_q":
+        q = concat_columns(parts, T)
+        rollout.returns = q[:, :T]
+        rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
+        m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
+        # what Q costs beyond sampling Y: continuation steps of every prefix, and D evaluations
+        m["rollout/extra_gen_steps"] = float(mc_rollouts * int((lengths * (lengths - 1) // 2).sum()))
+        m["rollout/d_evals"] = float(mc_rollouts * int(np.maximum(lengths - 1, 0).sum()) + len(lengths))
+    elif scoring == "discriminator":  # D scores the sampled sequences only; a critic may do the rest
+        d = np.concatenate(parts)
+        rollout.score = d
+        rollout.rewards = terminal_rewards(d, rollout.token_mask)
+        m["rollout/extra_gen_steps"] = 0.0
+        m["rollout/d_evals"] = float(len(lengths))
+    else:
+        raise ValueError(f"unknown scoring {scoring!r} (task, monte_carlo_q, discriminator)")
+    return m
 
 
 def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu") -> tuple[dict, dict]:

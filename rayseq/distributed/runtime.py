@@ -2,8 +2,14 @@
 
 The driver loop (:mod:`rayseq.distributed.driver`) talks to a runtime through a few calls —
 ``learner(method, *args)``, ``sync_weights(version)``, ``sample(prompts, request)``, and for SeqGAN
-``sync_disc(version)`` and ``mc_q(rollout, n, temperature, seed)``, then ``shutdown()`` — so the
-distributed path and the in-process path (``rollout.num_workers=0``) run the same algorithm code.
+``sync_disc(version)``, ``mc_q(shards, n, temperature, seed)`` and ``disc_scores(shards)``, then ``shutdown()`` —
+so the distributed path and the in-process path (``rollout.num_workers=0``) run the same algorithm code.
+
+Data flows by reference (DESIGN.md "Data flow"): ``sample``, ``mc_q`` and ``disc_scores`` return per-shard
+handles (:mod:`rayseq.distributed.handles`: ObjectRefs under Ray, the objects in-process) and small info dicts;
+the handles go on to the scorers and to the learner (``learner("update_rollout", shards, ...)``), which fetch the
+data from the object store. The driver holds references and metric dicts only (``recv_bytes`` counts what it
+fetches).
 """
 
 from __future__ import annotations
@@ -12,11 +18,11 @@ import contextlib
 import dataclasses
 import logging
 import os
+import pickle
 import time
 
-import numpy as np
-
 from rayseq.config import RunConfig, config_to_dict
+from rayseq.distributed.handles import resolve
 from rayseq.distributed.learner import Learner
 from rayseq.distributed.nodes import Placement
 from rayseq.distributed.scorer import ScorerActor
@@ -51,30 +57,52 @@ class LocalRuntime:
         self.version = -1
         self.disc_version = -1
         self.restarts = 0
+        self.recv_bytes = 0  # nothing crosses a process boundary here
 
     def learner(self, method: str, *args):
         return getattr(self._learner, method)(*args)
+
+    def fetch(self, handles: list) -> list:
+        """The objects behind shard handles (here: the handles themselves)."""
+        return list(handles)
+
+    def learner_version(self) -> int:
+        """The learner's weights version (its update count)."""
+        return self._learner.get_version()
+
+    def update(self, shards: list, iteration: int, scores: dict | None = None) -> dict:
+        """The learner's rollout update on the shards (``Learner.update_rollout``); its metrics, and
+        ``time/sample_s`` (the sampling)."""
+        sample_s = max(s.info.get("sample_s", 0.0) for s in shards)
+        return {**self._learner.update_rollout(shards, iteration, scores), "time/sample_s": sample_s}
 
     def sync_weights(self, version: int) -> None:
         if version != self.version:
             self._worker.set_weights(self._learner.get_weights(), version)
             self.version = version
 
-    def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
-        return self._worker.sample(prompts, _shard_request(request, 0))
+    def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
+        """The rollout as one shard: ``[rollout]`` (sampled now, whatever ``wait`` says)."""
+        return [self._worker.sample(prompts, _shard_request(request, 0))]
+
+    def confirm(self, shards: list) -> list:
+        return list(shards)
 
     def sync_disc(self, version: int) -> None:
         if version != self.disc_version:
             self._scorer.set_disc_weights(self._learner.get_disc_weights(), version)
             self.disc_version = version
 
-    def mc_q(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int) -> tuple[np.ndarray, dict]:
-        batch = self._worker.mc_search(rollout, n_rollouts, temperature, _shard_seed(seed, 0))
+    def mc_q(self, shards: list, n_rollouts: int, temperature: float, seed: int) -> tuple[list, dict]:
+        """SeqGAN's Q (B, T) of the rollout ``shards`` (one shard in-process), as ``[q]``, and timings."""
+        batch = self._worker.mc_search(Rollout.concat(shards), n_rollouts, temperature, _shard_seed(seed, 0))
         q, info = self._scorer.score_mc(batch)
-        return q, {"mc_s": batch.info["mc_s"], "score_s": info["score_s"]}
+        return [q], {"mc_s": batch.info["mc_s"], "score_s": info["score_s"]}
 
-    def disc_scores(self, rollout: Rollout) -> tuple[np.ndarray, dict]:
-        return self._scorer.score_sequences(rollout)
+    def disc_scores(self, shards: list) -> tuple[list, dict]:
+        """D(Y) (B,) of the rollout ``shards``' sequences, as ``[d]``, and timings."""
+        d, info = self._scorer.score_sequences(Rollout.concat(shards))
+        return [d], {"score_s": info["score_s"]}
 
     def worker_stats(self) -> list[dict]:
         return [self._worker.stats()]
@@ -188,26 +216,138 @@ class RayRuntime:
         self._scorers = stateless_actors(ScorerActor, m, 1 + n, sc.num_cpus_per_scorer, sc.num_gpus_per_scorer)
         self.version = -1
         self._weights_ref = None
+        self._learner_version: int | None = None  # known from the last update; None: ask the learner
+        self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update
+        self._unconfirmed: dict = {}  # shard ref -> (worker, (ref, info ref), resubmit) of sample(wait=False)
         self.disc_version = -1
         self._disc_ref = None
         self.restarts = 0
+        self.recv_bytes = 0  # pickled size of everything the driver fetched (ray.get) through this runtime
         self._score_remotely = cfg.rollouts_scored_remotely and m > 0
 
+    # learner methods that leave the weights version as it is (any other call makes it unknown until asked again)
+    _KEEPS_VERSION = frozenset({"get_version", "get_disc_version", "get_weights", "get_flat_weights",
+                                "get_disc_weights", "evaluate", "placement", "state_dict", "rollout_request",
+                                "apply_config_lrs"})
+
     def learner(self, method: str, *args):
+        if method not in self._KEEPS_VERSION:
+            self._learner_version = None
         try:
-            return self._ray.get(getattr(self._learner, method).remote(*args))
+            return self._received(self._ray.get(getattr(self._learner, method).remote(*args)))
         except self._ray.exceptions.RayActorError:
             self.placement.check_learner(wait_s=20)  # its node lost: NodeLost names it
             raise
 
+    def learner_version(self) -> int:
+        """The learner's weights version: known from its last update (no round trip), else asked."""
+        if self._learner_version is None:
+            self._learner_version = self.learner("get_version")
+        return self._learner_version
+
+    def update(self, shards: list, iteration: int, scores: dict | None = None) -> dict:
+        """The learner's rollout update on the shard refs (it fetches them); returns its metrics and
+        ``time/sample_s`` (the slowest worker's sampling). The updated weights come back as a second object, kept
+        in the object store for the workers' next calls.
+
+        Shards of ``sample(wait=False)`` may still be sampling: the learner starts on them as they arrive. If the
+        update fails because a worker died, its shard is re-sampled (``confirm``) and the update sent again (it
+        failed fetching its input, before it changed anything)."""
+        ray = self._ray
+        self._learner_version = None
+
+        def submit(shards):
+            return self._two(self._learner.update_and_publish).remote(shards, iteration, scores)
+
+        metrics_ref, weights_ref = submit(shards)
+        try:
+            metrics = ray.get(metrics_ref)
+        except ray.exceptions.RayError as exc:
+            with contextlib.suppress(ray.exceptions.RayError):  # its second object holds the same error: seen
+                ray.get(weights_ref)
+            if self._learner_died(exc):  # NodeLost if its node went with it
+                self.placement.check_learner(wait_s=20)
+            restarts = self.restarts
+            if not any(ref in self._unconfirmed for ref in shards):
+                raise
+            shards = self.confirm(shards)
+            if self.restarts == restarts:  # every shard was sampled: the learner's own failure
+                raise
+            metrics_ref, weights_ref = submit(shards)
+            try:
+                metrics = ray.get(metrics_ref)
+            except ray.exceptions.RayError as exc2:
+                if self._learner_died(exc2):
+                    self.placement.check_learner(wait_s=20)
+                raise
+        infos = [self._unconfirmed.pop(ref)[1][1] for ref in shards if ref in self._unconfirmed]
+        if infos:  # done by now (the learner has their shards): no wait
+            metrics["time/sample_s"] = max(info["sample_s"] for info in ray.get(infos))
+        self._received(metrics)
+        self._learner_version = int(metrics["learner/version"])
+        self._published = (self._learner_version, weights_ref)
+        return metrics
+
+    def confirm(self, shards: list) -> list:
+        """``shards`` once sampled: waits for the calls of ``sample(wait=False)`` among them, a crashed worker's
+        re-sent (its new ref in its place)."""
+        ray = self._ray
+        out = list(shards)
+        for k, ref in enumerate(shards):
+            call = self._unconfirmed.pop(ref, None)
+            if call is None:
+                continue
+            i, pair, submit, scored, score = call
+            rollout, _ = self._get_pair(i, pair, submit)
+            if scored is None:
+                out[k] = rollout
+                continue
+            j = i % len(self._scorers)
+            if rollout is not pair[0]:  # re-sampled: the chained scorer call failed with the worker; score anew
+                with contextlib.suppress(ray.exceptions.RayError):
+                    ray.get(list(scored))
+                scored = score(rollout)(self._scorers[j])
+            out[k], _ = self._get_pair(j, scored, score(rollout), kind="scorer")
+        return out
+
+    def fetch(self, handles: list) -> list:
+        """The objects behind shard handles, fetched to the driver (tests, benchmarks; the loop never does)."""
+        return self._received(resolve(handles))
+
+    def _received(self, value):
+        """Count ``value``'s pickled size in ``recv_bytes`` (what the driver fetched); returns it."""
+        self.recv_bytes += len(pickle.dumps(value, protocol=5))
+        return value
+
+    def _get_pair(self, i: int, pair: tuple, submit, kind: str = "worker") -> tuple:
+        """A call ``submit(actor) -> (data ref, info ref)`` on actor ``i`` (its two return objects): waits for the
+        small info only (``_get_with_recovery``: a crashed actor's call is re-sent); returns (data ref, info)."""
+        box = [pair[0]]
+
+        def resubmit(actor):
+            data, info = submit(actor)
+            box[0] = data
+            return info
+
+        info = self._received(self._get_with_recovery(i, pair[1], resubmit, kind=kind))
+        return box[0], info
+
+    def _two(self, method):
+        return method.options(num_returns=2)
+
     def sync_weights(self, version: int) -> None:
+        """Publish the learner's weights ``version`` (one FlatWeights object: the one its last update returned, or
+        fetched now); the workers load it with their next call, which carries it (no call of its own)."""
         if version == self.version:
             return
-        self._weights_ref = self._learner.get_weights.remote()
-        refs = [w.set_weights.remote(self._weights_ref, version) for w in self._workers]
+        published = self._published
+        self._weights_ref = (published[1] if published is not None and published[0] == version
+                             else self._learner.get_flat_weights.remote())
         self.version = version
-        for i, ref in enumerate(refs):
-            self._get_with_recovery(i, ref, lambda w: w.set_weights.remote(self._weights_ref, self.version))
+
+    def _weights(self) -> dict:
+        """The keyword arguments that send the current weights with a worker call."""
+        return {"weights": [self._weights_ref], "version": self.version} if self._weights_ref is not None else {}
 
     def sync_disc(self, version: int) -> None:
         """Publish the learner's discriminator (one object per d-step version) to every scorer."""
@@ -220,56 +360,89 @@ class RayRuntime:
             self._get_with_recovery(i, ref, lambda a: a.set_disc_weights.remote(self._disc_ref, self.disc_version),
                                     kind="scorer")
 
-    def mc_q(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int) -> tuple[np.ndarray, dict]:
-        """SeqGAN's Q (B, T): continuations split across the workers, each shard scored on a scorer
-        (shard i -> scorer i mod m) as soon as its continuations exist."""
-        shards = rollout.split(len(self._workers))
+    def mc_q(self, shards: list, n_rollouts: int, temperature: float, seed: int) -> tuple[list, dict]:
+        """SeqGAN's Q: per rollout shard (B_i, T_i) refs, shard i searched on worker i (where it was sampled) and
+        scored on scorer i mod m as soon as its continuations exist; and timings (the slowest worker and scorer)."""
         seeds = [_shard_seed(seed, i) for i in range(len(shards))]
-        refs = {w.mc_search.remote(s, n_rollouts, temperature, q): i
-                for i, (w, s, q) in enumerate(zip(self._workers, shards, seeds))}
         m = len(self._scorers)
-        q_refs: list = [None] * len(shards)
+
+        def search(i):
+            return lambda w: self._two(w.mc_search_shard).remote(shards[i], n_rollouts, temperature, seeds[i],
+                                                                  **self._weights())
+
+        def score(batch):
+            return lambda a: self._two(a.score_mc).remote(batch)
+
+        pending = {}
+        for i, w in enumerate(self._workers[: len(shards)]):
+            pair = search(i)(w)
+            pending[pair[1]] = (i, pair)
+        scoring: list = [None] * len(shards)
         t_mc = []
-        while refs:  # each shard goes to its scorer as soon as its continuations exist
-            (ready,), _ = self._ray.wait(list(refs), num_returns=1)
-            i = refs.pop(ready)
-            batch = self._get_with_recovery(
-                i, ready, lambda w, i=i: w.mc_search.remote(shards[i], n_rollouts, temperature, seeds[i])
-            )
-            t_mc.append(batch.info["mc_s"])
-            q_refs[i] = (batch, self._scorers[i % m].score_mc.remote(batch))
-        parts, t_score = [], []
-        for i, (batch, ref) in enumerate(q_refs):
-            q, info = self._get_with_recovery(i % m, ref, lambda a, b=batch: a.score_mc.remote(b), kind="scorer")
-            parts.append(q)
+        while pending:  # each shard goes to its scorer as soon as its continuations exist
+            (ready,), _ = self._ray.wait(list(pending), num_returns=1)
+            i, pair = pending.pop(ready)
+            batch, info = self._get_pair(i, pair, search(i))
+            t_mc.append(info["mc_s"])
+            scoring[i] = (score(batch)(self._scorers[i % m]), score(batch))
+        q_refs, t_score = [], []
+        for i, (pair, submit) in enumerate(scoring):
+            q, info = self._get_pair(i % m, pair, submit, kind="scorer")
+            q_refs.append(q)
             t_score.append(info["score_s"])
-        width = max(p.shape[1] for p in parts)
-        q = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in parts])
-        return q, {"mc_s": max(t_mc), "score_s": max(t_score)}
+        return q_refs, {"mc_s": max(t_mc), "score_s": max(t_score)}
 
-    def disc_scores(self, rollout: Rollout) -> tuple[np.ndarray, dict]:
-        """D(Y) (B,) of the rollout's sequences, shards across the scorers (SeqGAN-critic's reward)."""
-        shards = rollout.split(len(self._scorers))
-        refs = [s.score_sequences.remote(part) for s, part in zip(self._scorers, shards)]
-        out = [self._get_with_recovery(i, ref, lambda a, p=shards[i]: a.score_sequences.remote(p), kind="scorer")
-               for i, ref in enumerate(refs)]
-        return np.concatenate([d for d, _ in out]), {"score_s": max(info["score_s"] for _, info in out)}
+    def disc_scores(self, shards: list) -> tuple[list, dict]:
+        """D(Y) of the rollout's sequences: per shard (B_i,) refs, shard i scored on scorer i mod m (SeqGAN-critic's
+        reward); and timings."""
+        m = len(self._scorers)
 
-    def sample(self, prompts: PromptBatch, request: RolloutRequest) -> Rollout:
+        def score(i):
+            return lambda a: self._two(a.score_sequences).remote(shards[i])
+
+        pairs = [score(i)(self._scorers[i % m]) for i in range(len(shards))]
+        out = [self._get_pair(i % m, pair, score(i), kind="scorer") for i, pair in enumerate(pairs)]
+        return [d for d, _ in out], {"score_s": max(info["score_s"] for _, info in out)}
+
+    def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
         """Shards to the workers; with scorer actors (expensive rewards), each shard is scored on scorer
-        i mod m as soon as it is sampled."""
+        i mod m as soon as it is sampled. Returns the scored shards' refs (shard i sampled on worker i).
+
+        ``wait=False``: returns the refs at once, while the workers sample (and the scorers score, each call chained
+        on its worker's result by reference); the learner's ``update`` (or ``confirm``) waits for them and re-sends
+        a crashed worker's shard (and its scoring) or a crashed scorer's call."""
         shards = prompts.split(len(self._workers))
         requests = [_shard_request(request, i) for i in range(len(shards))]
         m = len(self._scorers) if self._score_remotely else 0
-        refs = [w.sample.remote(s, q, m == 0) for w, s, q in zip(self._workers, shards, requests)]
-        results = []
-        for i, ref in enumerate(refs):
-            r = self._get_with_recovery(i, ref, lambda w, i=i: w.sample.remote(shards[i], requests[i], m == 0))
-            results.append(r if m == 0 else (r, self._scorers[i % m].score_rollout.remote(r)))
+
+        def sample(i):
+            return lambda w: self._two(w.sample_shard).remote(shards[i], requests[i], m == 0, **self._weights())
+
+        def score(rollout):
+            return lambda a: self._two(a.score_rollout_shard).remote(rollout)
+
+        if not wait:  # each scorer call (if any) is chained on its worker's result by reference, no wait here
+            refs = []
+            for i, w in enumerate(self._workers[: len(shards)]):
+                pair = sample(i)(w)
+                scored = self._two(self._scorers[i % m].score_rollout_shard).remote(pair[0]) if m else None
+                final = scored[0] if m else pair[0]
+                self._unconfirmed[final] = (i, pair, sample(i), scored, score)
+                refs.append(final)
+            return refs
+        pending = {}
+        for i, w in enumerate(self._workers[: len(shards)]):
+            pair = sample(i)(w)
+            pending[pair[1]] = (i, pair)
+        out: list = [None] * len(shards)
+        while pending:  # a shard goes to its scorer as soon as it is sampled
+            (ready,), _ = self._ray.wait(list(pending), num_returns=1)
+            i, pair = pending.pop(ready)
+            rollout, _ = self._get_pair(i, pair, sample(i))
+            out[i] = rollout if m == 0 else (score(rollout)(self._scorers[i % m]), score(rollout))
         if m:
-            results = [self._get_with_recovery(i % m, ref, lambda a, r=r: a.score_rollout.remote(r), kind="scorer")
-                       for i, (r, ref) in enumerate(results)]
-        return Rollout.concat(results)
+            out = [self._get_pair(i % m, pair, submit, kind="scorer")[0] for i, (pair, submit) in enumerate(out)]
+        return out
 
     def _get_with_recovery(self, i: int, ref, resubmit, max_attempts: int = 6, kind: str = "worker"):
         """``ray.get(ref)``; if actor ``i`` (a rollout worker, or a scorer with ``kind="scorer"``) died,
@@ -294,11 +467,16 @@ class RayRuntime:
                 ref = resubmit(a)
         raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
 
+    def _learner_died(self, exc) -> bool:
+        """``exc`` (from a Ray call) is the learner actor's death, not a worker's or a scorer's that reached the
+        driver through the learner's fetch of its shard."""
+        return getattr(exc, "actor_id", None) == self._learner._actor_id.hex()
+
     def _check_node_loss(self, exc, kind: str, i: int) -> None:
         """After actor ``i``'s call failed: :class:`NodeLost` if the learner went with its node (the failure is the
         learner's own, or its weights' a worker waited for); a warning naming the node if the actor's node is
         lost (Ray re-creates the actor on a surviving node once its bundle is re-placed there)."""
-        learner_failed = getattr(exc, "actor_id", None) == self._learner._actor_id.hex()
+        learner_failed = self._learner_died(exc)
         self.placement.check_learner(wait_s=20 if learner_failed else 0)
         if learner_failed:
             raise exc
@@ -328,10 +506,13 @@ class RayRuntime:
                 time.sleep(0.5)
 
     def worker_stats(self) -> list[dict]:
-        return self._ray.get([w.stats.remote() for w in self._workers])
+        """Each worker's stats, after it has loaded the published weights (it may not have needed them yet)."""
+        if self._weights_ref is not None:
+            self._ray.get([w.set_weights.remote([self._weights_ref], self.version) for w in self._workers])
+        return self._received(self._ray.get([w.stats.remote() for w in self._workers]))
 
     def scorer_stats(self) -> list[dict]:
-        return self._ray.get([s.stats.remote() for s in self._scorers])
+        return self._received(self._ray.get([s.stats.remote() for s in self._scorers]))
 
     def shutdown(self) -> None:
         ray = self._ray

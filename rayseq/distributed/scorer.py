@@ -56,6 +56,12 @@ class ScorerActor:
         out.info = {**out.info, "score_s": time.perf_counter() - t0}
         return out
 
+    def score_rollout_shard(self, rollout: Rollout) -> tuple[Rollout, dict]:
+        """:meth:`score_rollout`, and its info (the Ray runtime's two return objects: data by reference, info to the
+        driver)."""
+        out = self.score_rollout(rollout)
+        return out, {"score_s": out.info["score_s"], "rows": len(out)}
+
     def score_sequences(self, rollout: Rollout) -> tuple[np.ndarray, dict]:
         """D(Y) (B,) float32 of the rollout's whole sequences (SeqGAN-critic's terminal reward), and timings."""
         t0 = time.perf_counter()

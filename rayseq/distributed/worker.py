@@ -11,6 +11,7 @@ import torch
 
 from rayseq.algos.erpo import erpo_sample
 from rayseq.config import RunConfig
+from rayseq.distributed.handles import as_state_dicts
 from rayseq.distributed.placement import placement_group_id
 from rayseq.models import make_generator
 from rayseq.rewards.mc_search import mc_search
@@ -48,9 +49,11 @@ class RolloutWorker:
             "placement_group": placement_group_id(),
         }
 
-    def set_weights(self, weights: dict, version: int) -> int:
-        """``weights`` = the learner's ``get_weights()``: generator and (SeqGAN) rollout policy."""
+    def set_weights(self, weights, version: int) -> int:
+        """``weights``: the learner's generator and (SeqGAN) rollout policy, as ``get_weights()`` (in-process),
+        ``get_flat_weights()`` or a ``[ref]`` of it (fetched only when ``version`` is new to this worker)."""
         if version != self.version:
+            weights = as_state_dicts(weights)
             self.generator.load_state_dict(weights["generator"])
             if weights.get("rollout_policy") is not None:
                 self.rollout_policy.load_state_dict(weights["rollout_policy"])
@@ -58,6 +61,25 @@ class RolloutWorker:
             self.version = version
             self.loads += 1
         return self.version
+
+    # -- the Ray runtime's calls: (data, small info) as two return objects; the data goes on by reference to the
+    # scorer or the learner, the driver reads the info only (rayseq.distributed.handles). The weights travel with
+    # the work (``weights`` = [ref], ``version``: loaded first when the version is new here; one call, not two)
+    def sample_shard(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True, weights=None,
+                     version: int = -1) -> tuple[Rollout, dict]:
+        """:meth:`sample` with the weights ``version``, and its info (worker, timings, rows)."""
+        if weights is not None:
+            self.set_weights(weights, version)
+        rollout = self.sample(prompts, request, score)
+        return rollout, {**rollout.info, "rows": len(rollout)}
+
+    def mc_search_shard(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int, weights=None,
+                        version: int = -1) -> tuple[MCBatch, dict]:
+        """:meth:`mc_search` with the weights ``version``, and its info (worker, ``mc_s``)."""
+        if weights is not None:
+            self.set_weights(weights, version)
+        batch = self.mc_search(rollout, n_rollouts, temperature, seed)
+        return batch, dict(batch.info)
 
     def mc_search(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int) -> MCBatch:
         """SeqGAN Eq. 4's continuations of every prefix of this shard (batched, from cached states)."""

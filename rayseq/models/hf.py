@@ -1,7 +1,7 @@
 """A local Hugging Face causal LM as the policy (``model.arch=hf``, ``model.path=DIR``): π_θ(y_t | x, y_<t) is the
 LM's next-token distribution on the sequence ``x <bos> y_1 … y_{t−1}`` (the prompt, the separator, the reply so far).
 
-The phase methods are those of :class:`rayseq.models.generator.Seq2SeqGRU`, on the same shapes and conventions
+The phase methods are those of :class:`rayseq.models.protocol.StepDecoding`, on the same shapes and conventions
 (right-padded ``src`` with ``src_len``, replies ending at ``eos`` and padded after, banned ids at logit −inf,
 log-prob 0 at pad positions): :meth:`HFCausalLM.logprobs` runs the whole teacher-forced sequence in one forward
 pass; sampling, serving-time generation, greedy decoding and the first-step distribution are the RNN's decoding
@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from rayseq.models.generator import GeneratorOutput, SampleOutput, Seq2SeqGRU
+from rayseq.models.protocol import GeneratorOutput, StepDecoding
 
 
 class _Prefix(NamedTuple):
@@ -134,7 +134,7 @@ class HFCausalLM(nn.Module):
     def _logits(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.float() + self.logit_bias
 
-    token_logp = Seq2SeqGRU.token_logp
+    token_logp = StepDecoding.token_logp
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> _Prefix:
         """Run the prompts through the LM: its KV cache, mask and next position (the state of :meth:`decode_step`)."""
@@ -182,59 +182,13 @@ class HFCausalLM(nn.Module):
         return GeneratorOutput(self.token_logp(logits, tokens), states, logits)
 
     # the RNN's decoding loops, on encode/decode_step above
-    first_step_logprobs = Seq2SeqGRU.first_step_logprobs
-    sample = Seq2SeqGRU.sample
-    greedy = Seq2SeqGRU.greedy
+    first_step_logprobs = StepDecoding.first_step_logprobs
+    sample = StepDecoding.sample
+    greedy = StepDecoding.greedy
 
-    @torch.no_grad()
-    def generate(self, src, src_len, max_len, temperature, top_k, generators, top_p=None):
-        """Serving-time decoding: :meth:`Seq2SeqGRU.generate` (per-row temperature, top-k, top-p, Gumbel-max with
-        each row's own generator), with each row's uniforms drawn step by step, V at a time, instead of all
-        (B, T, V) up front: a Hugging Face vocabulary is 50k–150k tokens, which at 32 requests of 128 tokens would
-        be gigabytes. A generator gives the same numbers either way (its t-th V-block), so replies are the same."""
-        B, dev, V = src.shape[0], src.device, self.vocab_size
-        h = self.encode(src, src_len)
-        tok = torch.full((B,), self.bos_id, dtype=torch.long, device=dev)
-        alive = torch.ones(B, dtype=torch.bool, device=dev)
-        greedy = temperature <= 0
-        temp = torch.where(greedy, torch.ones_like(temperature), temperature).unsqueeze(1)
-        lengths = max_len.tolist()
-        k = top_k.clamp(min=0, max=V)
-        use_top_k = bool((k > 0).any())
-        p_cut = None if top_p is None or not bool((top_p < 1).any()) else top_p.unsqueeze(1)  # (B, 1)
-        tokens, token_mask, logps = [], [], []
-        for t in range(max(lengths, default=0)):
-            u = torch.full((B, V), 0.5, device=dev)
-            for i, (g, n) in enumerate(zip(generators, lengths)):
-                if t < n:
-                    u[i] = torch.rand(V, generator=g, device=dev)
-            alive = alive & (t < max_len)
-            if not alive.any():
-                break
-            logits, _, h = self.decode_step(tok, h)
-            logp_all = torch.log_softmax(logits, dim=-1)
-            scaled = logits / temp
-            if use_top_k:
-                kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
-                scaled = torch.where((k.unsqueeze(1) > 0) & (scaled < kth), float("-inf"), scaled)
-            if p_cut is not None:  # nucleus: as Seq2SeqGRU.generate
-                srt, order = scaled.sort(dim=-1, descending=True, stable=True)
-                probs = torch.softmax(srt, dim=-1)
-                drop = ((probs.cumsum(-1) - probs) >= p_cut) & (p_cut < 1)
-                scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float("-inf"))
-            gumbel = -torch.log(-torch.log(u.clamp_(min=1e-20, max=1.0 - 1e-7)))
-            nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel).argmax(-1))
-            nxt = torch.where(alive, nxt, torch.full_like(nxt, self.pad_id))
-            tokens.append(nxt)
-            token_mask.append(alive.float())
-            logps.append(torch.where(alive, logp_all.gather(1, nxt[:, None]).squeeze(1), 0.0))
-            alive = alive & (nxt != self.eos_id)
-            tok = nxt
-        if not tokens:
-            empty = torch.zeros(B, 0, device=dev)
-            return SampleOutput(empty.long(), empty, empty, empty)
-        mask = torch.stack(token_mask, 1)
-        return SampleOutput(torch.stack(tokens, 1), mask, mask, torch.stack(logps, 1))
+    # serving's decoding, per-row settings and generators (its uniforms are drawn step by step: fine for a
+    # 50k-150k vocabulary)
+    generate = StepDecoding.generate
 
 
 class _AdaptersDisabled:

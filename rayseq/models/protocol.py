@@ -226,17 +226,19 @@ class StepDecoding:
         greedy = temperature <= 0
         temp = torch.where(greedy, torch.ones_like(temperature), temperature).unsqueeze(1)
         T = int(max_len.max()) if B else 0
-        # each row's uniforms in one call of its own generator, max_len_i × V of them (so a row's draw
-        # does not depend on its neighbours' lengths), padded to (B, T, V)
-        u = torch.full((B, T, self.vocab_size), 0.5, device=dev)
-        for i, (g, n) in enumerate(zip(generators, max_len.tolist())):
-            u[i, :n] = torch.rand(n, self.vocab_size, generator=g, device=dev)
-        gumbel_all = -torch.log(-torch.log(u.clamp_(min=1e-20, max=1.0 - 1e-7)))
+        lengths = max_len.tolist()
         k = top_k.clamp(min=0, max=self.vocab_size)
         use_top_k = bool((k > 0).any())
         p_cut = None if top_p is None or not bool((top_p < 1).any()) else top_p.unsqueeze(1)  # (B, 1)
         tokens, token_mask, logps = [], [], []
         for t in range(T):
+            # row i's t-th V uniforms from its own generator, only while t < max_len_i (so a row's draws do not
+            # depend on its neighbours' lengths); drawn step by step, never (B, T, V) at once: a Hugging Face
+            # vocabulary of 50k-150k tokens would make that gigabytes
+            u = torch.full((B, self.vocab_size), 0.5, device=dev)
+            for i, (g, n) in enumerate(zip(generators, lengths)):
+                if t < n:
+                    u[i] = torch.rand(self.vocab_size, generator=g, device=dev)
             alive = alive & (t < max_len)
             if not alive.any():
                 break
@@ -253,7 +255,8 @@ class StepDecoding:
                 probs = torch.softmax(srt, dim=-1)
                 drop = ((probs.cumsum(-1) - probs) >= p_cut) & (p_cut < 1)
                 scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float("-inf"))
-            nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel_all[:, t]).argmax(-1))
+            gumbel = -torch.log(-torch.log(u.clamp_(min=1e-20, max=1.0 - 1e-7)))
+            nxt = torch.where(greedy, logits.argmax(-1), (scaled + gumbel).argmax(-1))
             nxt = torch.where(alive, nxt, torch.full_like(nxt, self.pad_id))
             tokens.append(nxt)
             token_mask.append(alive.float())

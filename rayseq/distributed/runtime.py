@@ -452,17 +452,21 @@ class RayRuntime:
         for _ in range(max_attempts):
             try:
                 return ray.get(ref)
+            except ray.exceptions.ObjectLostError:
+                # the call's input is gone: the weights it carries lived on the learner's node (NodeLost if so)
+                self.placement.check_learner(wait_s=20)
+                raise
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                self._check_node_loss(exc, kind, i)
+                named = self._check_node_loss(exc, kind, i)
                 self.restarts += 1
                 log.warning("%s %d failed (%s); re-dispatching its work", kind, i, type(exc).__name__)
+                a = self._scorers[i] if kind == "scorer" else self._workers[i]
+                self._wait_alive(a)
+                if not named:  # the GCS may mark the node dead after the actor's error reached us: by now it has
+                    self._warn_node_lost(kind, i, "Ray re-created it on a surviving node")
                 if kind == "scorer":
-                    a = self._scorers[i]
-                    self._wait_alive(a)
                     ray.get(a.set_disc_weights.remote(self._disc_ref, self.disc_version))
                 else:
-                    a = self._workers[i]
-                    self._wait_alive(a)
                     ray.get(a.set_weights.remote(self._weights_ref, self.version))
                 ref = resubmit(a)
         raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
@@ -472,18 +476,23 @@ class RayRuntime:
         driver through the learner's fetch of its shard."""
         return getattr(exc, "actor_id", None) == self._learner._actor_id.hex()
 
-    def _check_node_loss(self, exc, kind: str, i: int) -> None:
+    def _check_node_loss(self, exc, kind: str, i: int) -> bool:
         """After actor ``i``'s call failed: :class:`NodeLost` if the learner went with its node (the failure is the
         learner's own, or its weights' a worker waited for); a warning naming the node if the actor's node is
-        lost (Ray re-creates the actor on a surviving node once its bundle is re-placed there)."""
+        lost (Ray re-creates the actor on a surviving node once its bundle is re-placed there). True if it warned."""
         learner_failed = self._learner_died(exc)
         self.placement.check_learner(wait_s=20 if learner_failed else 0)
         if learner_failed:
             raise exc
+        return self._warn_node_lost(kind, i, "waiting for Ray to re-create it on a surviving node")
+
+    def _warn_node_lost(self, kind: str, i: int, then: str) -> bool:
+        """Warn (naming the node) if the node that held actor ``i``'s bundle is dead; True if so."""
         bundle = 1 + i if kind == "worker" else 1 + len(self._workers) + i
         if node := self.placement.lost_node(bundle):
-            log.warning("%s %d was on %s and is lost with it; waiting for Ray to re-create it on a surviving node",
-                        kind, i, self.placement.describe(node))
+            log.warning("%s %d was on %s and is lost with it; %s", kind, i, self.placement.describe(node), then)
+            return True
+        return False
 
     def _wait_alive(self, worker, timeout: float = 120.0) -> None:
         """Until Ray has restarted ``worker`` (a worker or scorer); after a node loss that waits for its bundle

@@ -13,7 +13,7 @@ interleaved round-robin, 1 torch thread unless said):
              its final test precision and its own loop time.
   chitchat   the same comparison on chit-chat (tune_configs/chitchat_quick.yaml: chitchat-dataset, vocabulary
              4,000, batch 128, PPO-dynamic with the BLEU-2 reward) in-process, on a SHORTER schedule than
-             benchmarks/chitchat.py so the part fits in about 15 minutes: 800 MLE iterations (the benchmark: 1,500)
+             benchmarks/chitchat.py so the part fits in 15–20 minutes: 800 MLE iterations (the benchmark: 1,500)
              then its 150 PPO-dynamic iterations, the same for both archs; validation BLEU-2 (1,000 validation
              inputs) every 100 MLE and every 25 RL iterations. The GRU at the benchmark's sizes (emb 64, hidden 128:
              920,992 parameters) and a Transformer of a similar size (hidden 96, 4 heads, ff 192, one encoder and one
@@ -34,7 +34,7 @@ interleaved round-robin, 1 torch thread unless said):
 
 Command   python benchmarks/transformer.py [--parts counting chitchat decode mc] [--seeds 0 1] [--repeats 3]
           (parts not named keep their figures from the last report: --parts decode mc re-measures those two)
-Time      about 35 minutes on a 2-core machine (counting ≈ 15 of them, chitchat ≈ 15).
+Time      about 35 minutes on a 2-core machine (counting ≈ 15 of them, chitchat ≈ 15–20: 21 measured at load 2–5).
 Writes    benchmarks/results/transformer.md, .json and transformer.png
 """
 

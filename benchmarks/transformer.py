@@ -11,6 +11,16 @@ interleaved round-robin, 1 torch thread unless said):
              (median over its seeds, the sum of ``time/iter_s``: evaluations excluded, both archs evaluate as
              often); each run's validation precision at the last evaluation inside that budget is shown beside
              its final test precision and its own loop time.
+  chitchat   the same comparison on chit-chat (tune_configs/chitchat_quick.yaml: chitchat-dataset, vocabulary
+             4,000, batch 128, PPO-dynamic with the BLEU-2 reward) in-process, on a SHORTER schedule than
+             benchmarks/chitchat.py so the part fits in 15–20 minutes: 800 MLE iterations (the benchmark: 1,500)
+             then its 150 PPO-dynamic iterations, the same for both archs; validation BLEU-2 (1,000 validation
+             inputs) every 100 MLE and every 25 RL iterations. The GRU at the benchmark's sizes (emb 64, hidden 128:
+             920,992 parameters) and a Transformer of a similar size (hidden 96, 4 heads, ff 192, one encoder and one
+             decoder layer, 32 positions: 965,536). Budget as counting's: the GRU's median loop time; each run's
+             validation BLEU-2 at the last evaluation inside it is shown beside its final test BLEU-2 (1,000 test
+             inputs), its loop and wall seconds and its parameter count. The corpus is prepared into data/chitchat
+             first (``python -m rayseq.data prepare chitchat --out data/chitchat``; a few seconds).
   decode     greedy decoding tokens/s at the chit-chat sizes (vocabulary 4,000, replies of 20 tokens after a
              20-token input; GRU emb 256 / hidden 512 as tune_configs/chitchat.yaml, 5.4 M parameters;
              Transformer hidden 256, 4 heads, ff 1,024, 2 + 2 layers, 5.7 M): the Transformer stepping its
@@ -22,9 +32,9 @@ interleaved round-robin, 1 torch thread unless said):
              decoder-only Transformer of the same size (hidden 32, 2 heads, ff 64, one layer), both continuing
              every prefix from its cached state. D's scoring is the same for both and left out.
 
-Command   python benchmarks/transformer.py [--parts counting decode mc] [--seeds 0 1] [--repeats 3]
+Command   python benchmarks/transformer.py [--parts counting chitchat decode mc] [--seeds 0 1] [--repeats 3]
           (parts not named keep their figures from the last report: --parts decode mc re-measures those two)
-Time      about 20 minutes on a 2-core machine (counting ≈ 15 of them).
+Time      about 35 minutes on a 2-core machine (counting ≈ 15 of them, chitchat ≈ 15–20: 21 measured at load 2–5).
 Writes    benchmarks/results/transformer.md, .json and transformer.png
 """
 
@@ -48,10 +58,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import write_report  # noqa: E402
-from rayseq.config import build_config  # noqa: E402
+from rayseq.config import build_config, load_yaml  # noqa: E402
 from rayseq.distributed.driver import Trainer  # noqa: E402
-from rayseq.models import Seq2SeqGRU, TransformerGenerator  # noqa: E402
+from rayseq.models import Seq2SeqGRU, TransformerGenerator, make_generator  # noqa: E402
 from rayseq.rewards.mc_search import mc_search  # noqa: E402
+from rayseq.tasks import make_task  # noqa: E402
+from rayseq.tasks.chitchat import ensure_prepared  # noqa: E402
 
 ARCHS = {
     "gru": [],
@@ -64,11 +76,16 @@ def n_params(m: torch.nn.Module) -> int:
     return sum(p.numel() for p in m.parameters())
 
 
-# -- counting ---------------------------------------------------------------------------------------------------
-def counting_run(arch: str, seed: int, tmp: Path) -> dict:
+# -- counting and chit-chat: one budget ---------------------------------------------------------------------------
+def train_run(arch: str, seed: int, tmp: Path, base: dict | None, overrides: list[str], metric: str) -> dict:
+    """One in-process training run; its validation ``metric`` against the loop clock (the sum of ``time/iter_s``:
+    evaluations excluded) and its final test ``metric``."""
     run_dir = tmp / f"{arch}-s{seed}"
-    cfg = build_config(None, [*ARCHS[arch], f"seed={seed}", "rollout.num_workers=0", "train.pretrain_eval_every=100",
-                              "progress=false", f"run_dir={run_dir}"])
+    cfg = build_config(base, [*overrides, f"seed={seed}", "rollout.num_workers=0", "progress=false",
+                              f"run_dir={run_dir}"])
+    task = make_task(cfg.task)
+    params = n_params(make_generator(cfg, task))
+    del task
     t0 = time.perf_counter()
     summary = Trainer(cfg).run()
     wall = time.perf_counter() - t0
@@ -76,11 +93,11 @@ def counting_run(arch: str, seed: int, tmp: Path) -> dict:
     clock, curve = 0.0, []
     for r in rows:
         clock += r.get("time/iter_s") or 0.0
-        if r.get("val/precision") is not None:
-            curve.append((clock, r["stage"], r["iteration"], r["val/precision"]))
-    return {"arch": arch, "seed": seed, "wall_s": wall, "loop_s": clock, "curve": curve,
-            "test_precision": summary["metrics"]["test/precision"],
-            "val_precision": summary["metrics"].get("val/precision")}
+        if r.get(f"val/{metric}") is not None:
+            curve.append((clock, r["stage"], r["iteration"], r[f"val/{metric}"]))
+    m = summary["metrics"]
+    return {"arch": arch, "seed": seed, "wall_s": wall, "loop_s": clock, "curve": curve, "params": params,
+            f"test_{metric}": m[f"test/{metric}"], f"val_{metric}": m.get(f"val/{metric}")}
 
 
 def at_budget(curve: list, budget: float) -> float | None:
@@ -88,19 +105,51 @@ def at_budget(curve: list, budget: float) -> float | None:
     return inside[-1][3] if inside else None
 
 
-def counting(seeds: list[int]) -> tuple[list[dict], float]:
+def same_budget(part: str, seeds: list[int], base: dict | None, archs: dict, schedule: list[str],
+                metric: str) -> tuple[list[dict], float]:
+    """Each arch and seed (interleaved: load from other users hits both alike); the budget is the GRU's median loop
+    time, and each run's validation ``metric`` at its last evaluation inside it is ``val_<metric>_at_budget``."""
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
-            for arch in ARCHS:  # interleaved: load from other users hits both alike
-                runs.append(counting_run(arch, seed, Path(tmp)))
+            for arch, keys in archs.items():
+                runs.append(train_run(arch, seed, Path(tmp), base, [*schedule, *keys], metric))
                 r = runs[-1]
-                print(f"  counting {arch} seed {seed}: test precision {r['test_precision']:.3f}, loop "
-                      f"{r['loop_s']:.0f} s, wall {r['wall_s']:.0f} s", flush=True)
+                print(f"  {part} {arch} seed {seed}: test {metric} {r[f'test_{metric}']:.3f}, loop "
+                      f"{r['loop_s']:.0f} s, wall {r['wall_s']:.0f} s, {r['params']:,} parameters", flush=True)
     budget = statistics.median(r["loop_s"] for r in runs if r["arch"] == "gru")
     for r in runs:
-        r["val_precision_at_budget"] = at_budget(r["curve"], budget)
+        r[f"val_{metric}_at_budget"] = at_budget(r["curve"], budget)
     return runs, budget
+
+
+def counting(seeds: list[int]) -> tuple[list[dict], float]:
+    return same_budget("counting", seeds, None, ARCHS, ["train.pretrain_eval_every=100"], "precision")
+
+
+CHITCHAT_CONFIG = ROOT / "tune_configs" / "chitchat_quick.yaml"
+CHITCHAT_DATA = ROOT / "data" / "chitchat"
+# shorter than benchmarks/chitchat.py's schedule (1,500 MLE iterations): about 15 minutes for 2 archs x 2 seeds
+CHITCHAT_SCHEDULE = ["train.pretrain_iters=800", "train.iters=150", "train.pretrain_eval_every=100",
+                     "train.eval_every=25", "train.checkpoint_every=0"]
+CHITCHAT_ARCHS = {
+    "gru": [],  # the chit-chat benchmark's emb 64, hidden 128
+    "transformer": ["model.arch=transformer", "model.hidden_dim=96", "model.n_heads=4", "model.ff_dim=192",
+                    "model.num_layers=1", "model.max_positions=32"],  # sources <= 20 tokens, replies <= 20 + <eos>
+}
+
+
+def chitchat(seeds: list[int], schedule: list[str]) -> dict:
+    base = load_yaml(CHITCHAT_CONFIG)
+    data = [f"task.data={CHITCHAT_DATA}"]
+    cfg = build_config(base, [*schedule, *data])
+    ensure_prepared(cfg.task)  # before the clocks start
+    runs, budget = same_budget("chitchat", seeds, base, CHITCHAT_ARCHS, [*schedule, *data], "bleu2")
+    t = cfg.train
+    return {"budget_s": budget, "runs": runs, "config": str(CHITCHAT_CONFIG.relative_to(ROOT)), "schedule": schedule,
+            "mle_iters": t.pretrain_iters, "rl_iters": t.iters, "algo": cfg.algo.name, "batch": t.batch_size,
+            "mle_eval_every": t.pretrain_eval_every, "rl_eval_every": t.eval_every, "val_size": cfg.task.val_size,
+            "test_size": cfg.task.test_size}
 
 
 # -- decoding ---------------------------------------------------------------------------------------------------
@@ -193,32 +242,36 @@ def mc(repeats: int) -> list[dict]:
 
 
 # -- report -----------------------------------------------------------------------------------------------------
-def plot(runs: list[dict], budget: float, dec: list[dict], path: Path) -> None:
+def plot(parts: list[tuple[str, dict]], dec: list[dict], path: Path) -> None:
+    """One panel per same-budget part (title, {"runs", "budget_s", "metric"}) and one of decoding throughput."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (1 if runs else 0) + (1 if dec else 0)
+    parts = [(t, c) for t, c in parts if c.get("runs")]
+    panels = len(parts) + (1 if dec else 0)
     if not panels:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
-    i = 0
-    if runs:
-        ax = axes[0][i]
+    for i, (title, c) in enumerate(parts):
+        ax, runs = axes[0][i], c["runs"]
         for r in runs:
-            xs, ys = [c[0] for c in r["curve"]], [c[3] for c in r["curve"]]
-            ax.plot(xs, ys, color="C0" if r["arch"] == "gru" else "C1",
-                    ls="-" if r["seed"] == runs[0]["seed"] else "--", label=f"{r['arch']} seed {r['seed']}")
-        ax.axvline(budget, color="grey", lw=0.8, label="budget (GRU loop time)")
+            xs, ys = [x[0] for x in r["curve"]], [x[3] for x in r["curve"]]
+            colour = "C0" if r["arch"] == "gru" else "C1"
+            ax.plot(xs, ys, color=colour, ls="-" if r["seed"] == runs[0]["seed"] else "--",
+                    label=f"{r['arch']} seed {r['seed']}")
+            rl = [x for x in r["curve"] if x[1] != "mle"]
+            ax.plot([x[0] for x in rl], [x[3] for x in rl], ".", color=colour, ms=5,
+                    label="RL-stage evaluations" if r is runs[0] else None)
+        ax.axvline(c["budget_s"], color="grey", lw=0.8, label="budget (GRU loop time)")
         ax.set_xlabel("training loop seconds (evaluations excluded)")
-        ax.set_ylabel("val/precision")
-        ax.set_title("counting: MLE then PPO-dynamic")
+        ax.set_ylabel(f"val/{c['metric']}")
+        ax.set_title(title)
         ax.legend(fontsize=8)
-        i += 1
     if dec:
-        ax = axes[0][i]
+        ax = axes[0][len(parts)]
         batches = sorted({d["batch"] for d in dec})
         names = ["gru", "transformer cached", "transformer uncached"]
         w = 0.8 / len(names)
@@ -268,23 +321,43 @@ def render(payload: dict) -> str:
             lines.append(f"| {r['arch']} | {r['seed']} | {'—' if vb is None else f'{vb:.3f}'} | "
                          f"{r['test_precision']:.3f} | {r['loop_s']:.0f} | {r['wall_s']:.0f} |")
         lines.append("")
+    if c := payload.get("chitchat"):
+        lines += [f"### Chit-chat, {c['mle_iters']:,} MLE then {c['rl_iters']} {c['algo']} iterations in-process "
+                  f"(a shorter schedule than benchmarks/chitchat.py's 1,500 MLE), same budget: the GRU's loop time "
+                  f"{c['budget_s']:.0f} s", "",
+                  f"`{c['config']}` with `{' '.join(c['schedule'])}`, batch {c['batch']}, the same for both archs. "
+                  "BLEU-2: corpus BLEU-2 of greedy replies against all references of each input (validation: "
+                  f"{c['val_size']:,} inputs every {c['mle_eval_every']} MLE / {c['rl_eval_every']} RL iterations; "
+                  f"test: {c['test_size']:,} inputs at the end). Loop s: the sum of the iterations' times, "
+                  "evaluations excluded.", "",
+                  "| arch | params | seed | val BLEU-2 at the budget | final val BLEU-2 | final test BLEU-2 | loop s | "
+                  "wall s |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in c["runs"]:
+            vb, vf = r["val_bleu2_at_budget"], r["val_bleu2"]
+            lines.append(f"| {r['arch']} | {r['params']:,} | {r['seed']} | {'—' if vb is None else f'{vb:.2f}'} | "
+                         f"{'—' if vf is None else f'{vf:.2f}'} | {r['test_bleu2']:.2f} | {r['loop_s']:.0f} | "
+                         f"{r['wall_s']:.0f} |")
+        lines.append("")
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", nargs="+", default=["decode", "mc", "counting"], choices=["counting", "decode", "mc"])
+    p.add_argument("--parts", nargs="+", default=["decode", "mc", "counting", "chitchat"],
+                   choices=["counting", "chitchat", "decode", "mc"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batches", nargs="+", type=int, default=[64, 256])
     p.add_argument("--threads", type=int, default=1, help="torch threads of the decode and mc parts")
+    p.add_argument("--chitchat-schedule", nargs="+", default=CHITCHAT_SCHEDULE, metavar="KEY=VALUE",
+                   help="the chitchat part's schedule overrides (a smoke test: train.pretrain_iters=20 ...)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     # the parts not run now keep their figures from the last report (their own command, date are in "runs")
     old = args.out / "transformer.json"
     payload = json.loads(old.read_text()) if old.exists() else {}
-    payload = {k: v for k, v in payload.items() if k in ("decode", "mc", "counting", "repeats", "runs")}
+    payload = {k: v for k, v in payload.items() if k in ("decode", "mc", "counting", "chitchat", "repeats", "runs")}
     payload["threads"] = args.threads
     payload.setdefault("repeats", {})
     payload.setdefault("runs", {})
@@ -300,8 +373,12 @@ def main() -> None:
         torch.set_num_threads(max(1, os.cpu_count() or 1))
         runs, budget = counting(args.seeds)
         payload["counting"] = {"budget_s": budget, "runs": runs}
-    c = payload.get("counting", {})
-    plot(c.get("runs", []), c.get("budget_s", 0.0), payload.get("decode", []), args.out / "transformer.png")
+    if "chitchat" in args.parts:
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+        payload["chitchat"] = chitchat(args.seeds, args.chitchat_schedule)
+    plot([("counting: MLE then PPO-dynamic", {"metric": "precision", **payload.get("counting", {})}),
+          ("chit-chat: MLE then PPO-dynamic (short schedule)", {"metric": "bleu2", **payload.get("chitchat", {})})],
+         payload.get("decode", []), args.out / "transformer.png")
     write_report(args.out, "transformer", render(payload), payload)
 
 

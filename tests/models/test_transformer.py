@@ -233,3 +233,15 @@ def test_parameter_count_of_the_counting_comparison_size():
     tf = make_generator(build_config(None, ["model.arch=transformer", "model.hidden_dim=96", "model.ff_dim=192"]),
                         task)
     assert n(gru) == 201_742 and math.isclose(n(tf), n(gru), rel_tol=0.1)
+
+
+def test_parameter_count_of_the_chitchat_comparison_size():
+    # benchmarks/transformer.py's chitchat part: the chit-chat benchmark's GRU (emb 64, hidden 128 on 4,000 tokens:
+    # 920,992 parameters) against hidden_dim 96, ff_dim 192, one layer each side, 32 positions: within 10 % of it
+    task = SimpleNamespace(vocab=list(range(4000)), specials=Specials(pad=PAD, bos=BOS, eos=EOS, unk=3),
+                           conditional=True, banned_ids=())
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    gru = make_generator(build_config(None, ["model.emb_dim=64", "model.hidden_dim=128"]), task)
+    tf = make_generator(build_config(None, ["model.arch=transformer", "model.hidden_dim=96", "model.ff_dim=192",
+                                            "model.n_heads=4", "model.num_layers=1", "model.max_positions=32"]), task)
+    assert n(gru) == 920_992 and math.isclose(n(tf), n(gru), rel_tol=0.1)

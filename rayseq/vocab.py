@@ -42,15 +42,8 @@ class Vocab:
         return np.array([self.stoi.get(w, unk) for w in words], dtype=np.int64)
 
     def decode(self, ids, *, stop_at_eos: bool = True) -> list[str]:
-        out = []
-        for i in ids:
-            i = int(i)
-            if stop_at_eos and i == self.specials.eos:
-                break
-            if i == self.specials.pad:
-                continue
-            out.append(self.itos[i] if 0 <= i < len(self.itos) else "<unk>")
-        return out
+        return decode_tokens(ids, self.specials, lambda i: self.itos[i] if 0 <= i < len(self.itos) else "<unk>",
+                             stop_at_eos=stop_at_eos)
 
     def to_spec(self) -> dict:
         """JSON-safe description stored in checkpoints (serving rebuilds the vocabulary from it)."""
@@ -62,3 +55,16 @@ class Vocab:
         if tuple(itos[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
             raise ValueError("vocabulary spec does not start with the special tokens")
         return cls(itos[len(SPECIAL_TOKENS) :])
+
+
+def decode_tokens(ids, specials: Specials, token, *, stop_at_eos: bool = True) -> list[str]:
+    """Token strings ``token(id)`` of ``ids``, ``<pad>`` left out, up to the first ``<eos>`` (``stop_at_eos``): every
+    vocabulary's ``decode`` (rayseq's own, and a Hugging Face tokenizer's in rayseq.data.hf_text)."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if stop_at_eos and i == specials.eos:
+            break
+        if i != specials.pad:
+            out.append(token(i))
+    return out

@@ -24,7 +24,7 @@ import numpy as np
 
 from rayseq.data.dataset import DialogueData
 from rayseq.data.text import detokenize
-from rayseq.vocab import Specials
+from rayseq.vocab import Specials, decode_tokens
 
 
 def load_tokenizer(path: str):
@@ -77,14 +77,7 @@ class HFVocab:
 
     def decode(self, ids, *, stop_at_eos: bool = True) -> list[str]:
         """Token strings (``Vocab.decode``'s shape), up to the end token; pad left out."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if stop_at_eos and i == self.specials.eos:
-                break
-            if i != self.specials.pad:
-                out.append(self.tokenizer.convert_ids_to_tokens(i))
-        return out
+        return decode_tokens(ids, self.specials, self.tokenizer.convert_ids_to_tokens, stop_at_eos=stop_at_eos)
 
     def to_spec(self) -> dict:
         """What a checkpoint stores: the tokenizer's directory (serving loads it from there)."""

@@ -15,6 +15,7 @@ from rayseq.distributed.driver import Trainer
 from rayseq.distributed.runtime import LocalRuntime, RayRuntime
 from rayseq.types import RolloutRequest
 from tests.conftest import tiny_config
+from tests.parity import assert_same_metrics, runs_in_process_and_on_a_worker
 
 pytestmark = pytest.mark.ray
 
@@ -52,18 +53,11 @@ def test_actors_share_one_placement_group_and_receive_weights(ray_session):
 
 def test_distributed_run_matches_in_process_run(ray_session, tmp_path):
     """One Ray worker and the in-process path run the same algorithm code on the same seeds."""
-    rows = {}
-    for n in (0, 1):
-        cfg = tiny_config(f"rollout.num_workers={n}", "algo.name=ppo_dynamic", "algo.minibatch_size=16",
-                          run_dir=tmp_path / f"w{n}")
-        summary = Trainer(cfg).run()
-        assert summary["rollout_workers"] == n
-        rows[n] = pq.read_table(tmp_path / f"w{n}" / "metrics.parquet").to_pandas()
-    a, b = rows[0], rows[1]
-    assert list(a["iteration"]) == list(b["iteration"])
-    for col in ("loss/nll", "rollout/reward_mean", "loss/policy", "policy/ratio_mean", "val/precision"):
-        np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=1e-5, atol=1e-6,
-                                   equal_nan=True, err_msg=col)
+    a, b = runs_in_process_and_on_a_worker(
+        lambda n, run_dir: tiny_config(f"rollout.num_workers={n}", "algo.name=ppo_dynamic", "algo.minibatch_size=16",
+                                       run_dir=run_dir), tmp_path)
+    assert_same_metrics(a, b, ("loss/nll", "rollout/reward_mean", "loss/policy", "policy/ratio_mean",
+                               "val/precision"), rtol=1e-5, atol=1e-6)
     train = b[b.stage == "train"]
     assert (train["rollout/staleness"] == 0).all()
     assert (train["time/sync_s"] >= 0).all() and (train["time/rollout_s"] > 0).all()

@@ -4,13 +4,11 @@ in-process run (same seed: same rollouts, rewards and updates)."""
 
 from __future__ import annotations
 
-import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
-from rayseq.distributed.driver import Trainer
 from rayseq.distributed.runtime import RayRuntime
 from tests.hf.test_hf_training import hf_config
+from tests.parity import assert_same_metrics, runs_in_process_and_on_a_worker
 
 pytestmark = pytest.mark.ray
 
@@ -39,19 +37,13 @@ def test_weights_reach_the_worker(ray_session, corpus, hf_dir):
 def test_ray_run_matches_in_process_run(ray_session, corpus, hf_dir, tmp_path, algo, lora_r):
     """PPO-dynamic (full fine-tuning) / GRPO (LoRA adapters: only they are published to the worker) with the KL
     penalty and a user reward scored on the scorer actor."""
-    rows = {}
-    for n in (0, 1):
-        cfg = hf_config(corpus, hf_dir, f"rollout.num_workers={n}", f"algo.name={algo}", "algo.kl_coef=0.05",
-                        f"model.lora_r={lora_r}", "algo.lr=0.01",
-                        "reward.fn=tests.hf_fixtures:logged_text", f"reward.kwargs={{log: '{tmp_path / 'log'}'}}",
-                        *ACTORS, run_dir=tmp_path / f"w{n}")
-        summary = Trainer(cfg).run()
-        assert summary["rollout_workers"] == n
-        rows[n] = pq.read_table(tmp_path / f"w{n}" / "metrics.parquet").to_pandas()
-    a, b = rows[0], rows[1]
-    assert list(a["iteration"]) == list(b["iteration"])
-    for col in ("loss/nll", "rollout/reward_mean", "loss/policy", "kl/per_reply", "val/reward"):
-        np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=1e-4, atol=1e-5,
-                                   equal_nan=True, err_msg=col)
+    a, b = runs_in_process_and_on_a_worker(
+        lambda n, run_dir: hf_config(corpus, hf_dir, f"rollout.num_workers={n}", f"algo.name={algo}",
+                                     "algo.kl_coef=0.05", f"model.lora_r={lora_r}", "algo.lr=0.01",
+                                     "reward.fn=tests.hf_fixtures:logged_text",
+                                     f"reward.kwargs={{log: '{tmp_path / 'log'}'}}", *ACTORS, run_dir=run_dir),
+        tmp_path)
+    assert_same_metrics(a, b, ("loss/nll", "rollout/reward_mean", "loss/policy", "kl/per_reply", "val/reward"),
+                        rtol=1e-4, atol=1e-5)
     train = b[b.stage == "train"]
     assert (train["rollout/staleness"] == 0).all() and train["rollout/reward_mean"].notna().all()

@@ -47,16 +47,21 @@ def test_batched_search_equals_plain_loop_under_shared_uniforms(cell, conditiona
         assert (batched.tokens >= 4).all() and (batched.lengths == T).all()
 
 
+def _sampled(model, src, src_len, T: int, seed: int):
+    """Replies sampled by ``model``, padded to T columns: tokens, token mask, lengths."""
+    s = model.sample(src, src_len, T, generator=torch.Generator().manual_seed(seed))
+    tokens = torch.nn.functional.pad(s.tokens, (0, T - s.tokens.shape[1]))
+    mask = torch.nn.functional.pad(s.token_mask, (0, T - s.token_mask.shape[1]))
+    return tokens, mask, mask.sum(1).long()
+
+
 def test_search_with_end_tokens_only_searches_open_prefixes():
     model = _model("gru", True)
     with torch.no_grad():
         model.out.bias[EOS] = 2.0  # end often
     B, T, N = 16, 6, 2
     src, src_len = torch.randint(4, V, (B, 3)), torch.full((B,), 3)
-    s = model.sample(src, src_len, T, generator=torch.Generator().manual_seed(0))
-    tokens = torch.nn.functional.pad(s.tokens, (0, T - s.tokens.shape[1]))
-    mask = torch.nn.functional.pad(s.token_mask, (0, T - s.token_mask.shape[1]))
-    lengths = mask.sum(1).long()
+    tokens, mask, lengths = _sampled(model, src, src_len, T, seed=0)
     assert (lengths < T).any()
     c = mc_search(model, src, src_len, tokens, mask, N, generator=torch.Generator().manual_seed(3))
     for b in range(B):
@@ -155,10 +160,7 @@ def test_prefix_shared_d_equals_d_on_each_continuation():
         model.out.bias[EOS] = 1.5
     B, T, N = 6, 8, 3
     src, src_len = torch.randint(4, V, (B, 3)), torch.tensor([3, 0, 1, 2, 3, 3])
-    s = model.sample(src, src_len, T, generator=torch.Generator().manual_seed(4))
-    tokens = torch.nn.functional.pad(s.tokens, (0, T - s.tokens.shape[1]))
-    mask = torch.nn.functional.pad(s.token_mask, (0, T - s.token_mask.shape[1]))
-    lengths = mask.sum(1).long()
+    tokens, mask, lengths = _sampled(model, src, src_len, T, seed=4)
     assert (lengths < T).any()
     c = mc_search(model, src, src_len, tokens, mask, N, generator=torch.Generator().manual_seed(5))
     torch.manual_seed(0)

@@ -57,10 +57,12 @@ class MetricsLog:
         row = {"stage": stage, "iteration": int(iteration)}
         row.update({k: float(v) for k, v in metrics.items()})
         self.rows.append(row)
-        if self._tb is not None:
-            for k, v in metrics.items():
-                if math.isfinite(float(v)):
-                    self._tb.add_scalar(k, float(v), iteration)
+        if self._tb is not None:  # one event holding every scalar of the row (30 add_scalar calls: ~13x the time)
+            from tensorboardX.proto.summary_pb2 import Summary
+
+            values = [Summary.Value(tag=k, simple_value=v) for k, v in row.items()
+                      if k not in ("stage", "iteration") and math.isfinite(v)]
+            self._tb._get_file_writer().add_summary(Summary(value=values), int(iteration))
 
     def table(self) -> pa.Table:
         keys = sorted({k for r in self.rows for k in r} - {"stage", "iteration"})

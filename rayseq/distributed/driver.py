@@ -10,8 +10,12 @@ Per RL iteration (DESIGN.md data flow; under Ray the data moves by reference, th
   rollout + score refs --> learner fetches, updates --> metrics      (time/learn_s; time/update_s the update alone)
             and its new weights --> object store (the next iteration's weights ref)
   SeqGAN: ``disc.d_steps`` d-steps with fresh negatives             (time/disc_s)
-With task rewards the update is sent right behind the sampling calls (the learner starts as the shards arrive), so
-``time/rollout_s`` is the sending and ``time/learn_s`` covers sampling and update.
+With task rewards the update is sent right behind the sampling calls (the learner starts as the shards arrive), and
+the next iteration's batch right behind the update (:meth:`Trainer._next_batch`): its sampling calls carry the
+update's weights by reference, so the workers start the moment the learner has published them, without a round trip
+through the driver (still on-policy: staleness 0, the same prompts, seeds and weights as one call after the other).
+``time/rollout_s`` is then the sending (nothing, for a batch already sent) and ``time/learn_s`` covers sampling and
+update.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ class Trainer:
         self._test_cache: tuple | None = None  # (learner version, test metrics, details)
         self._stop = False
         self._next: list | None = None  # rollout.pipeline: shard handles of the next batch, sampling
+        self._ahead = False  # the next batch went out with the last update (the runtime holds it: rt.take_next())
+        self._rng_ahead: dict | None = None  # the data RNGs before that batch (or _next) was drawn: checkpointed
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _plan(self) -> dict[str, int]:
@@ -84,10 +90,13 @@ class Trainer:
             "iteration": self.iteration,
             "stage": self.stage,
             "stage_iter": self.stage_iter,
-            "numpy_rng": self.rng.bit_generator.state,
-            "python_rng": random.getstate(),
+            # a batch drawn ahead (sent with the last update, or pipelined) is drawn again by a resumed run
+            **(self._rng_ahead or self._rng_state()),
             "pretrain_metrics": self.pretrain_metrics,
         }
+
+    def _rng_state(self) -> dict:
+        return {"numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate()}
 
     def save(self, rt) -> str:
         """Checkpoint (metrics first: rows past a checkpoint are dropped again on resume)."""
@@ -318,17 +327,24 @@ class Trainer:
             t0 = time.perf_counter()
             _sync_generator(rt)
             t1 = time.perf_counter()
-            prompts = self._prompts(algo, cfg.train.batch_size)
             seed = _rollout_seed(cfg, self.iteration * steps + g)
-            request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
-            request = (rt.learner("rollout_request", *request_args) if algo.stateful_request
-                       else algo.rollout_request(*request_args))
-            # task rewards: the update is sent at once behind the sampling (the learner takes the shards as they come)
-            shards = rt.sample(prompts, request, wait=algo.scoring != "task")
+            if self._ahead:  # sent with the last update, sampled with its weights
+                shards = rt.take_next()
+                self._ahead, self._rng_ahead = False, None
+            else:
+                prompts = self._prompts(algo, cfg.train.batch_size)
+                request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
+                request = (rt.learner("rollout_request", *request_args) if algo.stateful_request
+                           else algo.rollout_request(*request_args))
+                # task rewards: the update is sent at once behind the sampling (the learner takes the shards as
+                # they come)
+                shards = rt.sample(prompts, request, wait=algo.scoring != "task")
             t2 = time.perf_counter()
             scores, timing = self._score(rt, algo, shards, seed)
             t3 = time.perf_counter()
-            m.update(rt.update(shards, self.stage_iter, scores))
+            next_batch = self._next_batch(algo, steps, last)
+            m.update(rt.update(shards, self.stage_iter, scores, next_batch=next_batch))
+            self._ahead = next_batch is not None
             t4 = time.perf_counter()
             m.update(timing)
             m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3})
@@ -343,6 +359,23 @@ class Trainer:
         if rt.remote:
             m["driver/recv_bytes"] = float(rt.recv_bytes - received)
         return m
+
+    def _next_batch(self, algo, steps: int, last: bool) -> tuple | None:
+        """The next iteration's (prompts, request), drawn now to go out with this update (``rt.update``'s
+        ``next_batch``: under Ray its sampling is chained on the update's weights by reference), when nothing the
+        driver does between the two can change them: one policy step per iteration, task rewards, a request the
+        algorithm's driver copy builds, no validation (interpolation may undo the update) and not the stage's last
+        iteration. Else None (the next iteration draws and sends its batch itself)."""
+        cfg = self.cfg
+        validates = algo.validate_every and (self.stage_iter + 1) % algo.validate_every == 0
+        if (last or steps != 1 or algo.scoring != "task" or algo.stateful_request or algo.adversarial or validates
+                or cfg.rollout.pipeline):
+            return None
+        self._rng_ahead = self._rng_state()
+        prompts = self._prompts(algo, cfg.train.batch_size)
+        request = algo.rollout_request(self.stage_iter + 1, self.task.max_tgt_len, cfg.rollout.temperature,
+                                       _rollout_seed(cfg, self.iteration + 1))
+        return prompts, request
 
     def _submit_rollout(self, rt, algo, stage_iter: int, iteration: int) -> list:
         """Start sampling the batch of iteration ``iteration`` (``stage_iter`` of the stage): prompts, request and
@@ -367,8 +400,10 @@ class Trainer:
         t1 = time.perf_counter()
         if self._next is None:
             self._next = self._submit_rollout(rt, algo, self.stage_iter, self.iteration)
-        shards = self._next
-        self._next = None if last else self._submit_rollout(rt, algo, self.stage_iter + 1, self.iteration + 1)
+        shards, self._next, self._rng_ahead = self._next, None, None
+        if not last:
+            self._rng_ahead = self._rng_state()
+            self._next = self._submit_rollout(rt, algo, self.stage_iter + 1, self.iteration + 1)
         t2 = time.perf_counter()
         m = rt.update(shards, self.stage_iter)
         t3 = time.perf_counter()

@@ -58,6 +58,7 @@ class LocalRuntime:
         self.disc_version = -1
         self.restarts = 0
         self.recv_bytes = 0  # nothing crosses a process boundary here
+        self._next_batch: tuple | None = None
 
     def learner(self, method: str, *args):
         return getattr(self._learner, method)(*args)
@@ -70,11 +71,18 @@ class LocalRuntime:
         """The learner's weights version (its update count)."""
         return self._learner.get_version()
 
-    def update(self, shards: list, iteration: int, scores: dict | None = None) -> dict:
+    def update(self, shards: list, iteration: int, scores: dict | None = None, next_batch: tuple | None = None) -> dict:
         """The learner's rollout update on the shards (``Learner.update_rollout``); its metrics, and
-        ``time/sample_s`` (the sampling)."""
+        ``time/sample_s`` (the sampling). ``next_batch``: (prompts, request) sampled by :meth:`take_next` (here: then,
+        with the weights the driver publishes before it)."""
         sample_s = max(s.info.get("sample_s", 0.0) for s in shards)
+        self._next_batch = next_batch
         return {**self._learner.update_rollout(shards, iteration, scores), "time/sample_s": sample_s}
+
+    def take_next(self) -> list:
+        """The shards of the last update's ``next_batch``."""
+        batch, self._next_batch = self._next_batch, None
+        return self.sample(*batch)
 
     def sync_weights(self, version: int) -> None:
         if version != self.version:
@@ -219,6 +227,7 @@ class RayRuntime:
         self._learner_version: int | None = None  # known from the last update; None: ask the learner
         self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update
         self._unconfirmed: dict = {}  # shard ref -> (worker, (ref, info ref), resubmit) of sample(wait=False)
+        self._next_shards: list | None = None  # the next batch's refs, sent with the last update (take_next)
         self.disc_version = -1
         self._disc_ref = None
         self.restarts = 0
@@ -245,19 +254,29 @@ class RayRuntime:
             self._learner_version = self.learner("get_version")
         return self._learner_version
 
-    def update(self, shards: list, iteration: int, scores: dict | None = None) -> dict:
+    def update(self, shards: list, iteration: int, scores: dict | None = None, next_batch: tuple | None = None) -> dict:
         """The learner's rollout update on the shard refs (it fetches them); returns its metrics and
         ``time/sample_s`` (the slowest worker's sampling). The updated weights come back as a second object, kept
         in the object store for the workers' next calls.
 
         Shards of ``sample(wait=False)`` may still be sampling: the learner starts on them as they arrive. If the
         update fails because a worker died, its shard is re-sampled (``confirm``) and the update sent again (it
-        failed fetching its input, before it changed anything)."""
+        failed fetching its input, before it changed anything).
+
+        ``next_batch``: (prompts, request) of the next iteration, sent to the workers right behind the update with
+        its weights ref (the version it will make): each worker waits in the object store for the learner's weights
+        and samples at once, with no round trip through the driver; :meth:`take_next` hands its shards over."""
         ray = self._ray
+        before = (self._weights_ref, self.version)
+        after = self.learner_version() + 1 if next_batch is not None else None  # the version this update makes
         self._learner_version = None
 
         def submit(shards):
-            return self._two(self._learner.update_and_publish).remote(shards, iteration, scores)
+            metrics_ref, weights_ref = self._two(self._learner.update_and_publish).remote(shards, iteration, scores)
+            if next_batch is not None:
+                self._weights_ref, self.version = weights_ref, after
+                self._next_shards = self.sample(*next_batch, wait=False)
+            return metrics_ref, weights_ref
 
         metrics_ref, weights_ref = submit(shards)
         try:
@@ -265,6 +284,9 @@ class RayRuntime:
         except ray.exceptions.RayError as exc:
             with contextlib.suppress(ray.exceptions.RayError):  # its second object holds the same error: seen
                 ray.get(weights_ref)
+            if next_batch is not None:  # sent with weights that never came: dropped (sent again with the retry)
+                self._drop_next()
+                self._weights_ref, self.version = before
             if self._learner_died(exc):  # NodeLost if its node went with it
                 self.placement.check_learner(wait_s=20)
             restarts = self.restarts
@@ -286,7 +308,20 @@ class RayRuntime:
         self._received(metrics)
         self._learner_version = int(metrics["learner/version"])
         self._published = (self._learner_version, weights_ref)
+        if after is not None and after != self._learner_version:  # the next batch's rollouts carry that version
+            raise RuntimeError(f"the learner's update made weights version {self._learner_version}, not {after}")
         return metrics
+
+    def take_next(self) -> list:
+        """The shard refs of the last update's ``next_batch`` (sampling, or sampled)."""
+        shards, self._next_shards = self._next_shards, None
+        return shards
+
+    def _drop_next(self) -> None:
+        """Forget the ``next_batch`` calls sent with an update that failed (their weights never came)."""
+        for ref in self._next_shards or ():
+            self._unconfirmed.pop(ref, None)
+        self._next_shards = None
 
     def confirm(self, shards: list) -> list:
         """``shards`` once sampled: waits for the calls of ``sample(wait=False)`` among them, a crashed worker's

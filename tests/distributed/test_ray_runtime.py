@@ -10,8 +10,10 @@ import signal
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 
-from rayseq.distributed.driver import Trainer
+from rayseq.checkpoint import load_checkpoint
+from rayseq.distributed.driver import Interrupted, Trainer
 from rayseq.distributed.runtime import LocalRuntime, RayRuntime
 from rayseq.types import RolloutRequest
 from tests.conftest import tiny_config
@@ -157,3 +159,58 @@ def test_pipelined_run_on_a_ray_worker_matches_the_in_process_pipeline(ray_sessi
         np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=1e-5, atol=1e-6,
                                    equal_nan=True, err_msg=col)
     assert (np.abs(b["policy/ratio_mean"].to_numpy()[1:] - 1.0) > 1e-4).all()
+
+
+
+def test_the_next_batch_goes_out_with_the_update_and_is_sampled_with_its_weights(ray_session):
+    """``update(..., next_batch=...)``: the worker samples the next batch as soon as the learner publishes the
+    update's weights (no driver round trip): its rollouts carry the new version and equal what the in-process runtime
+    samples after that update, one call after the other."""
+    from rayseq.types import Rollout
+
+    overrides = ("train.pretrain_iters=0", "train.batch_size=32", "algo.name=ppo", "algo.lr=0.05")
+    prompts = Trainer(tiny_config("rollout.num_workers=0", *overrides)).task.sample_prompts
+    first, second = (prompts(np.random.default_rng(s), 32) for s in (1, 2))
+    out = {}
+    for n in (0, 1):
+        rt = LocalRuntime(tiny_config("rollout.num_workers=0", *overrides)) if n == 0 else \
+            RayRuntime(tiny_config("rollout.num_workers=1", *overrides))
+        try:
+            rt.learner("start_stage", "train")
+            rt.sync_weights(rt.learner_version())
+            shards = rt.sample(first, RolloutRequest(max_len=8, seed=5), wait=False)
+            m = rt.update(shards, 0, None, next_batch=(second, RolloutRequest(max_len=8, seed=6)))
+            assert m["learner/version"] == 1.0
+            rt.sync_weights(rt.learner_version())  # the version the next batch went out with: nothing to send
+            out[n] = Rollout.concat(rt.fetch(rt.take_next()))
+            assert out[n].version == 1
+        finally:
+            rt.shutdown()
+    np.testing.assert_array_equal(out[0].tokens, out[1].tokens)
+    np.testing.assert_allclose(out[0].logp, out[1].logp, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_run_stopped_while_its_next_batch_is_out_resumes_to_the_uninterrupted_run(ray_session, tmp_path, workers):
+    """Stopped (and checkpointed) after an RL iteration whose next batch already went out with the update: the
+    checkpoint holds the data RNG from before that batch was drawn, so --resume draws it again and ends on the
+    uninterrupted run's weights and metrics."""
+    common = [f"rollout.num_workers={workers}", "algo.name=ppo_dynamic", "algo.minibatch_size=16",
+              "train.pretrain_iters=3", "train.iters=5", "train.checkpoint_every=1"]
+    full = Trainer(tiny_config(*common, run_dir=tmp_path / "full")).run()
+    pending = []
+
+    def stop_in_rl(row, trainer):
+        if row["iteration"] == 5:  # the RL stage's second iteration
+            pending.append(trainer._ahead)
+            trainer._stop = True
+
+    cfg = tiny_config(*common, run_dir=tmp_path / "cut")
+    with pytest.raises(Interrupted):
+        Trainer(cfg, report=stop_in_rl).run()
+    assert pending == [True]  # the next batch was out when the run stopped
+    resumed = Trainer(cfg, resume=True).run()
+    a, b = (load_checkpoint(s["checkpoint"])["learner"]["generator"] for s in (full, resumed))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    assert resumed["metrics"] == full["metrics"]

@@ -9,18 +9,21 @@ pickled size of everything it ray.gets; rollouts go from the workers to the lear
 2 workers at ``--big-batch`` (default 4 x batch), shows that figure does not grow with the batch; ``--pipeline``
 adds 2 workers with ``rollout.pipeline=true`` (sampling of the next batch overlapped with the update).
 
-With task rewards the driver sends the update right behind the sampling calls: ``rollout`` is then the sending,
-and ``learn`` covers the workers' sampling and the update.
+With task rewards the driver sends the update right behind the sampling calls, and the next iteration's batch right
+behind the update (its sampling starts when the learner has published the new weights, while the driver logs): the
+phases are then ``rollout`` the sending (0 for a batch already sent), ``learn`` the workers' sampling and the update.
+``iteration`` is ``time/iter_s`` (the loop body, logging excluded); ``wall per iteration`` is the wall clock from one
+logged iteration to the next (what a user waits per iteration: logging included, and the sampling that overlaps it),
+and ``vs in-process`` compares that.
 
 Ray starts its worker processes at nice 15; here they run at nice 0 (``RAY_worker_niceness``, as
 ``benchmarks/rollout_throughput.py``), like this process and the in-process rows: on a machine shared with other
 work the figures then measure Ray's calls, not the OS scheduler's preference.
 
 ``--repeats R`` runs every row R times, interleaved (repeat 1 of every row, then repeat 2), and reports the median
-over repeats. ``--compare-with DIR`` also runs DIR's copy of this script (another checkout of rayseq, e.g. the
-code before a change) after each repeat, in a subprocess with that checkout's code, same iterations, batch and
-worker counts: its rows appear as "before", measured in the same run (the machine is shared and noisy: compare
-rows of one run only).
+over repeats. ``--compare-with DIR`` also runs this script on DIR's rayseq (another checkout, e.g. the code
+before a change; ``--code DIR``) after each repeat, in a subprocess, same iterations, batch and worker counts: its
+rows appear as "before", measured in the same run (the machine is shared and noisy: compare rows of one run only).
 
 Command   python benchmarks/ray_overhead.py [--iters 100] [--workers 0 1 2] [--batch 256] [--big-batch 1024]
               [--repeats 1] [--pipeline] [--compare-with /path/to/other/checkout]
@@ -43,6 +46,9 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# --code DIR (what --compare-with runs): this script's measurement on DIR's rayseq (another checkout)
+if "--code" in sys.argv:
+    sys.path.insert(0, sys.argv[sys.argv.index("--code") + 1])
 
 from benchmarks._report import write_report  # noqa: E402
 from rayseq.config import build_config  # noqa: E402
@@ -63,11 +69,15 @@ def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict |
         f"rollout.num_workers={n_workers}", "train.pretrain_iters=0", f"train.iters={iters}",
         f"train.batch_size={batch}", "train.eval_every=0", "progress=false", f"run_dir={run_dir}", *overrides,
     ])
+    logged: list[float] = []  # when each iteration had been logged (Trainer's per-iteration callback)
     t0 = time.perf_counter()
-    summary = Trainer(cfg).run()
+    summary = Trainer(cfg, report=lambda row, trainer: logged.append(time.perf_counter())).run()
     wall = time.perf_counter() - t0
     rows = [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r.get("stage") == "train"]
     med = {p: statistics.median(r[p] for r in rows) * 1000 for p in phases if rows[0].get(p) is not None}
+    # wall clock from one logged iteration to the next: time/iter_s plus the driver's logging, and with the next
+    # batch sampled during that logging (Trainer._next_batch) what a user waits per iteration
+    med["wall"] = statistics.median(b - a for a, b in zip(logged, logged[1:])) * 1000
     loop = sum(r["time/iter_s"] for r in rows)
     recv = [r["driver/recv_bytes"] for r in rows if r.get("driver/recv_bytes") is not None]
     return {"workers": n_workers, "wall_s": wall, "setup_s": wall - loop, "median_ms": med,
@@ -81,29 +91,31 @@ def _row(label: str, runs: list[dict], base_ms: float | None) -> tuple[str, dict
         vals = [r["median_ms"][key] for r in runs if key in r["median_ms"]]
         return statistics.median(vals) if vals else float("nan")
 
-    iter_ms = med("time/iter_s")
+    iter_ms = med("wall")
     recv = [r["recv_bytes"] for r in runs if r.get("recv_bytes") is not None]
     kb = f"{statistics.median(recv) / 1024:.1f}" if recv else "-"
     ratio = f"{iter_ms / base_ms:.2f}x" if base_ms else "-"
     setup = statistics.median(r["setup_s"] for r in runs)
     line = (f"| {label} | {med('time/sync_s'):.1f} | {med('time/rollout_s'):.1f} | {med('time/learn_s'):.1f} | "
-            f"{iter_ms:.1f} | {ratio} | {kb} | {setup:.1f} |")
+            f"{med('time/iter_s'):.1f} | {iter_ms:.1f} | {ratio} | {kb} | {setup:.1f} |")
     return line, {"label": label, "iter_ms": iter_ms, "ratio": iter_ms / base_ms if base_ms else None,
                   "driver_kb_per_iter": statistics.median(recv) / 1024 if recv else None, "runs": runs}
 
 
 def _measure_other(checkout: Path, args, tmp: Path, repeat: int) -> list[dict]:
-    """``checkout``'s benchmarks/ray_overhead.py, in a subprocess with that checkout's code (its own rows)."""
+    """This script's rows measured on ``checkout``'s rayseq (``--code``), in a subprocess (its worker processes
+    import that checkout too)."""
     import json
     import subprocess
 
     out = tmp / f"other{repeat}"
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, str(checkout / "benchmarks" / "ray_overhead.py"), "--iters", str(args.iters), "--batch",
-           str(args.batch), "--workers", *map(str, args.workers), "--out", str(out)]
+    cmd = [sys.executable, __file__, "--code", str(checkout), "--iters", str(args.iters), "--batch", str(args.batch),
+           "--big-batch", "0", "--workers", *map(str, args.workers), "--out", str(out)]
     subprocess.run(cmd, cwd=checkout, env=env, check=True, stdout=subprocess.DEVNULL)
-    return json.loads((out / "ray_overhead.json").read_text())["results"]
+    rows = json.loads((out / "ray_overhead.json").read_text())["results"]
+    return [run for r in rows for run in r["runs"]]
 
 
 def main() -> None:
@@ -116,6 +128,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--pipeline", action="store_true", help="one more row: 2 workers with rollout.pipeline=true")
     p.add_argument("--compare-with", type=Path, default=None)
+    p.add_argument("--code", type=Path, default=None, help="measure DIR's rayseq (set by --compare-with)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = p.parse_args()
     os.environ.setdefault("RAY_worker_niceness", "0")  # before Ray starts; inherited by --compare-with's process
@@ -138,9 +151,9 @@ def main() -> None:
              f"{f', median of {args.repeats} interleaved repeats' if args.repeats > 1 else ''}); median ms per "
              "iteration; driver KB/iter: what the driver fetched per iteration")
     lines = [title, "",
-             "| rollout workers | sync | rollout | learn | iteration | vs in-process | driver KB/iter "
-             "| start-up + eval (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| rollout workers | sync | rollout | learn | iteration | wall per iteration | vs in-process "
+             "| driver KB/iter | start-up + eval (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = []
     for n, batch, pipe in variants:
         label = ("0 (in-process)" if n == 0 else str(n)) + (f", batch {batch}" if batch != args.batch else "")

@@ -360,8 +360,8 @@ class Trainer:
             m["driver/recv_bytes"] = float(rt.recv_bytes - received)
         return m
 
-    def _next_batch(self, algo, steps: int, last: bool) -> tuple | None:
-        """The next iteration's (prompts, request), drawn now to go out with this update (``rt.update``'s
+    def _next_batch(self, algo, steps: int, last: bool):
+        """``() -> (prompts, request)`` of the next iteration, to go out with this update (``rt.update``'s
         ``next_batch``: under Ray its sampling is chained on the update's weights by reference), when nothing the
         driver does between the two can change them: one policy step per iteration, task rewards, a request the
         algorithm's driver copy builds, no validation (interpolation may undo the update) and not the stage's last
@@ -371,11 +371,16 @@ class Trainer:
         if (last or steps != 1 or algo.scoring != "task" or algo.stateful_request or algo.adversarial or validates
                 or cfg.rollout.pipeline):
             return None
-        self._rng_ahead = self._rng_state()
-        prompts = self._prompts(algo, cfg.train.batch_size)
-        request = algo.rollout_request(self.stage_iter + 1, self.task.max_tgt_len, cfg.rollout.temperature,
-                                       _rollout_seed(cfg, self.iteration + 1))
-        return prompts, request
+        stage_iter, iteration = self.stage_iter + 1, self.iteration + 1
+
+        def draw() -> tuple:
+            self._rng_ahead = self._rng_state()
+            prompts = self._prompts(algo, cfg.train.batch_size)
+            request = algo.rollout_request(stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
+                                           _rollout_seed(cfg, iteration))
+            return prompts, request
+
+        return draw
 
     def _submit_rollout(self, rt, algo, stage_iter: int, iteration: int) -> list:
         """Start sampling the batch of iteration ``iteration`` (``stage_iter`` of the stage): prompts, request and

@@ -67,6 +67,12 @@ class Learner:
 
         return {"pid": os.getpid(), "device": str(self.device), "placement_group": placement_group_id()}
 
+    def actor_id(self) -> str | None:
+        """This learner's Ray actor id (hex; None in-process): what a RayActorError names when it is the one lost."""
+        import ray
+
+        return ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
+
     def start_stage(self, stage: str) -> None:
         """``mle`` (pretraining), ``disc`` (SeqGAN: discriminator pretraining, G unchanged) or ``train``
         (the configured algorithm, with a fresh Adam at algo.lr; SeqGAN's rollout policy G_β = G_θ)."""
@@ -135,8 +141,10 @@ class Learner:
         ``scores``: ``{"scoring": "monte_carlo_q" | "discriminator", "parts": per-shard handles of SeqGAN's Q
         (B_i, T_i) or D(Y) (B_i,), "mc_rollouts": N}``, given to the rollout here (:func:`assign_scores`)."""
         t0 = time.perf_counter()
-        rollout = as_rollout(shards)
-        m = {"time/fetch_s": time.perf_counter() - t0}  # the shards from the object store, concatenated
+        parts = [shards] if isinstance(shards, Rollout) else resolve(shards)
+        rollout = as_rollout(shards if isinstance(shards, Rollout) else parts)
+        m = {"time/fetch_s": time.perf_counter() - t0,  # the shards from the object store, concatenated
+             "time/sample_s": max(p.info.get("sample_s", 0.0) for p in parts)}  # the slowest worker's sampling
         if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
             m.update(self.task.reward.metrics(rollout.term_scores))
         if scores is not None:

@@ -71,13 +71,13 @@ class LocalRuntime:
         """The learner's weights version (its update count)."""
         return self._learner.get_version()
 
-    def update(self, shards: list, iteration: int, scores: dict | None = None, next_batch: tuple | None = None) -> dict:
-        """The learner's rollout update on the shards (``Learner.update_rollout``); its metrics, and
-        ``time/sample_s`` (the sampling). ``next_batch``: (prompts, request) sampled by :meth:`take_next` (here: then,
-        with the weights the driver publishes before it)."""
-        sample_s = max(s.info.get("sample_s", 0.0) for s in shards)
-        self._next_batch = next_batch
-        return {**self._learner.update_rollout(shards, iteration, scores), "time/sample_s": sample_s}
+    def update(self, shards: list, iteration: int, scores: dict | None = None, next_batch=None) -> dict:
+        """The learner's rollout update on the shards (``Learner.update_rollout``); its metrics. ``next_batch``:
+        ``() -> (prompts, request)``, drawn after the update and sampled by :meth:`take_next` (here: then, with the
+        weights the driver publishes before it)."""
+        m = self._learner.update_rollout(shards, iteration, scores)
+        self._next_batch = None if next_batch is None else next_batch()
+        return m
 
     def take_next(self) -> list:
         """The shards of the last update's ``next_batch``."""
@@ -220,6 +220,7 @@ class RayRuntime:
                 for i in range(count)
             ]
 
+        self._learner_id = self._learner.actor_id.remote()  # its Ray actor id (hex), to tell its failures apart
         self._workers = stateless_actors(RolloutWorker, n, 1, r.num_cpus_per_worker, r.num_gpus_per_worker)
         self._scorers = stateless_actors(ScorerActor, m, 1 + n, sc.num_cpus_per_scorer, sc.num_gpus_per_scorer)
         self.version = -1
@@ -254,28 +255,31 @@ class RayRuntime:
             self._learner_version = self.learner("get_version")
         return self._learner_version
 
-    def update(self, shards: list, iteration: int, scores: dict | None = None, next_batch: tuple | None = None) -> dict:
-        """The learner's rollout update on the shard refs (it fetches them); returns its metrics and
-        ``time/sample_s`` (the slowest worker's sampling). The updated weights come back as a second object, kept
-        in the object store for the workers' next calls.
+    def update(self, shards: list, iteration: int, scores: dict | None = None, next_batch=None) -> dict:
+        """The learner's rollout update on the shard refs (it fetches them); returns its metrics (with
+        ``time/sample_s``, the slowest worker's sampling, read from the shards). The updated weights come back as a
+        second object, kept in the object store for the workers' next calls.
 
         Shards of ``sample(wait=False)`` may still be sampling: the learner starts on them as they arrive. If the
         update fails because a worker died, its shard is re-sampled (``confirm``) and the update sent again (it
         failed fetching its input, before it changed anything).
 
-        ``next_batch``: (prompts, request) of the next iteration, sent to the workers right behind the update with
-        its weights ref (the version it will make): each worker waits in the object store for the learner's weights
-        and samples at once, with no round trip through the driver; :meth:`take_next` hands its shards over."""
+        ``next_batch``: ``() -> (prompts, request)`` of the next iteration, drawn once the update is on its way (the
+        driver's work overlaps the update, not the sampling) and sent to the workers with the update's weights ref
+        (the version it will make): each worker waits in the object store for the learner's weights and samples at
+        once, with no round trip through the driver; :meth:`take_next` hands its shards over."""
         ray = self._ray
         before = (self._weights_ref, self.version)
         after = self.learner_version() + 1 if next_batch is not None else None  # the version this update makes
         self._learner_version = None
+        drawn: list = []
 
         def submit(shards):
             metrics_ref, weights_ref = self._two(self._learner.update_and_publish).remote(shards, iteration, scores)
             if next_batch is not None:
+                drawn[:] = drawn or [next_batch()]  # drawn once (a retried update sends the same batch)
                 self._weights_ref, self.version = weights_ref, after
-                self._next_shards = self.sample(*next_batch, wait=False)
+                self._next_shards = self.sample(*drawn[0], wait=False)
             return metrics_ref, weights_ref
 
         metrics_ref, weights_ref = submit(shards)
@@ -302,9 +306,8 @@ class RayRuntime:
                 if self._learner_died(exc2):
                     self.placement.check_learner(wait_s=20)
                 raise
-        infos = [self._unconfirmed.pop(ref)[1][1] for ref in shards if ref in self._unconfirmed]
-        if infos:  # done by now (the learner has their shards): no wait
-            metrics["time/sample_s"] = max(info["sample_s"] for info in ray.get(infos))
+        for ref in shards:  # sampled (the learner has them; it read their timings)
+            self._unconfirmed.pop(ref, None)
         self._received(metrics)
         self._learner_version = int(metrics["learner/version"])
         self._published = (self._learner_version, weights_ref)
@@ -509,7 +512,12 @@ class RayRuntime:
     def _learner_died(self, exc) -> bool:
         """``exc`` (from a Ray call) is the learner actor's death, not a worker's or a scorer's that reached the
         driver through the learner's fetch of its shard."""
-        return getattr(exc, "actor_id", None) == self._learner._actor_id.hex()
+        ray = self._ray
+        try:  # answered while it was alive (the driver holds that answer)
+            learner_id = ray.get(self._learner_id, timeout=30)
+        except ray.exceptions.RayError:  # it died before it could say: the failure is the learner's
+            return True
+        return getattr(exc, "actor_id", None) == learner_id
 
     def _check_node_loss(self, exc, kind: str, i: int) -> bool:
         """After actor ``i``'s call failed: :class:`NodeLost` if the learner went with its node (the failure is the

@@ -179,7 +179,7 @@ def test_the_next_batch_goes_out_with_the_update_and_is_sampled_with_its_weights
             rt.learner("start_stage", "train")
             rt.sync_weights(rt.learner_version())
             shards = rt.sample(first, RolloutRequest(max_len=8, seed=5), wait=False)
-            m = rt.update(shards, 0, None, next_batch=(second, RolloutRequest(max_len=8, seed=6)))
+            m = rt.update(shards, 0, None, next_batch=lambda: (second, RolloutRequest(max_len=8, seed=6)))
             assert m["learner/version"] == 1.0
             rt.sync_weights(rt.learner_version())  # the version the next batch went out with: nothing to send
             out[n] = Rollout.concat(rt.fetch(rt.take_next()))

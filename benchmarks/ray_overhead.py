@@ -133,7 +133,7 @@ def main() -> None:
     args = p.parse_args()
     os.environ.setdefault("RAY_worker_niceness", "0")  # before Ray starts; inherited by --compare-with's process
     big = 4 * args.batch if args.big_batch is None else args.big_batch
-    variants = ([(n, args.batch, False) for n in args.workers] + ([(2, big, False)] if big else [])
+    variants = ([(n, args.batch, False) for n in args.workers] + ([(0, big, False), (2, big, False)] if big else [])
                 + ([(2, args.batch, True)] if args.pipeline else []))
     runs: dict = {v: [] for v in variants}
     before: dict = {n: [] for n in args.workers}
@@ -146,7 +146,9 @@ def main() -> None:
             if args.compare_with:
                 for r in _measure_other(args.compare_with.resolve(), args, Path(tmp), rep):
                     before[r["workers"]].append(r)
+        floor = hop_floor() if args.code is None else None
     base = _row("", runs[(args.workers[0], args.batch, False)], None)[1]["iter_ms"]
+    big_base = _row("", runs[(0, big, False)], None)[1]["iter_ms"] if big and 0 in args.workers else None
     title = (f"Ray overhead, counting RL stage (PPO-dynamic, batch {args.batch}, {args.iters} iterations"
              f"{f', median of {args.repeats} interleaved repeats' if args.repeats > 1 else ''}); median ms per "
              "iteration; driver KB/iter: what the driver fetched per iteration")
@@ -158,7 +160,7 @@ def main() -> None:
     for n, batch, pipe in variants:
         label = ("0 (in-process)" if n == 0 else str(n)) + (f", batch {batch}" if batch != args.batch else "")
         label += ", pipelined" if pipe else ""
-        line, rec = _row(label, runs[(n, batch, pipe)], base if batch == args.batch else None)
+        line, rec = _row(label, runs[(n, batch, pipe)], base if batch == args.batch else big_base)
         lines.append(line)
         rows.append({"workers": n, "batch": batch, "pipeline": pipe, **rec})
     if args.compare_with:
@@ -167,7 +169,59 @@ def main() -> None:
             line, rec = _row(f"before: {'0 (in-process)' if n == 0 else n}", before[n], before_base)
             lines.append(line)
             rows.append({"workers": n, "batch": args.batch, "code": str(args.compare_with), **rec})
-    write_report(args.out, "ray_overhead", "\n".join(lines), {"results": rows})
+    if floor is not None:
+        lines += ["", f"Ray's floor on this machine: the synchronous iteration's two hops with no work in them "
+                  f"(learner returns {floor['weights_kb']:.0f} KB of weights -> 2 workers fetch them and return a "
+                  f"shard each -> the learner fetches both), {floor['ms']:.2f} ms per iteration (median of "
+                  f"{floor['iters']})"]
+    write_report(args.out, "ray_overhead", "\n".join(lines), {"results": rows, "hop_floor": floor})
+
+
+def hop_floor(iters: int = 200) -> dict:
+    """What the synchronous Ray iteration costs with no work in it: the learner's update returns the counting
+    model's weights (its FlatWeights' size) and takes the shards of 2 workers whose next sampling call carries
+    that weights ref, as the runtime chains them; median ms per iteration (embedded Ray, actors sized as the run's)."""
+    import numpy as np
+    import ray
+
+    from rayseq.config import config_to_dict
+    from rayseq.distributed.learner import Learner
+    from rayseq.distributed.runtime import init_ray
+
+    cfg = build_config(None, ["rollout.num_workers=2"])
+    nbytes = Learner(config_to_dict(cfg)).get_flat_weights().data.nbytes
+    started = init_ray(min_cpus=cfg.learner.num_cpus + 2 * cfg.rollout.num_cpus_per_worker)
+
+    class Worker:
+        def sample(self, weights=None):
+            if weights is not None:
+                ray.get(weights[0])
+            return np.ones((cfg.train.batch_size // 2, 8), np.float32)
+
+    class Updater:
+        def update(self, shards):
+            ray.get(shards)
+            return {"m": 1.0}, np.ones(nbytes, np.uint8)
+
+    try:
+        workers = [ray.remote(Worker).options(num_cpus=cfg.rollout.num_cpus_per_worker).remote() for _ in range(2)]
+        learner = ray.remote(Updater).options(num_cpus=cfg.learner.num_cpus).remote()
+        shards = [w.sample.remote() for w in workers]
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            metrics, weights = learner.update.options(num_returns=2).remote(shards)
+            shards = [w.sample.remote([weights]) for w in workers]
+            ray.get(metrics)
+            times.append(time.perf_counter() - t0)
+        ray.get(shards)
+        for a in [*workers, learner]:
+            ray.kill(a)
+    finally:
+        if started:
+            ray.shutdown()
+    return {"ms": statistics.median(times[iters // 10:]) * 1000, "iters": iters - iters // 10,
+            "weights_kb": nbytes / 1024}
 
 
 if __name__ == "__main__":

@@ -14,7 +14,11 @@ behind the update (its sampling starts when the learner has published the new we
 phases are then ``rollout`` the sending (0 for a batch already sent), ``learn`` the workers' sampling and the update.
 ``iteration`` is ``time/iter_s`` (the loop body, logging excluded); ``wall per iteration`` is the wall clock from one
 logged iteration to the next (what a user waits per iteration: logging included, and the sampling that overlaps it),
-and ``vs in-process`` compares that.
+and ``vs in-process`` compares that. ``update`` is ``time/update_s`` (the algorithm's update alone, on the learner),
+``sampling`` ``time/sample_s`` (the slowest worker's, measured on it), and ``wall - update`` what an iteration costs
+besides the update: sampling, Ray's calls and the driver. The last line sets the 2-worker row beside a bound: the
+in-process wall with half its sampling (two workers share it) plus Ray's floor, two hops with no work in them
+(measured here too, with nothing else running): what the row would be if the hops cost what they cost alone.
 
 Ray starts its worker processes at nice 15; here they run at nice 0 (``RAY_worker_niceness``, as
 ``benchmarks/rollout_throughput.py``), like this process and the in-process rows: on a machine shared with other
@@ -54,7 +58,7 @@ from benchmarks._report import write_report  # noqa: E402
 from rayseq.config import build_config  # noqa: E402
 from rayseq.distributed.driver import Trainer  # noqa: E402
 
-PHASES = ("time/sync_s", "time/rollout_s", "time/learn_s", "time/iter_s")
+PHASES = ("time/sync_s", "time/rollout_s", "time/learn_s", "time/update_s", "time/sample_s", "time/iter_s")
 
 
 def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict | None = None,
@@ -96,9 +100,12 @@ def _row(label: str, runs: list[dict], base_ms: float | None) -> tuple[str, dict
     kb = f"{statistics.median(recv) / 1024:.1f}" if recv else "-"
     ratio = f"{iter_ms / base_ms:.2f}x" if base_ms else "-"
     setup = statistics.median(r["setup_s"] for r in runs)
+    outside = iter_ms - med("time/update_s")  # sampling, scoring, Ray's calls and the driver: all but the update
     line = (f"| {label} | {med('time/sync_s'):.1f} | {med('time/rollout_s'):.1f} | {med('time/learn_s'):.1f} | "
-            f"{med('time/iter_s'):.1f} | {iter_ms:.1f} | {ratio} | {kb} | {setup:.1f} |")
-    return line, {"label": label, "iter_ms": iter_ms, "ratio": iter_ms / base_ms if base_ms else None,
+            f"{med('time/update_s'):.1f} | {med('time/sample_s'):.1f} | {med('time/iter_s'):.1f} | {iter_ms:.1f} | "
+            f"{outside:.1f} | {ratio} | {kb} | {setup:.1f} |")
+    return line, {"label": label, "iter_ms": iter_ms, "outside_update_ms": outside,
+                  "ratio": iter_ms / base_ms if base_ms else None,
                   "driver_kb_per_iter": statistics.median(recv) / 1024 if recv else None, "runs": runs}
 
 
@@ -153,9 +160,9 @@ def main() -> None:
              f"{f', median of {args.repeats} interleaved repeats' if args.repeats > 1 else ''}); median ms per "
              "iteration; driver KB/iter: what the driver fetched per iteration")
     lines = [title, "",
-             "| rollout workers | sync | rollout | learn | iteration | wall per iteration | vs in-process "
-             "| driver KB/iter | start-up + eval (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| rollout workers | sync | rollout | learn | update | sampling | iteration | wall per iteration "
+             "| wall - update | vs in-process | driver KB/iter | start-up + eval (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = []
     for n, batch, pipe in variants:
         label = ("0 (in-process)" if n == 0 else str(n)) + (f", batch {batch}" if batch != args.batch else "")
@@ -174,6 +181,17 @@ def main() -> None:
                   f"(learner returns {floor['weights_kb']:.0f} KB of weights -> 2 workers fetch them and return a "
                   f"shard each -> the learner fetches both), {floor['ms']:.2f} ms per iteration (median of "
                   f"{floor['iters']})"]
+        two = next((r for r in rows if r["workers"] == 2 and r["batch"] == args.batch and not r.get("pipeline")
+                    and "code" not in r), None)
+        if two is not None and 0 in args.workers:
+            local = runs[(0, args.batch, False)]
+            sample = statistics.median(r["median_ms"]["time/sample_s"] for r in local)
+            bound = base - sample / 2 + floor["ms"]
+            floor["bound_2_workers_ms"] = bound
+            lines.append(f"Bound for 2 workers: in-process {base:.1f} - half its sampling {sample / 2:.1f} + the "
+                         f"floor {floor['ms']:.2f} = {bound:.1f} ms ({bound / base:.2f}x); measured "
+                         f"{two['iter_ms']:.1f} ms ({two['ratio']:.2f}x): the rest is the hops under load (2 workers "
+                         "sampling on the cores the learner's, the driver's and Ray's own threads need)")
     write_report(args.out, "ray_overhead", "\n".join(lines), {"results": rows, "hop_floor": floor})
 
 

@@ -60,6 +60,7 @@ class LocalCluster:
         self._args: dict[str, tuple] = {}
         self._old_groups: set[int] = set()
         self._resource: dict[str, str] = {}  # node name -> the custom resource that tells it apart
+        self._temp: dict[str, str] = {}  # node name -> its temp dir (its Ray logs: session_latest/logs)
         self.temp_dirs: list[str] = []
         self.gcs = self.dashboard = None
 
@@ -70,6 +71,7 @@ class LocalCluster:
             self._old_groups.add(self.procs[name].pid)
         temp_dir = tempfile.mkdtemp(prefix=f"rsq{name}", dir="/tmp")  # short: Ray's socket paths live below it
         self.temp_dirs.append(temp_dir)
+        self._temp[name] = temp_dir
         resources = json.dumps(resources or {f"node_{name}": 1})
         self.logs[name] = Path(temp_dir) / "ray-start.log"
         with open(self.logs[name], "wb") as log:
@@ -85,6 +87,19 @@ class LocalCluster:
             return self.logs[name].read_text(errors="replace")[-3000:]
         except OSError:
             return ""
+
+    def ray_logs(self, name: str = "head", chars: int = 1500,
+                 files: tuple[str, ...] = ("gcs_server.out", "raylet.out", "dashboard.log", "dashboard.err")) -> str:
+        """The ends of node ``name``'s own Ray logs (its GCS, raylet, dashboard): why a node or its dashboard went
+        away, for a failing test's message (the temp dirs are removed with the cluster)."""
+        logs = Path(self._temp.get(name, "/nonexistent")) / "session_latest" / "logs"
+        out = []
+        for f in files:
+            try:
+                out.append(f"--- {name}: {f}\n" + (logs / f).read_text(errors="replace")[-chars:])
+            except OSError:
+                continue
+        return "\n".join(out)
 
     def start(self, timeout: float = 120) -> LocalCluster:
         """The head (GCS, dashboard and job agent on free ports); returns once it accepts `ray job` calls."""
@@ -136,7 +151,7 @@ class LocalCluster:
         r = subprocess.run([RAY, "list", "nodes", "--address", self.address, "--detail", "--format", "json"],
                            env=self.env, capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
-            raise RuntimeError(f"ray list nodes failed: {r.stderr[-2000:]}")
+            raise RuntimeError(f"ray list nodes failed: {r.stderr[-1500:]}\n{self.ray_logs()}")
         return json.loads(r.stdout)
 
     def node_id(self, name: str) -> str | None:

@@ -63,16 +63,20 @@ def jobs(cluster):
 
 def job_status(c: LocalCluster, job: str) -> str:
     """SUCCEEDED, FAILED, STOPPED, RUNNING or PENDING (`ray job status`: "Job 'x' succeeded", "Status for job 'x':
-    RUNNING")."""
+    RUNNING"); "?" when the call itself failed (its "Failed to connect to API server" is not the job's status)."""
     r = subprocess.run([RAY, "job", "status", "--address", c.address, job], env=c.env, capture_output=True,
                        text=True, timeout=60)
-    out = (r.stdout + r.stderr).upper()
+    if r.returncode != 0:
+        return "?"
+    out = r.stdout.upper()
     return next((s for s in ("SUCCEEDED", "FAILED", "STOPPED", "RUNNING", "PENDING") if s in out), "?")
 
 
 def job_logs(c: LocalCluster, job: str) -> str:
-    return subprocess.run([RAY, "job", "logs", "--address", c.address, job], env=c.env, capture_output=True,
-                          text=True, timeout=60).stdout
+    """The job's output (`ray job logs`), or why it could not be read and the head's own Ray logs."""
+    r = subprocess.run([RAY, "job", "logs", "--address", c.address, job], env=c.env, capture_output=True,
+                       text=True, timeout=60)
+    return r.stdout if r.returncode == 0 else f"ray job logs failed: {r.stderr[-1500:]}\n{c.ray_logs()}"
 
 
 def start_job(c: LocalCluster, *cmd: str) -> str:
@@ -98,9 +102,9 @@ def wait_for_checkpoint(run_dir: Path, iteration: int, c: LocalCluster, job: str
     next_status = time.monotonic() + 20
     while (done := max([int(p.stem[5:]) for p in (run_dir / "checkpoints").glob("ckpt_*.pt")], default=0)) < iteration:
         if time.monotonic() > next_status:
-            assert job_status(c, job) in ("RUNNING", "PENDING"), job_logs(c, job)[-4000:]
+            assert job_status(c, job) in ("RUNNING", "PENDING", "?"), job_logs(c, job)[-6000:]
             next_status = time.monotonic() + 20
-        assert time.monotonic() < deadline, f"no checkpoint {iteration} yet: {job_logs(c, job)[-4000:]}"
+        assert time.monotonic() < deadline, f"no checkpoint {iteration} yet: {job_logs(c, job)[-6000:]}"
         time.sleep(0.1)
     return done
 

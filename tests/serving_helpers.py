@@ -7,7 +7,6 @@ the other Ray test modules sharing the session's Ray see no Serve at all.
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -15,12 +14,7 @@ import httpx
 
 from rayseq.distributed.driver import Trainer
 from tests.conftest import tiny_config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port  # noqa: F401 (the serving tests import it from here)
 
 
 def train_counting_checkpoint(run_dir: Path) -> Path:

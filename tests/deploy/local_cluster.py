@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,18 +20,14 @@ from pathlib import Path
 
 import psutil
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 
 # node loss is noticed in ~2 s instead of Ray's default ~15 s (5 missed health checks, 3 s apart)
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
                       "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_ports() -> list[str]:
@@ -142,7 +137,8 @@ class LocalCluster:
                 self._stop_group(self.procs[name].pid)
                 self._start(name, *self._args[name])
             elif self.procs[name].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"node {name} did not join the cluster: {self.log_tail(name)}")
+                raise RuntimeError(f"node {name} did not join the cluster: {self.log_tail(name)}\n"
+                                   f"{self.ray_logs(name)}\n{self.ray_logs()}")
             time.sleep(1)
 
     def nodes(self) -> list[dict]:
@@ -152,6 +148,8 @@ class LocalCluster:
                            env=self.env, capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise RuntimeError(f"ray list nodes failed: {r.stderr[-1500:]}\n{self.ray_logs()}")
+        if r.stdout.startswith("No resource in the cluster"):  # what it prints for an empty table, not JSON
+            return []
         return json.loads(r.stdout)
 
     def node_id(self, name: str) -> str | None:

@@ -14,7 +14,6 @@ import httpx
 
 from rayseq.distributed.driver import Trainer
 from tests.conftest import tiny_config
-from tests.ports import free_port  # noqa: F401 (the serving tests import it from here)
 
 
 def train_counting_checkpoint(run_dir: Path) -> Path:

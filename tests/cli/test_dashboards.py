@@ -19,7 +19,7 @@ import pytest
 from rayseq.distributed.driver import Trainer
 from rayseq.tune import TensorBoardHint, tensorboard_hint_at
 from tests.conftest import tiny_config
-from tests.serving_helpers import free_port
+from tests.ports import free_port
 
 
 @pytest.fixture(scope="module")

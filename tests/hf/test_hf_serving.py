@@ -18,7 +18,8 @@ import torch
 from rayseq.distributed.driver import Trainer
 from rayseq.serving.model import ChatModel, GenRequest
 from tests.hf.test_hf_training import hf_config
-from tests.serving_helpers import free_port, wait_for_text, wait_healthy
+from tests.ports import free_port
+from tests.serving_helpers import wait_for_text, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["hi there", "do you like music or movies ?", "hey , how are you ?"]

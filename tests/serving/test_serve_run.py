@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from rayseq.serving.model import ChatModel, GenRequest
-from tests.serving_helpers import free_port, train_counting_checkpoint, wait_healthy
+from tests.ports import free_port
+from tests.serving_helpers import train_counting_checkpoint, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "serve" / "chatbot.yaml"

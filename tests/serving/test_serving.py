@@ -25,7 +25,8 @@ import torch
 
 from rayseq.serving.model import ChatModel, GenRequest
 from rayseq.serving.schemas import MAX_BODY_BYTES, MAX_HISTORY_TURNS, MAX_MESSAGE_CHARS, MAX_TOKENS
-from tests.serving_helpers import free_port, start_serve, train_counting_checkpoint, wait_for_text, wait_healthy
+from tests.ports import free_port
+from tests.serving_helpers import start_serve, train_counting_checkpoint, wait_for_text, wait_healthy
 
 pytestmark = pytest.mark.ray
 

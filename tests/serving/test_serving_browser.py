@@ -13,7 +13,8 @@ import shutil
 import httpx
 import pytest
 
-from tests.serving_helpers import free_port, start_serve, train_counting_checkpoint
+from tests.ports import free_port
+from tests.serving_helpers import start_serve, train_counting_checkpoint
 
 pytestmark = pytest.mark.ray
 

@@ -536,6 +536,10 @@ class RunConfig(_Section):
     progress_every: float = Field(
         30.0, gt=0, description="Seconds between progress lines (and one at the end of each stage).",
     )
+    deterministic: bool = Field(
+        False, description="torch.use_deterministic_algorithms in the learner, rollout workers and scorers: on a GPU, "
+        "bit-reproducible runs and resumes (slower kernels). CPU runs are reproducible without it.",
+    )
 
     @field_validator("progress", mode="before")
     @classmethod
@@ -904,6 +908,7 @@ RESUMABLE = {
                   "rollout.torch_threads", "rollout.max_restarts", "scorer.num_scorers", "scorer.num_cpus_per_scorer",
                   "scorer.num_gpus_per_scorer", "scorer.torch_threads", "scorer.batch_size", "learner.num_cpus",
                   "learner.num_gpus", "learner.device", "learner.torch_threads", "rollout.placement_strategy",
+                  "deterministic",
                   # {name: amount} keys: each name below them (learner.resources.node_a)
                   "rollout.resources_per_worker", "scorer.resources_per_scorer", "learner.resources"),
 }

@@ -15,3 +15,16 @@ def derive_seed(run_seed: int, stream: str, *ids: int) -> int:
     """A seed in [0, 2^63) for ``stream`` of the run seeded ``run_seed`` at ``ids`` (e.g. the iteration)."""
     key = ":".join([str(int(run_seed)), stream, *(str(int(i)) for i in ids)]).encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
+def set_deterministic(on: bool) -> None:
+    """``deterministic=true``: only deterministic torch kernels in this process (CUDA's atomics-based backward passes,
+    e.g. the embedding's, are not), and cuBLAS with a fixed workspace, which it reads when CUDA starts."""
+    if not on:
+        return
+    import os
+
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)

@@ -88,3 +88,21 @@ def readme_own_data_example(root: Path) -> dict:
     local = next(c for c in commands if c[:3] == ["python", "-m", "rayseq.train"])
     job = next(c for c in commands if c[:3] == ["ray", "job", "submit"])
     return {"files": files, "local": local, "job": job}
+
+
+@pytest.fixture(scope="session")
+def hf_dir(tmp_path_factory):
+    """A tiny local GPT-2 and its tokenizer (tests/hf_fixtures.py); needs the hf extra."""
+    pytest.importorskip("transformers", reason="the hf extra: pip install -e .[hf]")
+    from tests.hf_fixtures import make_tiny_hf
+
+    # the test corpus's words too, so that its prompts and replies are a few tokens each
+    return make_tiny_hf(tmp_path_factory.mktemp("hf") / "tiny-gpt2",
+                        extra_lines=tuple(GREETINGS + REPLIES + TOPICS) * 5)
+
+
+@pytest.fixture(scope="session")
+def classifier_dir(hf_dir, tmp_path_factory):
+    from tests.hf_fixtures import make_tiny_classifier
+
+    return make_tiny_classifier(tmp_path_factory.mktemp("hf") / "tiny-classifier", hf_dir)

@@ -17,6 +17,7 @@ from rayseq.distributed.handles import FlatWeights, as_rollout, concat_columns, 
 from rayseq.distributed.placement import placement_group_id
 from rayseq.models import Critic, ValueBaseline, make_discriminator, make_generator, reference_policy
 from rayseq.rewards import terminal_rewards
+from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, Rollout, to_torch
 
@@ -26,6 +27,7 @@ class Learner:
         self.cfg = RunConfig.model_validate(cfg)
         c = self.cfg
         torch.set_num_threads(c.learner.torch_threads)
+        set_deterministic(c.deterministic)
         torch.manual_seed(c.seed)
         random.seed(c.seed)
         np.random.seed(c.seed % 2**32)  # noqa: NPY002 -- seeds third-party code that uses the legacy RNG

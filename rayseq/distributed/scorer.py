@@ -19,6 +19,7 @@ from rayseq.distributed.placement import placement_group_id
 from rayseq.distributed.worker import score_rollout
 from rayseq.models import make_discriminator
 from rayseq.rewards.mc_search import q_values
+from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import MCBatch, Rollout, to_torch
 
@@ -28,6 +29,7 @@ class ScorerActor:
         self.cfg = RunConfig.model_validate(cfg)
         self.index = index
         torch.set_num_threads(self.cfg.scorer.torch_threads)
+        set_deterministic(self.cfg.deterministic)
         self.device = torch.device("cuda" if self.cfg.scorer.num_gpus_per_scorer > 0 else "cpu")
         self.task = make_task(self.cfg.task, self.cfg.reward)  # with a configured reward: its functions run here
         self.disc = make_discriminator(self.cfg, self.task).to(self.device).eval() if self.cfg.is_gan else None

@@ -16,6 +16,7 @@ from rayseq.distributed.placement import placement_group_id
 from rayseq.models import make_generator
 from rayseq.rewards.mc_search import mc_search
 from rayseq.rewards.terminal import terminal_rewards
+from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import MCBatch, PromptBatch, Rollout, RolloutRequest, to_torch
 
@@ -25,6 +26,7 @@ class RolloutWorker:
         self.cfg = RunConfig.model_validate(cfg)
         self.index = index
         torch.set_num_threads(self.cfg.rollout.torch_threads)
+        set_deterministic(self.cfg.deterministic)
         self.device = torch.device("cuda" if self.cfg.rollout.num_gpus_per_worker > 0 else "cpu")
         self.task = make_task(self.cfg.task, self.cfg.reward)
         self.generator = make_generator(self.cfg, self.task).to(self.device)

@@ -10,6 +10,15 @@ import time
 from pathlib import Path
 
 
+def _gpu_name() -> str | None:
+    """The CUDA device's name where torch sees one (figures name the GPU they were measured on)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
 def write_report(out: Path, name: str, table: str, payload: dict) -> None:
     """Print ``table``; write ``out/name.md`` and ``out/name.json`` (payload + command, date, machine)."""
     print(table)
@@ -18,6 +27,7 @@ def write_report(out: Path, name: str, table: str, payload: dict) -> None:
     meta = {
         "command": " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+                    "gpu": _gpu_name()},
     }
     (out / f"{name}.json").write_text(json.dumps({**payload, **meta}, indent=2) + "\n")

@@ -68,15 +68,16 @@ def train_checkpoint(run_dir: Path) -> str:
     return str(run_dir)
 
 
-def make_workload(checkpoint: str, n: int, max_tokens: int, seed: int, torch_threads: int):
-    """``n`` request bodies whose in-process reply is ``max_tokens`` long, and those replies."""
+def make_workload(checkpoint: str, n: int, max_tokens: int, seed: int, torch_threads: int, device: str = "cpu"):
+    """``n`` request bodies whose in-process reply is ``max_tokens`` long, and those replies (decoded on ``device``,
+    the replica's: a seeded reply is drawn from that device's random stream)."""
     import torch
 
     from rayseq.serving.model import ChatModel, GenRequest
 
     threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
-    model = ChatModel(checkpoint)
+    model = ChatModel(checkpoint, device=device)
     rng = random.Random(seed)
     bodies, replies, skipped, next_seed = [], [], 0, 0
     while len(bodies) < n:
@@ -313,7 +314,8 @@ def report(args, results: dict) -> tuple[str, dict]:
     lines = [
         f"Serve load test: {args.requests} POST /v1/chat requests at concurrency {args.concurrency} "
         f"({args.warmup} warm-up requests not counted), {args.max_tokens}-token replies at temperature 1.0, "
-        f"{args.replicas} replica(s), torch_threads={args.torch_threads}, max_batch_size={args.max_batch_size}, "
+        f"{args.replicas} replica(s) on {args.device}, torch_threads={args.torch_threads}, "
+        f"max_batch_size={args.max_batch_size}, "
         f"batch_wait_timeout_s={args.batch_wait_timeout_s}, max_ongoing_requests={args.max_ongoing_requests}; "
         f"load generator on the same {os.cpu_count()}-CPU machine",
         "",
@@ -401,6 +403,7 @@ def main() -> None:
     p.add_argument("--batch-wait-timeout-s", type=float, default=0.005)
     p.add_argument("--max-ongoing-requests", type=int, default=64)
     p.add_argument("--torch-threads", type=int, default=1)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="the replica's (cuda: 1 GPU per replica)")
     p.add_argument("--batching", nargs="+", choices=["on", "off"], default=["on", "off"])
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, seconds")
     p.add_argument("--seed", type=int, default=0, help="seed of the random messages")
@@ -417,7 +420,7 @@ def main() -> None:
         checkpoint = args.checkpoint or train_checkpoint(Path(tmp) / "run")
         train_s = time.perf_counter() - t0 if args.checkpoint is None else 0.0
         bodies, expected, skipped = make_workload(checkpoint, args.warmup + args.requests, args.max_tokens,
-                                                  args.seed, args.torch_threads)
+                                                  args.seed, args.torch_threads, args.device)
         work = (bodies[args.warmup:], expected[args.warmup:], bodies[: args.warmup], expected[: args.warmup])
         print(f"checkpoint {checkpoint}" + (f" (trained in {train_s:.1f} s)" if train_s else "")
               + f"; {len(bodies)} requests, {skipped} seeds skipped (their reply ends early)", flush=True)
@@ -433,7 +436,7 @@ def main() -> None:
         app_args = {
             "checkpoint": checkpoint, "replicas": args.replicas, "max_batch_size": args.max_batch_size,
             "batch_wait_timeout_s": args.batch_wait_timeout_s, "max_ongoing_requests": args.max_ongoing_requests,
-            "torch_threads": args.torch_threads,
+            "torch_threads": args.torch_threads, "device": args.device,
         }
         results = {}
         try:

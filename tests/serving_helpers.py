@@ -7,13 +7,21 @@ the other Ray test modules sharing the session's Ray see no Serve at all.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
 from rayseq.distributed.driver import Trainer
 from tests.conftest import tiny_config
+from tests.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def train_counting_checkpoint(run_dir: Path) -> Path:
@@ -70,3 +78,29 @@ def wait_for_text(path: Path, text: str, timeout_s: float, proc=None) -> None:
             raise RuntimeError(f"process exited with {proc.returncode} before printing {text!r}")
         time.sleep(0.2)
     raise TimeoutError(f"{path} did not show {text!r} within {timeout_s} s")
+
+
+@contextmanager
+def serve_cli(checkpoint, log: Path, *args: str, env: dict, timeout_s: float = 150):
+    """``python -m rayseq.serve --checkpoint CHECKPOINT --port P ARGS`` in its own process group, its output in
+    ``log``; yields (base URL, process) once /healthz answers and the banner is printed (a test that fails before
+    shows the log). The group is SIGKILLed if the process still runs at the end."""
+    import pytest
+
+    port = free_port()
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rayseq.serve", "--checkpoint", str(checkpoint), "--port",
+                                 str(port), *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_healthy(f"{url}/healthz", timeout_s=timeout_s, proc=proc)
+            wait_for_text(log, f"at {url}/", timeout_s=30, proc=proc)
+        except (RuntimeError, TimeoutError) as exc:
+            pytest.fail(f"{exc}\n{log.read_text()[-3000:]}")
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)

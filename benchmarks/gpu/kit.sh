@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# benchmarks/gpu/kit.sh — the project's copy of ../shared/tools/device-kit (issue 29), with its fixes:
+#   - a checkout whose .git has no info/ folder (a fresh clone's may lack it): created before .kit is excluded;
+#   - SeqGAN's oracle (shared/data beside the checkout does not travel to the GPU machine) goes into the kit.
 # device-kit: pack what the GPU machine lacks (Ray and rayseq's other dependencies) into one folder that
 # travels with the working tree, and the script that installs it there.
 #
@@ -15,7 +18,7 @@ KIT=${KIT:-.kit}
 RAY_VERSION=${RAY_VERSION:-2.60.0}
 DEVICE_LIST=${DEVICE_LIST:?set DEVICE_LIST to the package list of the GPU machine: KINDS.md beside the device tool}
 # packages not worth their megabytes there (runtime_env venvs, profiler, cloud auth)
-SKIP=${SKIP:-"virtualenv py-spy cryptography google-auth google-api-core googleapis-common-protos proto-plus pyasn1 pyasn1-modules cffi pycparser distlib python-discovery platformdirs"}
+SKIP=${SKIP:-"virtualenv py-spy cryptography google-auth google-api-core proto-plus pyasn1 pyasn1-modules cffi pycparser distlib python-discovery platformdirs"}
 EXTRA_REQS=${EXTRA_REQS:-"pydantic>=2.5 fastapi>=0.110 tensorboardX>=2.6 gymnasium pytest-timeout"}
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
@@ -37,6 +40,10 @@ for w in "$tmp"/dl/*.whl; do
   elif ! grep -qx "$n" "$tmp/has" && ! [[ " $SKIP " == *" $n "* ]]; then
     cp "$w" "$KIT/"
   fi
+done
+# SeqGAN's published oracle for benchmarks/gpu/run.sh's oracle part (1.3 MB)
+for f in ../shared/data/seqgan_oracle.npz shared/data/seqgan_oracle.npz; do
+  if [ -f "$f" ]; then cp "$f" "$KIT/"; break; fi
 done
 cat > "$KIT/install.sh" <<'SH'
 #!/usr/bin/env bash

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,8 +16,7 @@ import torch
 from rayseq.distributed.driver import Trainer
 from rayseq.serving.model import ChatModel, GenRequest
 from tests.hf.test_hf_training import hf_config
-from tests.ports import free_port
-from tests.serving_helpers import wait_for_text, wait_healthy
+from tests.serving_helpers import serve_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["hi there", "do you like music or movies ?", "hey , how are you ?"]
@@ -67,18 +64,7 @@ def _env() -> dict:
 @pytest.mark.ray
 def test_served_over_http(run_dir, model, tmp_path):
     openai = pytest.importorskip("openai")
-    port, log = free_port(), tmp_path / "serve.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rayseq.serve", "--checkpoint", str(run_dir), "--port",
-                                 str(port), "--batch-wait-timeout-s", "0.05"], cwd=ROOT, env=_env(), stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        try:
-            wait_healthy(f"http://127.0.0.1:{port}/healthz", timeout_s=150, proc=proc)
-            wait_for_text(log, f"at http://127.0.0.1:{port}/", timeout_s=30, proc=proc)
-        except (RuntimeError, TimeoutError) as exc:
-            pytest.fail(f"{exc}\n{log.read_text()[-3000:]}")
-        url = f"http://127.0.0.1:{port}"
+    with serve_cli(run_dir, tmp_path / "serve.log", "--batch-wait-timeout-s", "0.05", env=_env()) as (url, proc):
         want = [r.replies[0] for r in model.generate([GenRequest(p, max_tokens=8) for p in PROMPTS])]
         with ThreadPoolExecutor(len(PROMPTS)) as pool:  # concurrent: decoded in shared batches
             got = list(pool.map(lambda p: httpx.post(f"{url}/v1/chat", json={"message": p, "max_tokens": 8},
@@ -95,8 +81,4 @@ def test_served_over_http(run_dir, model, tmp_path):
         assert texts == [c.message.content for c in full.choices]
         assert texts == model.generate([GenRequest(PROMPTS[1], temperature=1.0, seed=5, n=2, max_tokens=8)])[0].replies
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "serve.log").read_text()[-3000:]

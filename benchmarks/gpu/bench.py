@@ -1,0 +1,241 @@
+"""What the GPU buys rayseq (issue 29): the device beside the CPU, in one run on one machine.
+
+Parts (``--parts``; each writes ``<out>/<part>.md`` and ``.json``, and a plot where one says more):
+
+  updates  seconds per algorithm update (``time/update_s``, median over the iterations after two warm-ups) for one
+           algorithm of each family, on counting at batch ``--batch``, in-process, the learner on the CPU and on
+           ``--device``; at rayseq's default model size and at a larger one (``--large``: a GRU of 512). Speed-up =
+           CPU / device.
+  mcq      Monte-Carlo Q per SeqGAN generator update at the paper's sizes (B = 64, T = 20, N = 16, V = 5,000, LSTM
+           32/32, the paper's CNN D): the batched cached search, D of the B·(T−1)·N continuations (prefix-shared)
+           and of Y, and Q, on the CPU (all its threads) and on the device; median of ``--repeats`` after a warm-up.
+  hf_grpo  GRPO steps per second with a tiny local GPT-2 (tests/hf_fixtures.py: 2 layers, hidden 32, BPE 400) on
+           the tiny chit-chat corpus, in-process, the policy on the CPU and on the device (``time/iter_s``).
+
+``--quick`` shrinks every part to a smoke test (used by ``run.sh --device cpu --quick`` in the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._report import write_report  # noqa: E402
+
+FAMILIES = ["mle", "reinforce", "ppo", "ppo_dynamic", "grpo", "actor_critic", "seqgan_ppo_dynamic"]
+LARGE = ["model.emb_dim=256", "model.hidden_dim=512"]
+# SeqGAN's discriminator: small, and one short d-step per iteration (the row times the generator's update)
+SMALL_D = ["disc.emb_dim=32", "disc.filter_sizes=[1,2,3,4,5]", "disc.num_filters=[32,32,32,32,32]", "disc.d_steps=1",
+           "disc.epochs=1", "disc.num_negatives=256"]
+
+
+def median_metric(run_dir: Path, key: str, stage: str = "train", skip: int = 2) -> float:
+    import pyarrow.parquet as pq
+
+    rows = [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r["stage"] == stage]
+    vals = [r[key] for r in rows[skip:] if r.get(key) is not None] or [r[key] for r in rows]
+    return statistics.median(vals)
+
+
+def train(overrides: list[str], run_dir: Path) -> Path:
+    from rayseq.config import build_config
+    from rayseq.distributed.driver import Trainer
+
+    Trainer(build_config(None, [*overrides, f"run_dir={run_dir}"])).run()
+    return run_dir
+
+
+def on(device: str) -> list[str]:
+    """In-process keys that put the learner, the rollout worker and the scorer on ``device``."""
+    if device == "cpu":
+        return ["learner.device=cpu"]
+    return ["learner.device=cuda", "rollout.num_gpus_per_worker=1", "scorer.num_gpus_per_scorer=1"]
+
+
+def part_updates(args, tmp: Path) -> tuple[str, dict]:
+    from rayseq.registry import algorithm_class
+
+    iters = 4 if args.quick else 12
+    batch = 32 if args.quick else args.batch
+    sizes = {"default": []} if args.quick else {"default": [], "large": LARGE}
+    rows = []
+    for size, model in sizes.items():
+        for algo in (FAMILIES[:3] + FAMILIES[-1:]) if args.quick else FAMILIES:
+            stage = "mle" if algo == "mle" else "train"
+            gan = ["disc.pretrain_steps=0", "algo.mc_rollouts=4", *SMALL_D] if algorithm_class(algo).adversarial else []
+            plan = ([f"train.pretrain_iters={iters}", "train.iters=0"] if algo == "mle" else
+                    ["train.pretrain_iters=0", f"train.iters={iters}", *gan])
+            base = ["rollout.num_workers=0", "progress=false", "task.test_size=100", f"algo.name={algo}",
+                    f"train.batch_size={batch}", f"train.pretrain_batch_size={batch}", f"train.eval_every={iters}",
+                    f"train.pretrain_eval_every={iters}", f"learner.torch_threads={args.cpu_threads}",
+                    f"rollout.torch_threads={args.cpu_threads}", *model, *plan]
+            t = {}
+            for dev in dict.fromkeys(["cpu", args.device]):
+                run = train([*base, *on(dev)], tmp / f"updates-{size}-{algo}-{dev}")
+                # MLE pretraining logs the learner's step as time/learn_s (in-process: the update alone)
+                t[dev] = median_metric(run, "time/learn_s" if stage == "mle" else "time/update_s", stage)
+            rows.append({"size": size, "algo": algo, "cpu_s": t["cpu"], "device_s": t[args.device],
+                         "speedup": t["cpu"] / t[args.device]})
+            print(f"  updates {size} {algo}: cpu {t['cpu'] * 1e3:.1f} ms, {args.device} {t[args.device] * 1e3:.1f} ms",
+                  flush=True)
+    lines = [f"Seconds per update, counting, batch {batch}, in-process ({args.device_name}; CPU: "
+             f"{args.cpu_threads} torch threads); median over {iters} iterations after 2 warm-ups", "",
+             f"| model | algorithm | CPU ms | {args.device} ms | speed-up |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['size']} | {r['algo']} | {r['cpu_s'] * 1e3:.1f} | {r['device_s'] * 1e3:.1f} | "
+              f"{r['speedup']:.2f}x |" for r in rows]
+    plot_bars(rows, args.out / "updates.png", args.device)
+    return "\n".join(lines), {"rows": rows, "batch": batch, "iters": iters, "large": LARGE}
+
+
+def plot_bars(rows: list[dict], path: Path, device: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    labels = [f"{r['algo']}\n({r['size']})" for r in rows]
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["cpu_s"] * 1e3 for r in rows], width=0.4, label="CPU")
+    ax.bar([i + 0.2 for i in x], [r["device_s"] * 1e3 for r in rows], width=0.4, label=device)
+    ax.set_xticks(list(x), labels, fontsize=7, rotation=45, ha="right")
+    ax.set_ylabel("ms per update")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _mcq_once(g, d, tokens, mask, N: int, dev: str) -> tuple[float, float]:
+    """Seconds of (the Monte-Carlo search, D of the continuations and of Y with Q) for one generator update."""
+    import torch
+
+    from rayseq.rewards.mc_search import mc_search, q_values
+
+    B, T = tokens.shape
+    empty, zeros = torch.zeros(B, 0, dtype=torch.long, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
+    lengths = mask.sum(1).long()
+    _sync(dev)
+    t0 = time.perf_counter()
+    c = mc_search(g, empty, zeros, tokens, mask, N, generator=torch.Generator(device=dev).manual_seed(2))
+    _sync(dev)
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        d_cont = d.score_shared_prefix(tokens, lengths, c.tokens, c.lengths, torch.arange(1, T, device=dev))
+        q_values(d_cont, d.score(tokens, lengths), lengths)
+    _sync(dev)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def part_mcq(args, tmp: Path) -> tuple[str, dict]:
+    import torch
+
+    from rayseq.models.discriminator import build_discriminator
+    from rayseq.models.generator import Seq2SeqGRU
+
+    B, T, N, V = (8, 10, 4, 500) if args.quick else (64, 20, 16, 5000)
+    torch.manual_seed(0)
+    g_cpu = Seq2SeqGRU(V, emb_dim=32, hidden_dim=32, cell="lstm", conditional=False, banned_ids=(0, 1, 2, 3)).eval()
+    d_cpu = (build_discriminator(V, emb_dim=16, filter_sizes=(1, 2, 3), num_filters=(8, 8, 8)) if args.quick
+             else build_discriminator(V)).eval()
+    empty = torch.zeros(B, 0, dtype=torch.long)
+    zeros = torch.zeros(B, dtype=torch.long)
+    y = g_cpu.sample(empty, zeros, T, generator=torch.Generator().manual_seed(1))
+    rows = {}
+    for dev in dict.fromkeys(["cpu", args.device]):
+        g, d = g_cpu.to(dev), d_cpu.to(dev)
+        tokens, mask = y.tokens.to(dev), y.token_mask.to(dev)
+        _mcq_once(g, d, tokens, mask, N, dev)  # warm-up (CUDA kernels, caches)
+        times = [_mcq_once(g, d, tokens, mask, N, dev) for _ in range(args.repeats)]
+        search, score = statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
+        rows[dev] = {"search_s": search, "d_s": score, "total_s": search + score}
+        print(f"  mcq {dev}: search {search:.3f} s, D {score:.3f} s", flush=True)
+    dev = args.device
+    lines = [f"Monte-Carlo Q per SeqGAN generator update (B={B}, T={T}, N={N}, V={V}; {args.device_name}; CPU "
+             f"{torch.get_num_threads()} threads); median of {args.repeats}", "",
+             "| where | search s | D s | total s | vs CPU |", "| --- | --- | --- | --- | --- |"]
+    for k, r in rows.items():
+        lines.append(f"| {k} | {r['search_s']:.3f} | {r['d_s']:.3f} | {r['total_s']:.3f} | "
+                     f"{rows['cpu']['total_s'] / r['total_s']:.2f}x |")
+    return "\n".join(lines), {"rows": rows, "B": B, "T": T, "N": N, "V": V, "device": dev}
+
+
+def part_hf_grpo(args, tmp: Path) -> tuple[str, dict]:
+    from rayseq.data.preparation import PrepareOptions, prepare
+    from tests.conftest import GREETINGS, REPLIES, TOPICS, write_corpus
+    from tests.hf_fixtures import make_tiny_hf
+
+    hf = make_tiny_hf(tmp / "tiny-gpt2", extra_lines=tuple(GREETINGS + REPLIES + TOPICS) * 5)
+    corpus = tmp / "cc"
+    prepare(f"jsonl:{write_corpus(tmp / 'pairs.jsonl')}", corpus,
+            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
+    iters = 4 if args.quick else 20
+    batch = 8 if args.quick else 64
+    rows = {}
+    for dev in dict.fromkeys(["cpu", args.device]):
+        run = train(["task.name=pairs", f"task.data={corpus}", "task.test_size=100", "task.val_size=10",
+                     "model.arch=hf", f"model.path={hf}", "algo.name=grpo", "algo.group_size=8",
+                     "train.pretrain_iters=0", f"train.iters={iters}", f"train.batch_size={batch}",
+                     f"algo.minibatch_size={batch}", f"train.eval_every={iters}", "rollout.num_workers=0",
+                     "progress=false", f"learner.torch_threads={args.cpu_threads}",
+                     f"rollout.torch_threads={args.cpu_threads}", *on(dev)], tmp / f"hf-{dev}")
+        it = median_metric(run, "time/iter_s")
+        rows[dev] = {"iter_s": it, "steps_per_s": 1 / it, "update_s": median_metric(run, "time/update_s")}
+        print(f"  hf_grpo {dev}: {1 / it:.2f} steps/s", flush=True)
+    lines = [f"GRPO with a tiny local GPT-2 (2 layers, hidden 32), {batch} replies per step (groups of 8), "
+             f"in-process; {args.device_name}; median over {iters} steps after 2 warm-ups", "",
+             "| where | steps/s | s per step | update s |", "| --- | --- | --- | --- |"]
+    lines += [f"| {k} | {r['steps_per_s']:.2f} | {r['iter_s']:.3f} | {r['update_s']:.3f} |" for k, r in rows.items()]
+    return "\n".join(lines), {"rows": rows, "batch": batch, "iters": iters}
+
+
+PARTS = {"updates": part_updates, "mcq": part_mcq, "hf_grpo": part_hf_grpo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--quick", action="store_true", help="smoke-test sizes")
+    p.add_argument("--batch", type=int, default=256, help="updates: sequences per update")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--cpu-threads", type=int, default=None,
+                   help="torch threads of the CPU rows (default: the machine's, at most 8; --quick: 1)")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu")
+    args = p.parse_args(argv)
+    if args.cpu_threads is None:
+        args.cpu_threads = 1 if args.quick else min(torch.get_num_threads(), 8)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here (--device cpu runs the same parts on the CPU)")
+    args.device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU only"
+    torch.set_num_threads(args.cpu_threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rayseq_gpu_bench_") as tmp:
+        for part in args.parts:
+            t0 = time.perf_counter()
+            table, payload = PARTS[part](args, Path(tmp))
+            payload["wall_s"] = round(time.perf_counter() - t0, 1)
+            write_report(args.out, part, table, {**payload, "device": args.device, "device_name": args.device_name,
+                                                 "quick": args.quick})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,11 +7,11 @@ redeploys it with batching off and sends the same requests again. Every request 
 ``{"message": <1-10 random digits>, "max_tokens": 20, "temperature": 1.0, "seed": i}``.
 
 Replies are checked, not just counted: decoding is reproducible per seed whatever the batch, so the
-script decodes every (message, seed) in-process first and keeps only pairs whose reply runs to
-``max_tokens`` (the counting model is never trained to emit the end token, but sampling at
-temperature 1 still ends a few replies in 1,000 early; those seeds are skipped, so every reply is
-exactly 20 tokens). An error is a non-200 status, a transport exception or unreadable body,
-``usage.completion_tokens != max_tokens``, or a reply that differs from the in-process one (batching
+script decodes every (message, seed) in-process first (on the replica's ``--device``) and keeps only pairs whose
+reply runs to its full length: ``max_tokens``, or a fixed-length task's reply length where that is shorter (the
+counting task's replies are 3 tokens since serving stops a fixed-length reply at its length); seeds whose reply
+ends early are skipped. An error is a non-200 status, a transport exception or unreadable body, a
+``usage.completion_tokens`` other than that length, or a reply that differs from the in-process one (batching
 must not change what a request gets). Latency percentiles and requests/s count OK requests only.
 
 Also reported, per phase: the CPU seconds each process spent per request (load generator, Serve's
@@ -78,12 +78,14 @@ def make_workload(checkpoint: str, n: int, max_tokens: int, seed: int, torch_thr
     threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
     model = ChatModel(checkpoint, device=device)
+    # a fixed-length task's replies end at its reply length (counting: 3 tokens) whatever max_tokens asks
+    want = min(max_tokens, model.max_tgt_len) if model.fixed_length else max_tokens
     rng = random.Random(seed)
     bodies, replies, skipped, next_seed = [], [], 0, 0
     while len(bodies) < n:
         if skipped > 10 * n + 1000:
             raise RuntimeError(f"only {len(bodies)} of {len(bodies) + skipped} replies of {checkpoint} run to "
-                               f"{max_tokens} tokens: use a counting checkpoint or a smaller --max-tokens")
+                               f"{want} tokens: use a counting checkpoint or a smaller --max-tokens")
         chunk = []
         for _ in range(256):
             msg = " ".join(rng.choice("0123456789") for _ in range(rng.randint(1, 10)))
@@ -92,13 +94,13 @@ def make_workload(checkpoint: str, n: int, max_tokens: int, seed: int, torch_thr
         results = model.generate([GenRequest(text=b["message"], temperature=1.0, max_tokens=max_tokens,
                                              seed=b["seed"]) for b in chunk])
         for b, r in zip(chunk, results):
-            if r.completion_tokens != max_tokens:
+            if r.completion_tokens != want:
                 skipped += 1
             elif len(bodies) < n:
                 bodies.append(b)
                 replies.append(r.replies[0])
     torch.set_num_threads(threads)
-    return bodies, replies, skipped
+    return bodies, replies, skipped, want
 
 
 # -- load generator -------------------------------------------------------------------------------
@@ -279,10 +281,10 @@ def measure(label: str, batching: bool, args, app_args: dict, url: str, metrics_
     bodies, expected, warm_bodies, warm_expected = work
     serve.delete(APP)  # a rolling update would need a second replica's CPU on a 2-core box
     deploy_s = deploy(app_args, url, batching)
-    asyncio.run(run_load(url, warm_bodies, warm_expected, args.concurrency, args.max_tokens, args.timeout))
+    asyncio.run(run_load(url, warm_bodies, warm_expected, args.concurrency, args.reply_tokens, args.timeout))
     m0 = settled_scrape(metrics_port, args.metrics_interval_s) if batching else None  # warm-up batches in
     c0, p0 = cpu_snapshot(), time.process_time()
-    res = asyncio.run(run_load(url, bodies, expected, args.concurrency, args.max_tokens, args.timeout))
+    res = asyncio.run(run_load(url, bodies, expected, args.concurrency, args.reply_tokens, args.timeout))
     cpu = cpu_delta(c0, cpu_snapshot())
     client_cpu = time.process_time() - p0
     m1 = settled_scrape(metrics_port, args.metrics_interval_s) if m0 is not None else None
@@ -313,7 +315,8 @@ def report(args, results: dict) -> tuple[str, dict]:
     on, off = results.get("on"), results.get("off")
     lines = [
         f"Serve load test: {args.requests} POST /v1/chat requests at concurrency {args.concurrency} "
-        f"({args.warmup} warm-up requests not counted), {args.max_tokens}-token replies at temperature 1.0, "
+        f"({args.warmup} warm-up requests not counted), {args.reply_tokens}-token replies (max_tokens "
+        f"{args.max_tokens}) at temperature 1.0, "
         f"{args.replicas} replica(s) on {args.device}, torch_threads={args.torch_threads}, "
         f"max_batch_size={args.max_batch_size}, "
         f"batch_wait_timeout_s={args.batch_wait_timeout_s}, max_ongoing_requests={args.max_ongoing_requests}; "
@@ -369,8 +372,8 @@ def report(args, results: dict) -> tuple[str, dict]:
     if on:
         p99 = on["latency_ms"]["p99"]
         goals.append((f"p99 < {GOAL_P99_MS:g} ms, batched", p99 is not None and p99 < GOAL_P99_MS,
-                      f"{fmt(p99)} ms for {args.max_tokens}-token replies at concurrency {args.concurrency}"))
-    at_goal = (args.requests >= GOAL_REQUESTS and args.concurrency == GOAL_CONCURRENCY and args.max_tokens == 20)
+                      f"{fmt(p99)} ms for {args.reply_tokens}-token replies at concurrency {args.concurrency}"))
+    at_goal = (args.requests >= GOAL_REQUESTS and args.concurrency == GOAL_CONCURRENCY and args.reply_tokens == 20)
     lines += ["", "Goals" + ("" if at_goal else f" (stated for {GOAL_REQUESTS} requests at concurrency "
                                                  f"{GOAL_CONCURRENCY} with 20-token replies; this run differs, "
                                                  "so PASS/FAIL is indicative only)"), ""]
@@ -419,8 +422,8 @@ def main() -> None:
         t0 = time.perf_counter()
         checkpoint = args.checkpoint or train_checkpoint(Path(tmp) / "run")
         train_s = time.perf_counter() - t0 if args.checkpoint is None else 0.0
-        bodies, expected, skipped = make_workload(checkpoint, args.warmup + args.requests, args.max_tokens,
-                                                  args.seed, args.torch_threads, args.device)
+        bodies, expected, skipped, args.reply_tokens = make_workload(
+            checkpoint, args.warmup + args.requests, args.max_tokens, args.seed, args.torch_threads, args.device)
         work = (bodies[args.warmup:], expected[args.warmup:], bodies[: args.warmup], expected[: args.warmup])
         print(f"checkpoint {checkpoint}" + (f" (trained in {train_s:.1f} s)" if train_s else "")
               + f"; {len(bodies)} requests, {skipped} seeds skipped (their reply ends early)", flush=True)

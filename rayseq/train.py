@@ -86,9 +86,12 @@ def resume_config_for(run_dir: str, data: dict, overrides: list[str]):
     if not _has_checkpoint(run_dir):
         raise FileNotFoundError(f"--resume: {run_dir} holds no checkpoint (checkpoints/ckpt_*.pt), so there is "
                                 "nothing to resume; start the run without --resume")
-    from rayseq.checkpoint import load_checkpoint
+    from rayseq.checkpoint import CheckpointError, load_checkpoint
 
-    ck = load_checkpoint(run_dir)
+    try:
+        ck = load_checkpoint(run_dir)  # its newest checkpoint that loads (a damaged one is named in a warning)
+    except CheckpointError as exc:
+        raise ConfigError(f"--resume: {exc}") from None
     cfg, changed = resume_config(ck["config"], data, overrides, stage=ck["driver"]["stage"])
     return cfg, ck["driver"], changed
 

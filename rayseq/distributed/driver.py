@@ -31,7 +31,7 @@ import yaml
 
 from rayseq import registry
 from rayseq.algos import make_algo
-from rayseq.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
+from rayseq.checkpoint import list_checkpoints, load_checkpoint, load_latest, save_checkpoint, set_aside_newer
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.runtime import make_runtime
 from rayseq.runlog import MetricsLog, to_json
@@ -117,12 +117,13 @@ class Trainer:
         return path
 
     def _resume_checkpoint(self) -> dict:
-        """The latest checkpoint, read and checked against this run's config before anything is written or
-        started: its task, model and algorithm must be this config's (else the weights would not fit)."""
+        """The latest checkpoint that loads (a damaged newer one is named in a warning and set aside), read and checked
+        against this run's config before anything is written or started: its task, model and algorithm must be this
+        config's (else the weights would not fit)."""
         ckpts = list_checkpoints(self.store)
         if not ckpts:
             raise FileNotFoundError(f"--resume: no checkpoint in {self.store.display('checkpoints')}")
-        ck = load_checkpoint(ckpts[-1])
+        path, ck = load_latest(self.store.display())
         try:  # as this version reads it: keys added since (model.arch) take their defaults
             theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
         except ValueError:
@@ -135,6 +136,7 @@ class Trainer:
             raise ValueError(f"--resume: {self.run_dir} was trained with another {', '.join(diff)} (its checkpoint's "
                              f"config); resume it with its own config: python -m rayseq.train "
                              f"run_dir={self.run_dir} --resume")
+        set_aside_newer(self.store, path)
         return ck
 
     def _restore(self, rt, ck: dict) -> None:
@@ -150,7 +152,7 @@ class Trainer:
 
     def _init_from(self, rt, source: str) -> None:
         """Start the algorithm stage from a pretrained run (``train.init_from``)."""
-        ck = load_checkpoint(resolve_checkpoint(source))
+        ck = load_checkpoint(source)  # a run directory: its newest checkpoint that loads
         theirs = config_to_dict(RunConfig.model_validate(ck["config"]))  # as this version reads it (task.data_dir)
         ours = config_to_dict(self.cfg)
         diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec]

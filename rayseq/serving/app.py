@@ -262,7 +262,7 @@ def build_app(args: dict):
     checkpoint (run directory, checkpoint file or URI; default $RAYSEQ_CHECKPOINT), replicas (1),
     batching (true), max_batch_size (32), batch_wait_timeout_s (0.005), max_ongoing_requests (64),
     api_key (default $RAYSEQ_API_KEY; none = open), device (cpu | cuda), num_gpus (0 per replica)."""
-    from rayseq.checkpoint import resolve_checkpoint
+    from rayseq.checkpoint import latest_good_checkpoint
     from rayseq.storage import is_uri
 
     known = {"checkpoint", "replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
@@ -278,7 +278,7 @@ def build_app(args: dict):
         )
     if not is_uri(checkpoint):
         checkpoint = str(Path(checkpoint).expanduser().absolute())  # replicas may run elsewhere
-    checkpoint = resolve_checkpoint(checkpoint)  # fails here, with the path, if there is none
+    checkpoint = latest_good_checkpoint(checkpoint)  # fails here, with the path, if none loads (skips damaged ones)
     device = str(args.get("device", "cpu"))
     num_gpus = float(args.get("num_gpus", 1 if device == "cuda" else 0))
     deployment = ChatDeployment.options(

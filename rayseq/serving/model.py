@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rayseq.checkpoint import load_checkpoint, resolve_checkpoint
+from rayseq.checkpoint import load_latest
 from rayseq.config import ModelConfig
 from rayseq.data.hf_text import HFJoiner, HFVocab
 from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
@@ -86,9 +86,8 @@ class GenResult:
 
 class ChatModel:
     def __init__(self, checkpoint: str | os.PathLike, device: str = "cpu"):
-        self.checkpoint = resolve_checkpoint(checkpoint)
         t0 = time.perf_counter()
-        ck = load_checkpoint(self.checkpoint, map_location=device)
+        self.checkpoint, ck = load_latest(checkpoint, map_location=device)  # a run: its newest one that loads
         task = ck["task"]
         if not task.get("conditional", task["name"] not in _OLD_UNCONDITIONAL):
             raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "

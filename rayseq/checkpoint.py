@@ -232,3 +232,36 @@ def set_aside_newer(run_dir, kept: str) -> list[str]:
                 store.rename(f"{CKPT_DIR}/{file}", f"{CKPT_DIR}/{file}.damaged")
         moved.append(store.display(CKPT_DIR, f"{name}.damaged"))
     return moved
+
+
+# what the trained weights depend on (train.init_from): the architecture keys; dropout is training, not shape
+_NOT_WEIGHTS = {"model": {"dropout", "lora_dropout"},
+                "disc": {"dropout", "lr", "batch_size", "pretrain_steps", "d_steps", "epochs", "num_negatives"}}
+
+
+def init_from_differences(ours: dict, task_spec: dict, ck: dict) -> list[str]:
+    """What keeps ``ck``'s weights from this run's model: ``model.*`` (and ``disc.*``'s architecture when both train
+    a discriminator) that differ, the vocabulary and whether the model reads an input. ``ours``: this run's resolved
+    config dict; ``task_spec``: its task's :func:`rayseq.tasks.base.task_spec`. Where the data comes from
+    (``task.source``, ``task.prepare``), the reward, the algorithm and the schedule do not matter."""
+    from rayseq.config import RunConfig, config_to_dict
+
+    try:  # as this version reads it (keys added since take their defaults)
+        theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
+    except ValueError:
+        theirs = ck["config"]
+    diff = []
+    for sec in ("model", "disc"):
+        if sec not in ours or sec not in theirs:
+            continue
+        diff += [f"{sec}.{k} ({theirs[sec].get(k)!r} there, {v!r} here)" for k, v in ours[sec].items()
+                 if k not in _NOT_WEIGHTS[sec] and theirs[sec].get(k) != v]
+    their_task = ck.get("task", {})
+    if their_task.get("vocab") != task_spec["vocab"]:
+        sizes = [len(v["itos"]) if isinstance(v, dict) and "itos" in v else None
+                 for v in (their_task.get("vocab"), task_spec["vocab"])]
+        shown = f"{sizes[0]} words there, {sizes[1]} here; " if None not in sizes else ""
+        diff.append(f"the vocabulary ({shown}another task.data or task.name)")
+    if bool(their_task.get("conditional", True)) != bool(task_spec["conditional"]):
+        diff.append(f"task.name ({their_task.get('name')} there, {task_spec['name']} here: one model reads an input)")
+    return diff

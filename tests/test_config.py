@@ -90,7 +90,8 @@ def test_unknown_key_names_the_key():
     (["algo.epsx=0.1"], "invalid config: algo.epsx: unknown key (did you mean algo.eps?)"),
     (["model.hiden_dim=8"], "invalid config: model.hiden_dim: unknown key (did you mean model.hidden_dim?)"),
     (["trian.iters=3"], "invalid config: trian: unknown key (did you mean train?)"),
-    (["algo.grop_size=4", "algo.name=grpo"], "invalid config: algo.grop_size: unknown key (did you mean algo.group_size?)"),
+    (["algo.grop_size=4", "algo.name=grpo"],
+     "invalid config: algo.grop_size: unknown key (did you mean algo.group_size?)"),
     (["algo.name=ppo", "algo.raml.raml_taux=1"], "algo.raml.raml_taux: unknown key (did you mean algo.raml.raml_tau?)"),
     (["algo.zzzz=1"], "invalid config: algo.zzzz: unknown key"),  # nothing close: no guess
 ])

@@ -129,8 +129,9 @@ def test_init_from_compares_what_the_weights_depend_on_and_scores_with_this_runs
     pre = Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=20", "train.iters=0",
                        f"run_dir={tmp_path / 'pre'}")).run()
     assert "val/reward/fine" not in pre["pretrain_metrics"]
-    rl = Trainer(tiny(corpus, "rollout.num_workers=0", "train.iters=1", "task.name=pairs", f"task.source=jsonl:{corpus}",
-                      "task.prepare=false", "reward.terms=[{fn: 'tests.reward_fixtures:fine'}, {fn: chrf, weight: 2}]",
+    rl = Trainer(tiny(corpus, "rollout.num_workers=0", "train.iters=1", "task.name=pairs",
+                      f"task.source=jsonl:{corpus}", "task.prepare=false",
+                      "reward.terms=[{fn: 'tests.reward_fixtures:fine'}, {fn: chrf, weight: 2}]",
                       f"train.init_from={tmp_path / 'pre'}", f"run_dir={tmp_path / 'rl'}")).run()
     before = rl["pretrain_metrics"]
     assert {"val/reward/fine", "val/reward/chrf", "test/reward/fine", "test/reward/chrf"} <= set(before)

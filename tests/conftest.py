@@ -92,3 +92,27 @@ def readme_own_data_example(root: Path) -> dict:
     local = next(c for c in commands if c[:3] == ["python", "-m", "rayseq.train"])
     job = next(c for c in commands if c[:3] == ["ray", "job", "submit"])
     return {"files": files, "local": local, "job": job}
+
+
+def signal_when_ready(proc, sig, ready, timeout_s: float = 240, what: str = "ready") -> tuple[dict[int, str], str]:
+    """Wait for ``ready()`` while ``proc`` runs, note its descendants ({pid: name}: Ray's processes, for a command that
+    starts Ray), send ``sig``; (those descendants, its stderr). Kills it if it does not end."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ready():
+            if proc.poll() is not None:
+                pytest.fail(f"exited {proc.returncode} before {what}:\n{proc.stderr.read()[-4000:]}")
+            assert time.monotonic() < deadline, f"not {what} in time"
+            time.sleep(0.02)
+        before = {c.pid: c.name() for c in psutil.Process(proc.pid).children(recursive=True)}
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return before, err

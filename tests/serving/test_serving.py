@@ -133,9 +133,11 @@ def test_chat_reply_is_digits_with_consistent_usage(client, model):
     assert sum(map(len, map(words_of, j["replies"]))) <= u["completion_tokens"] <= 3 * 2
 
 
-def test_message_longer_than_the_model_input_is_truncated(client, model):
-    j = chat(client, message="1" * MAX_MESSAGE_CHARS)  # the longest accepted message
-    assert j["usage"]["prompt_tokens"] == model.max_src_len
+def test_message_longer_than_the_model_input_is_refused_not_cut(client, model):
+    r = client.post("/v1/chat", json={"message": "1" * MAX_MESSAGE_CHARS})  # the longest accepted message
+    assert r.status_code == 422  # counting reads at most max_src_len digits: no silent cut to the last ones
+    assert r.json()["error"]["message"].startswith(f"input of {MAX_MESSAGE_CHARS} tokens: the counting task reads 1 "
+                                                   f"to {model.max_src_len} of 0 1 2")
 
 
 def test_seeded_sampling_is_reproducible_and_reply_i_uses_seed_plus_i(client):

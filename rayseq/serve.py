@@ -95,6 +95,7 @@ def main(argv=None) -> int:
              else contextlib.nullcontext())
     # `kill PID` stops it as Ctrl-C does (this handler replaces Ray's, which dumps a native stack and exits without
     # stopping the Ray processes it started, whose agents ignore SIGTERM and stay behind)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGTERM, _interrupt)
     try:  # from here on, Ctrl-C or SIGTERM (even during start-up) shuts Serve down
         serve.start(http_options={"host": host, "port": port},
@@ -109,6 +110,8 @@ def main(argv=None) -> int:
         pass
     finally:
         shut_down_quietly(serve, embedded)
+        for sig, handler in handlers.items():  # (main() may run inside another program: its handlers back)
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     return 0
 
 

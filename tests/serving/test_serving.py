@@ -201,7 +201,7 @@ def test_input_outside_the_counting_language_is_refused_naming_the_words(client,
                                            "'r' (it reads 1 to 10 of 0 1 2 3 4 5 6 7 8 9)"),
                            ("9 x 2 Ω 3", "input outside the counting task's language: 'x', 'ω' (it reads"),
                            ("1 2 3 4 5 6 7 8 9 0 1 2", "input of 12 tokens: the counting task reads 1 to 10 of 0 1 2"),
-                           ("?!", "input of 0 tokens: the counting task reads")]:
+                           ("?!", "input outside the counting task's language: '?', '!' (it reads 1 to 10")]:
         for path, body in (("/v1/chat", {"message": message}),
                            ("/v1/chat/completions", {"messages": [{"role": "user", "content": message}]})):
             r = client.post(path, json=body)

@@ -9,13 +9,21 @@ generator weights (``learner.generator``: all of them, or the LoRA adapters) wri
 ``ckpt_<iteration:08d>.safetensors`` — the format Hugging Face tools read — and the ``.pt`` holds the rest with
 ``learner.generator = {"safetensors": <file name>}``; :func:`load_checkpoint` puts the weights back. The
 ``.safetensors`` is written first, so a ``.pt`` never exists without its weights.
+
+Atomic writes do not protect a file damaged later (a truncated copy between machines, bit rot on shared storage):
+each checkpoint's SHA-256 (and its ``.safetensors``') is recorded in ``ckpt_<iteration:08d>.sha256`` (the format of
+``sha256sum``, so ``sha256sum -c`` checks it too), written before the ``.pt``, and verified before the file is
+unpickled. Loading a run directory takes its newest checkpoint that loads: a damaged one is named in a warning and
+the previous one is tried (:func:`load_latest`); when none loads, one line names every file tried.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
+import sys
 
 import torch
 
@@ -23,6 +31,19 @@ from rayseq.storage import RunStore
 
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
 CKPT_DIR = "checkpoints"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be loaded: damaged (its SHA-256 differs from the recorded one), truncated or
+    not a rayseq checkpoint. The message names the file."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _digest_name(pt_name: str) -> str:
+    return pt_name.removesuffix(".pt") + ".sha256"
 
 
 def _store(run_dir: str | os.PathLike | RunStore) -> RunStore:
@@ -33,20 +54,27 @@ def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2) -> st
     """Write ``payload`` as the checkpoint of ``iteration``; returns its location."""
     store = _store(run_dir)
     name = f"ckpt_{iteration:08d}.pt"
+    digests = []  # lines of ckpt_N.sha256: "<hex>  <file name>"
     if payload.get("weights_format") == "safetensors":
         from safetensors.torch import save
 
         weights = name.removesuffix(".pt") + ".safetensors"
         tensors = {k: v.detach().cpu().contiguous() for k, v in payload["learner"]["generator"].items()}
-        store.write_bytes(f"{CKPT_DIR}/{weights}", save(tensors, metadata={"format": "pt"}))
+        data = save(tensors, metadata={"format": "pt"})
+        store.write_bytes(f"{CKPT_DIR}/{weights}", data)
+        digests.append(f"{_sha256(data)}  {weights}")
         payload = {**payload, "learner": {**payload["learner"], "generator": {"safetensors": weights}}}
     buf = io.BytesIO()
     torch.save(payload, buf)
-    store.write_bytes(f"{CKPT_DIR}/{name}", buf.getvalue())
+    data = buf.getvalue()
+    digests.append(f"{_sha256(data)}  {name}")
+    store.write_text(f"{CKPT_DIR}/{_digest_name(name)}", "\n".join(digests) + "\n")  # before the .pt it checks
+    store.write_bytes(f"{CKPT_DIR}/{name}", data)
     for old in list_checkpoints(store)[:-keep]:
         old_name = old.rsplit("/", 1)[-1]
         store.delete(f"{CKPT_DIR}/{old_name}")
         store.delete(f"{CKPT_DIR}/{old_name.removesuffix('.pt')}.safetensors")  # nothing there unless it has one
+        store.delete(f"{CKPT_DIR}/{_digest_name(old_name)}")
     return store.display(CKPT_DIR, name)
 
 
@@ -74,17 +102,166 @@ def resolve_checkpoint(location: str | os.PathLike) -> str:
     return found[-1]
 
 
-def load_checkpoint(location: str | os.PathLike, map_location="cpu") -> dict:
-    """Load a checkpoint (file, run directory or URI) with ``weights_only=True``."""
-    path = resolve_checkpoint(location)
+def _recorded_digests(store: RunStore, name: str) -> dict[str, str]:
+    """{file name: SHA-256} recorded beside checkpoint ``name`` ({} for a checkpoint written before they were)."""
+    if not store.exists(_digest_name(name)):
+        return {}
+    out = {}
+    for line in store.read_text(_digest_name(name)).splitlines():
+        digest, _, file = line.strip().partition("  ")
+        if file:
+            out[file.lstrip("*")] = digest
+    return out
+
+
+def _read_verified(store: RunStore, name: str, recorded: dict[str, str]) -> bytes:
+    try:
+        data = store.read_bytes(name)
+    except OSError as exc:
+        raise CheckpointError(f"{store.display(name)}: cannot be read ({exc})") from None
+    if name in recorded and _sha256(data) != recorded[name]:
+        raise CheckpointError(f"{store.display(name)} is damaged: its SHA-256 differs from the one recorded when it "
+                              f"was written ({_digest_name(name) if name.endswith('.pt') else 'the .sha256 beside it'}"
+                              f"; {len(data)} bytes now)")
+    return data
+
+
+def _load_file(path: str, map_location="cpu") -> dict:
+    """One checkpoint file, its recorded SHA-256 checked before it is unpickled. Raises CheckpointError."""
     parent, _, name = path.rpartition("/")
     store = RunStore(parent or ".")
-    ck = torch.load(io.BytesIO(store.read_bytes(name)), map_location=map_location, weights_only=True)
+    recorded = _recorded_digests(store, name)
+    data = _read_verified(store, name, recorded)
+    try:
+        ck = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as exc:  # a damaged file written before digests were recorded: torch's own error
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{store.display(name)} does not load: {first}") from None
+    if not isinstance(ck, dict) or "config" not in ck:
+        raise CheckpointError(f"{store.display(name)} is not a rayseq checkpoint")
     generator = ck.get("learner", {}).get("generator") if isinstance(ck.get("learner"), dict) else None
     if isinstance(generator, dict) and set(generator) == {"safetensors"}:
         from safetensors.torch import load
 
-        weights = load(store.read_bytes(generator["safetensors"]))
+        try:
+            weights = load(_read_verified(store, generator["safetensors"], recorded))
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"{store.display(generator['safetensors'])} does not load: {exc}") from None
         device = torch.device(map_location) if isinstance(map_location, (str, torch.device)) else None
         ck["learner"]["generator"] = {k: v.to(device) for k, v in weights.items()} if device else weights
     return ck
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:  # a run directory read twice in one process (the CLI, then the driver) warns once
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _newest_that(location, check, verb: str):
+    """(file, check(file)) for the newest checkpoint of ``location`` that passes ``check`` (a file is checked as it
+    is); each damaged newer one is named in a warning. Raises FileNotFoundError or CheckpointError (one line)."""
+    newest = resolve_checkpoint(location)
+    loc = str(location).rstrip("/")
+    if loc.endswith(".pt"):
+        return newest, check(newest)
+    tried = []
+    for path in reversed(list_checkpoints(newest.rsplit("/", 2)[0])):
+        try:
+            result = check(path)
+        except CheckpointError as exc:
+            tried.append(str(exc))
+            continue
+        for reason in tried:
+            _warn_once(f"{reason}; {verb} the previous checkpoint, {path.rsplit('/', 1)[-1]}")
+        return path, result
+    raise CheckpointError(f"no checkpoint of {loc} loads; tried: " + "; ".join(tried))
+
+
+def load_latest(location: str | os.PathLike, map_location="cpu") -> tuple[str, dict]:
+    """(file, checkpoint) of ``location``: a checkpoint file is loaded as it is; a run directory (or its
+    ``checkpoints/`` folder) gives its newest checkpoint that loads, each damaged newer one named in a warning.
+    Raises FileNotFoundError (no checkpoint) or CheckpointError (one line: every file tried, and why)."""
+    return _newest_that(location, lambda path: _load_file(path, map_location), "loading")
+
+
+def load_checkpoint(location: str | os.PathLike, map_location="cpu") -> dict:
+    """Load a checkpoint (file, run directory or URI) with ``weights_only=True``: :func:`load_latest`'s."""
+    return load_latest(location, map_location)[1]
+
+
+def verify_checkpoint(path: str) -> None:
+    """Check a checkpoint file against its recorded SHA-256 without unpickling it (a file written before digests
+    were recorded is loaded instead). Raises CheckpointError."""
+    parent, _, name = path.rpartition("/")
+    store = RunStore(parent or ".")
+    recorded = _recorded_digests(store, name)
+    if name not in recorded:
+        _load_file(path)
+        return
+    _read_verified(store, name, recorded)
+    for file in recorded:
+        if file != name:
+            _read_verified(store, file, recorded)
+
+
+def latest_good_checkpoint(location: str | os.PathLike) -> str:
+    """:func:`resolve_checkpoint`, skipping (with a warning each) a run's damaged newest checkpoints: what a server
+    hands to its replicas. Raises FileNotFoundError or CheckpointError as :func:`load_latest`."""
+    return _newest_that(location, verify_checkpoint, "using")[0]
+
+
+def set_aside_newer(run_dir, kept: str) -> list[str]:
+    """Rename the checkpoints newer than ``kept`` (damaged ones :func:`load_latest` skipped) to ``*.damaged``, so that
+    a resumed run neither prefers them nor keeps them in place of its good ones; returns the new names."""
+    store = _store(run_dir)
+    kept_name = kept.rsplit("/", 1)[-1]
+    moved = []
+    for path in list_checkpoints(store):
+        name = path.rsplit("/", 1)[-1]
+        if name <= kept_name:
+            continue
+        stem = name.removesuffix(".pt")
+        for file in (name, f"{stem}.safetensors", f"{stem}.sha256"):
+            if store.exists(f"{CKPT_DIR}/{file}"):
+                store.rename(f"{CKPT_DIR}/{file}", f"{CKPT_DIR}/{file}.damaged")
+        moved.append(store.display(CKPT_DIR, f"{name}.damaged"))
+    return moved
+
+
+# what the trained weights depend on (train.init_from): the architecture keys; dropout is training, not shape
+_NOT_WEIGHTS = {"model": {"dropout", "lora_dropout"},
+                "disc": {"dropout", "lr", "batch_size", "pretrain_steps", "d_steps", "epochs", "num_negatives"}}
+
+
+def init_from_differences(ours: dict, task_spec: dict, ck: dict) -> list[str]:
+    """What keeps ``ck``'s weights from this run's model: ``model.*`` (and ``disc.*``'s architecture when both train
+    a discriminator) that differ, the vocabulary and whether the model reads an input. ``ours``: this run's resolved
+    config dict; ``task_spec``: its task's :func:`rayseq.tasks.base.task_spec`. Where the data comes from
+    (``task.source``, ``task.prepare``), the reward, the algorithm and the schedule do not matter."""
+    from rayseq.config import RunConfig, config_to_dict
+
+    try:  # as this version reads it (keys added since take their defaults)
+        theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
+    except ValueError:
+        theirs = ck["config"]
+    diff = []
+    for sec in ("model", "disc"):
+        if sec not in ours or sec not in theirs:
+            continue
+        diff += [f"{sec}.{k} ({theirs[sec].get(k)!r} there, {v!r} here)" for k, v in ours[sec].items()
+                 if k not in _NOT_WEIGHTS[sec] and theirs[sec].get(k) != v]
+    their_task = ck.get("task", {})
+    if their_task.get("vocab") != task_spec["vocab"]:
+        sizes = [len(v["itos"]) if isinstance(v, dict) and "itos" in v else None
+                 for v in (their_task.get("vocab"), task_spec["vocab"])]
+        shown = f"{sizes[0]} words there, {sizes[1]} here; " if None not in sizes else ""
+        diff.append(f"the vocabulary ({shown}another task.data or task.name)")
+    if bool(their_task.get("conditional", True)) != bool(task_spec["conditional"]):
+        diff.append(f"task.name ({their_task.get('name')} there, {task_spec['name']} here: one model reads an input)")
+    return diff

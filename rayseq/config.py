@@ -343,7 +343,7 @@ class AlgoConfig(_Section):
     minibatch_size: int | None = Field(
         64, ge=1, description="PPO: minibatch size of the K passes; None = the whole batch (then ρ = 1)."
     )
-    eps: float = Field(0.2, gt=0, description="PPO: clip range ε of Eq. 3.")
+    eps: float = Field(0.2, gt=0, lt=1, description="PPO: clip range ε of Eq. 3, in (0, 1) (ρ clipped to [1−ε, 1+ε]).")
     alpha1: float = Field(math.inf, gt=0, description="PPO-dynamic: cap of the upper bound α (Eq. 4).")
     alpha2: float = Field(1.0, gt=0, description="PPO-dynamic: scale of the upper bound α (Eq. 4).")
     beta1: float = Field(math.inf, gt=0, description="PPO-dynamic: cap of the lower bound β (Eq. 4).")
@@ -423,6 +423,15 @@ class AlgoConfig(_Section):
     @classmethod
     def _known_algorithm(cls, v: str) -> str:
         registry.algorithm_class(v)  # ValueError naming what is wrong
+        return v
+
+    @field_validator("interp_lambdas")
+    @classmethod
+    def _lambdas_are_a_distribution(cls, v: list[float]) -> list[float]:
+        # ERPO Alg. 1: each token comes from one of three sources with probabilities (λ1, λ2, λ3)
+        if any(not 0.0 <= x <= 1.0 for x in v) or not math.isclose(sum(v), 1.0, abs_tol=1e-6):
+            raise ValueError(f"algo.interp_lambdas: (λ1, λ2, λ3) are probabilities: each in [0, 1], summing to 1 "
+                             f"(got {v}, sum {sum(v):g})")
         return v
 
 
@@ -667,13 +676,35 @@ class RunConfig(_Section):
         return self.algorithm.monte_carlo
 
 
+def _known_keys(loc: tuple) -> list[str]:
+    """The keys of the config section at ``loc`` (``("algo",)``): its fields, and for ``algo`` every algorithm's
+    own keys; [] where ``loc`` is no section."""
+    model: type[BaseModel] = RunConfig
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    keys = [*model.model_fields]
+    return [*keys, *sorted(_builtin_declared_keys() - set(keys))] if model is AlgoConfig else keys
+
+
+def did_you_mean(key, known, section: str = "") -> str:
+    """`` (did you mean algo.eps?)`` for a mistyped key close to a known one, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+    return f" (did you mean {section + '.' if section else ''}{close[0]}?)" if close else ""
+
+
 def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
     lines = []
     for e in err.errors():
         key = prefix + ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            section = (*filter(None, prefix.split(".")), *e["loc"][:-1])
+            msg = "unknown key" + did_you_mean(e["loc"][-1], _known_keys(section), ".".join(map(str, section)))
         elif "input" in e and not isinstance(e["input"], dict):
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"{key}: {msg}" if key and not msg.startswith(key) else msg)  # a message may name its key
@@ -828,7 +859,7 @@ def check_applicable(data: dict) -> None:
             where = "algo" if section is algo else f"algo.{sub_name}"
             for key in section:
                 if section is not algo and key not in known:  # the top level: pydantic's check
-                    raise ConfigError(f"{where}.{key}: unknown key")
+                    raise ConfigError(f"{where}.{key}: unknown key{did_you_mean(key, reads, where)}")
                 if key in known and key not in reads and not _section_key(key):
                     hint = (" (a key for several algorithms of one experiment file goes under algo.<algorithm>:)"
                             if section is algo else "")

@@ -20,7 +20,9 @@ its log and in ``serve status`` while the command keeps running.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -80,8 +82,6 @@ def main(argv=None) -> int:
     host = args.host or http.get("host") or "127.0.0.1"
     port = args.port or int(http.get("port") or 8000)
     checkpoint = app_args.get("checkpoint") or os.environ["RAYSEQ_CHECKPOINT"]
-    import contextlib
-
     from ray import serve
 
     from rayseq.distributed.runtime import dropping_log_messages, init_ray
@@ -93,7 +93,11 @@ def main(argv=None) -> int:
     embedded = init_ray()
     quiet = (dropping_log_messages("ray.serve", "Connecting to existing Serve app") if embedded
              else contextlib.nullcontext())
-    try:  # from here on, Ctrl-C (even during start-up) shuts Serve down
+    # `kill PID` stops it as Ctrl-C does (this handler replaces Ray's, which dumps a native stack and exits without
+    # stopping the Ray processes it started, whose agents ignore SIGTERM and stay behind)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:  # from here on, Ctrl-C or SIGTERM (even during start-up) shuts Serve down
         serve.start(http_options={"host": host, "port": port},
                     logging_config={"log_level": "WARNING"} if embedded else None)
         with quiet:
@@ -105,8 +109,31 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        serve.shutdown()
+        shut_down_quietly(serve, embedded)
+        for sig, handler in handlers.items():  # (main() may run inside another program: its handlers back)
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def shut_down_quietly(serve, embedded: bool) -> None:
+    """Stop Serve (and the embedded Ray: every process it started) with further SIGINT/SIGTERM ignored, so the
+    shutdown runs to its end, and without the lines Ray prints meanwhile: the controller's own graceful shutdown
+    "failed ... killed by ray.kill" (serve.shutdown kills it once it has stopped the replicas and proxies)."""
+    import io
+
+    import ray
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        serve.shutdown()
+        if embedded:
+            ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -93,6 +93,9 @@ class RunStore:
         except FileNotFoundError:
             pass
 
+    def rename(self, rel: str, new_rel: str) -> None:
+        self.fs.move(self.path(rel), self.path(new_rel))
+
     def upload_dir(self, local_dir: str | os.PathLike, rel: str) -> None:
         """Copy a local directory's files under ``rel`` (TensorBoard events for remote stores)."""
         local_dir = Path(local_dir)

@@ -86,9 +86,12 @@ def resume_config_for(run_dir: str, data: dict, overrides: list[str]):
     if not _has_checkpoint(run_dir):
         raise FileNotFoundError(f"--resume: {run_dir} holds no checkpoint (checkpoints/ckpt_*.pt), so there is "
                                 "nothing to resume; start the run without --resume")
-    from rayseq.checkpoint import load_checkpoint
+    from rayseq.checkpoint import CheckpointError, load_checkpoint
 
-    ck = load_checkpoint(run_dir)
+    try:
+        ck = load_checkpoint(run_dir)  # its newest checkpoint that loads (a damaged one is named in a warning)
+    except CheckpointError as exc:
+        raise ConfigError(f"--resume: {exc}") from None
     cfg, changed = resume_config(ck["config"], data, overrides, stage=ck["driver"]["stage"])
     return cfg, ck["driver"], changed
 
@@ -141,12 +144,16 @@ TABLE_ROWS = (
 
 
 def format_table(summary: dict) -> str:
-    """The test set's figures (``test/*``) of the pretrained model and of the final one."""
+    """The test set's figures (``test/*``) of the pretrained model and of the final one; then, for a task with a
+    reward, the mean reward of sampled replies on the test and validation sets, and each term of a configured one."""
     pre, fin = summary["pretrain_metrics"], summary["metrics"]
     algo = summary["algo"]
     rows = [("test set", "MLE (pretrained)", algo)]
-    for name, label in TABLE_ROWS:
-        key = f"test/{name}"
+    keys = [(f"test/{name}", label) for name, label in TABLE_ROWS]
+    for split, where in (("test", ""), ("val", "validation ")):  # the reward, then each of its terms
+        keys += [(f"{split}/reward", f"{where}reward (sampled replies)")]
+        keys += [(k, f"{where}reward: {k.rsplit('/', 1)[1]}") for k in fin if k.startswith(f"{split}/reward/")]
+    for key, label in keys:
         if key in fin:
             a = f"{pre[key]:.4f}" if key in pre else "-"
             rows.append((label, a, f"{fin[key]:.4f}"))
@@ -220,7 +227,7 @@ def main(argv=None) -> int:
         else:
             print("lost before the first checkpoint: nothing to resume; start the run again", file=sys.stderr)
         return 1
-    except (FileExistsError, FileNotFoundError, DataError, RewardError) as exc:
+    except (ConfigError, FileExistsError, FileNotFoundError, DataError, RewardError) as exc:
         # a reward function's error raised on a scorer actor arrives as Ray's RayTaskError, an instance of both
         # that and the RewardError: its `cause` is the error itself, without the remote traceback
         print(f"error: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)

@@ -28,14 +28,18 @@ experiment, 130 interrupted (continue with ``--resume``).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import io
 import logging
+import math
+import numbers
 import os
 import random
 import shlex
 import sys
 import threading
+import time
 
 from rayseq.tuning.spec import Experiment, SpecError, dump, load_experiment, validate
 
@@ -127,12 +131,78 @@ def run_experiment(exp: Experiment, *, resume: bool = False):
         param_space={k: d.to_tune() for k, d in exp.dims.items()},
         tune_config=tune_config(exp),
         run_config=tune.RunConfig(
-            name=exp.name, storage_path=exp.path.rsplit("/", 1)[0], stop=dict(s.stop) or None, verbose=1,
+            # Tune's own status tables (verbose=1: ~1,000 lines for 10 trials) give way to one progress line
+            name=exp.name, storage_path=exp.path.rsplit("/", 1)[0], stop=dict(s.stop) or None, verbose=0,
+            callbacks=[finite_tensorboard_logger(), progress_line(exp)],
             checkpoint_config=tune.CheckpointConfig(num_to_keep=exp.keep_checkpoints),
             failure_config=tune.FailureConfig(max_failures=s.max_failures),
         ),
     )
     return tuner.fit()
+
+
+def finite_tensorboard_logger():
+    """Tune's TensorBoard logger without non-finite scalars: a trial's search metric is NaN until its first evaluation
+    (and a few figures can be inf), which tensorboardX would log with a "NaN or Inf found in input tensor" warning
+    each (~1,100 for a 10-trial search). The results themselves (result.json, progress.csv) keep every value."""
+    from ray.tune.logger import TBXLoggerCallback
+
+    class FiniteTBXLogger(TBXLoggerCallback):
+        def log_trial_result(self, iteration, trial, result):
+            super().log_trial_result(iteration, trial, _finite(result))
+
+    return FiniteTBXLogger()
+
+
+def _finite(result: dict) -> dict:
+    """``result`` without NaN/inf numbers (nested dicts too; the config is not logged as scalars)."""
+    out = {}
+    for k, v in result.items():
+        if isinstance(v, dict) and k != "config":
+            out[k] = _finite(v)
+        elif not (isinstance(v, numbers.Real) and not math.isfinite(v)):
+            out[k] = v
+    return out
+
+
+def progress_line(exp: Experiment, every_s: float = 30.0):
+    """A Tune callback printing one line every ``every_s`` seconds and when a trial ends: trials done / running /
+    pending, the best value of the search metric so far and its trial, the time since the start."""
+    from ray import tune
+
+    metric, sign = exp.search.metric, 1 if exp.search.mode == "max" else -1
+
+    class ProgressLine(tune.Callback):
+        def setup(self, **info):
+            self.t0, self.last, self.ended = time.monotonic(), 0.0, 0
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self.ended += 1
+            self.show(trials)
+
+        on_trial_error = on_trial_complete
+
+        def on_step_end(self, iteration, trials, **info):
+            if time.monotonic() - self.last >= every_s:
+                self.show(trials)
+
+        def show(self, trials):
+            self.last = time.monotonic()
+            status = collections.Counter(t.status for t in trials)
+            best = None
+            for t in trials:
+                v = (t.last_result or {}).get(metric)
+                if isinstance(v, (int, float)) and math.isfinite(v) and (best is None or sign * v > sign * best[0]):
+                    best = (v, t.trial_id)
+            parts = [f"{status.get('TERMINATED', 0) + status.get('ERROR', 0)}/{exp.num_trials()} trials done",
+                     f"{status.get('RUNNING', 0)} running", f"{status.get('PENDING', 0)} pending"]
+            if status.get("ERROR"):
+                parts.append(f"{status['ERROR']} failed")
+            best_text = f"best {metric} {best[0]:.4g} ({best[1]})" if best else f"no {metric} yet"
+            elapsed = int(time.monotonic() - self.t0)
+            print(f"tune: {', '.join(parts)}; {best_text}; {elapsed // 60}:{elapsed % 60:02d} elapsed", flush=True)
+
+    return ProgressLine()
 
 
 class TensorBoardHint(io.TextIOBase):

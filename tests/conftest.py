@@ -73,7 +73,8 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def readme_own_data_example(root: Path) -> dict:
-    """README's "Train on your own data and reward" section: its files (``pairs.jsonl``, ``my_reward.py``) and its
+    """README's "Train on your own data and reward" section: its files (``examples/polite/``: ``pairs.jsonl``, whose
+    first lines the README shows, and ``my_reward.py``, shown whole) and its
     two commands as argument lists (``local``: python -m rayseq.train ...; ``job``: ray job submit ...), so that the
     tests run what the README says."""
     import re
@@ -82,8 +83,11 @@ def readme_own_data_example(root: Path) -> dict:
     text = (root / "README.md").read_text(encoding="utf-8")
     section = text.split("## Train on your own data and reward\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
-    files = {"pairs.jsonl": next(b for lang, b in blocks if lang == "json"),
-             "my_reward.py": next(b for lang, b in blocks if lang == "python")}
+    example = root / "examples" / "polite"  # the files the README shows (the data file's first lines)
+    files = {name: (example / name).read_text(encoding="utf-8") for name in ("pairs.jsonl", "my_reward.py")}
+    shown = next(b for lang, b in blocks if lang == "json")
+    assert files["pairs.jsonl"].startswith(shown), "README shows other data than examples/polite/pairs.jsonl"
+    assert next(b for lang, b in blocks if lang == "python") == files["my_reward.py"], "README's my_reward.py"
     commands = [shlex.split(b.replace("\\\n", " ")) for lang, b in blocks if lang == "bash"]
     local = next(c for c in commands if c[:3] == ["python", "-m", "rayseq.train"])
     job = next(c for c in commands if c[:3] == ["ray", "job", "submit"])
@@ -106,3 +110,27 @@ def classifier_dir(hf_dir, tmp_path_factory):
     from tests.hf_fixtures import make_tiny_classifier
 
     return make_tiny_classifier(tmp_path_factory.mktemp("hf") / "tiny-classifier", hf_dir)
+
+
+def signal_when_ready(proc, sig, ready, timeout_s: float = 240, what: str = "ready") -> tuple[dict[int, str], str]:
+    """Wait for ``ready()`` while ``proc`` runs, note its descendants ({pid: name}: Ray's processes, for a command that
+    starts Ray), send ``sig``; (those descendants, its stderr). Kills it if it does not end."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ready():
+            if proc.poll() is not None:
+                pytest.fail(f"exited {proc.returncode} before {what}:\n{proc.stderr.read()[-4000:]}")
+            assert time.monotonic() < deadline, f"not {what} in time"
+            time.sleep(0.02)
+        before = {c.pid: c.name() for c in psutil.Process(proc.pid).children(recursive=True)}
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return before, err

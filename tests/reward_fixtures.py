@@ -13,6 +13,11 @@ def logged(prompts, replies, references, *, log: str):
     return [float(any(w in r for w in ("fine", "good", "great"))) for r in replies]
 
 
+def fine(prompts, replies, references):
+    """1 for a reply that says "fine", else 0."""
+    return [float("fine" in r) for r in replies]
+
+
 def short(prompts, replies, references):
     """Wrong: one value fewer than replies."""
     return [0.0] * (len(replies) - 1)

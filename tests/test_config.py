@@ -86,6 +86,37 @@ def test_unknown_key_names_the_key():
         build_config({"algos": {"eps": 0.1}})
 
 
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["algo.epsx=0.1"], "invalid config: algo.epsx: unknown key (did you mean algo.eps?)"),
+    (["model.hiden_dim=8"], "invalid config: model.hiden_dim: unknown key (did you mean model.hidden_dim?)"),
+    (["trian.iters=3"], "invalid config: trian: unknown key (did you mean train?)"),
+    (["algo.grop_size=4", "algo.name=grpo"],
+     "invalid config: algo.grop_size: unknown key (did you mean algo.group_size?)"),
+    (["algo.name=ppo", "algo.raml.raml_taux=1"], "algo.raml.raml_taux: unknown key (did you mean algo.raml.raml_tau?)"),
+    (["algo.zzzz=1"], "invalid config: algo.zzzz: unknown key"),  # nothing close: no guess
+])
+def test_an_unknown_key_suggests_the_closest_known_one(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        build_config(overrides=overrides)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    (["algo.name=ppo", "algo.eps=2"], "algo.eps"),  # a clip range lies in (0, 1): Tuan Eq. 3
+    (["algo.name=ppo", "algo.eps=1"], "algo.eps"),
+    (["algo.name=grpo", "algo.eps=1.5"], "algo.eps"),
+    (["task.name=pairs", "algo.name=erpo_interpolation", "algo.interp_lambdas=[0.5, 0.5, 0.5]"],
+     "algo.interp_lambdas"),  # ERPO Alg. 1: probabilities of the three sources
+    (["task.name=pairs", "algo.name=erpo_interpolation", "algo.interp_lambdas=[1.2, -0.2, 0.0]"],
+     "algo.interp_lambdas"),
+])
+def test_ranges_the_papers_imply_are_checked(overrides, key):
+    with pytest.raises(ConfigError) as info:
+        build_config(overrides=overrides)
+    assert f"{key}:" in str(info.value) and len(str(info.value).splitlines()) == 1
+    build_config(overrides=["algo.name=ppo", "algo.eps=0.99"])
+
+
 @pytest.mark.parametrize(
     "override, key",
     [

@@ -155,7 +155,9 @@ class Pair(NamedTuple):
 
 
 def _progress(it, quiet: bool, desc: str, **kw):
-    return tqdm(it, desc=desc, disable=quiet, leave=False, dynamic_ncols=True, **kw)
+    # disable=None: no bar where stderr is not a terminal (a log, CI, `2> file`), where its carriage-return updates
+    # would pile up and the last fragment would sit in front of an error line
+    return tqdm(it, desc=desc, disable=True if quiet else None, leave=False, dynamic_ncols=True, **kw)
 
 
 def _require(path: Path, kind: str = "file") -> Path:

@@ -31,8 +31,15 @@ import yaml
 
 from rayseq import registry
 from rayseq.algos import make_algo
-from rayseq.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
-from rayseq.config import RunConfig, config_to_dict
+from rayseq.checkpoint import (
+    init_from_differences,
+    list_checkpoints,
+    load_checkpoint,
+    load_latest,
+    save_checkpoint,
+    set_aside_newer,
+)
+from rayseq.config import ConfigError, RunConfig, config_to_dict
 from rayseq.distributed.runtime import make_runtime
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
@@ -117,12 +124,13 @@ class Trainer:
         return path
 
     def _resume_checkpoint(self) -> dict:
-        """The latest checkpoint, read and checked against this run's config before anything is written or
-        started: its task, model and algorithm must be this config's (else the weights would not fit)."""
+        """The latest checkpoint that loads (a damaged newer one is named in a warning and set aside), read and checked
+        against this run's config before anything is written or started: its task, model and algorithm must be this
+        config's (else the weights would not fit)."""
         ckpts = list_checkpoints(self.store)
         if not ckpts:
             raise FileNotFoundError(f"--resume: no checkpoint in {self.store.display('checkpoints')}")
-        ck = load_checkpoint(ckpts[-1])
+        path, ck = load_latest(self.store.display())
         try:  # as this version reads it: keys added since (model.arch) take their defaults
             theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
         except ValueError:
@@ -135,6 +143,7 @@ class Trainer:
             raise ValueError(f"--resume: {self.run_dir} was trained with another {', '.join(diff)} (its checkpoint's "
                              f"config); resume it with its own config: python -m rayseq.train "
                              f"run_dir={self.run_dir} --resume")
+        set_aside_newer(self.store, path)
         return ck
 
     def _restore(self, rt, ck: dict) -> None:
@@ -148,32 +157,35 @@ class Trainer:
         rows = [r for r in MetricsLog.read_rows(self.store) if r["iteration"] <= self.iteration]
         self.metrics.rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
 
-    def _init_from(self, rt, source: str) -> None:
-        """Start the algorithm stage from a pretrained run (``train.init_from``)."""
-        ck = load_checkpoint(resolve_checkpoint(source))
-        theirs = config_to_dict(RunConfig.model_validate(ck["config"]))  # as this version reads it (task.data_dir)
-        ours = config_to_dict(self.cfg)
-        diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec]
-                if theirs.get(sec, {}).get(k) != ours[sec][k]]
-        if diff:
-            raise ValueError(f"train.init_from={source}: its config differs in {', '.join(diff)}; "
-                             "the generator must be built the same way")
+    def _init_from_checkpoint(self) -> dict:
+        """``train.init_from``'s checkpoint, checked before anything is written or started: only what the weights
+        depend on must match (:func:`rayseq.checkpoint.init_from_differences`); a ConfigError (one line) else."""
+        source = self.cfg.train.init_from
+        ck = load_checkpoint(source)  # a run directory: its newest checkpoint that loads
+        if diff := init_from_differences(config_to_dict(self.cfg), self.task.spec(), ck):
+            raise ConfigError(f"train.init_from={source}: its model cannot start this run: {'; '.join(diff)}")
         d = ck["driver"]
-        if d["stage"] == "mle" and d["stage_iter"] < theirs["train"]["pretrain_iters"]:
-            raise ValueError(f"train.init_from={source}: that run has not finished MLE pretraining")
-        loaded = rt.learner("init_from", ck["learner"])
-        if self.cfg.is_gan and not loaded["disc"]:
-            raise ValueError(f"train.init_from={source}: no discriminator in that checkpoint; SeqGAN needs one "
-                             "(pretrain with a seqgan algorithm and train.iters=0)")
-        self.iteration = int(d["iteration"])
+        if d["stage"] == "mle" and d["stage_iter"] < int(ck["config"]["train"]["pretrain_iters"]):
+            raise ConfigError(f"train.init_from={source}: that run has not finished MLE pretraining")
+        if self.cfg.is_gan and "disc" not in ck["learner"]:
+            raise ConfigError(f"train.init_from={source}: no discriminator in that checkpoint; SeqGAN needs one "
+                              "(pretrain with a seqgan algorithm and train.iters=0)")
+        return ck
+
+    def _init_from(self, rt, ck: dict) -> None:
+        """Start the algorithm stage from a pretrained run (``train.init_from``), its starting point scored with this
+        run's task, data and reward (the table's and summary.json's "before")."""
+        rt.learner("init_from", ck["learner"])
+        self.iteration = int(ck["driver"]["iteration"])
         self.stage, self.stage_iter = "train", 0
-        self.pretrain_metrics = dict(d["pretrain_metrics"])
+        self.pretrain_metrics = {**rt.learner("evaluate", "val")[0], **self._test(rt)[0]}
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
         t_start = time.time()
         ck = self._resume_checkpoint() if self.resume else None  # checked before anything is written or started
+        init = self._init_from_checkpoint() if ck is None and cfg.train.init_from else None  # so is this
         if ck is None and list_checkpoints(self.store):
             raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume or another run_dir")
         self.store.makedirs()
@@ -186,8 +198,9 @@ class Trainer:
             if ck is not None:
                 self._restore(rt, ck)
                 del ck
-            elif cfg.train.init_from:
-                self._init_from(rt, cfg.train.init_from)
+            elif init is not None:
+                self._init_from(rt, init)
+                del init
             plan = self._plan()
             for stage in STAGES[STAGES.index(self.stage) :]:
                 if stage != self.stage:

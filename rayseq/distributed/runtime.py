@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 import logging
 import os
 import pickle
@@ -139,9 +141,33 @@ def init_ray(min_cpus: float = 1.0, **kwargs) -> bool:
         # Ray 2.60's notice that a new local cluster has token authentication on: noise for the cluster rayseq
         # starts and stops itself (a cluster you start with `ray start` keeps it)
         with dropping_log_messages("ray._private.authentication.authentication_token_setup",
-                                   "Token authentication is enabled for this Ray cluster"):
+                                   "Token authentication is enabled for this Ray cluster"), agent_on_a_free_port():
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
     return True
+
+
+@contextlib.contextmanager
+def agent_on_a_free_port():
+    """While inside, a Ray node started by ``ray.init`` gives its dashboard agent a free port, not Ray's fixed 52365:
+    that is the port a ``ray start --head`` on the same machine needs for ``ray job submit`` ("No available agent to
+    submit job" while an embedded instance holds it). ``ray.init`` has no argument for it; its node parameters do."""
+    from ray._private import parameter
+
+    init = parameter.RayParams.__init__
+    if "dashboard_agent_listen_port" not in inspect.signature(init).parameters:  # another Ray: leave it as it is
+        yield
+        return
+
+    @functools.wraps(init)
+    def free_port(self, *args, **kwargs):
+        kwargs.setdefault("dashboard_agent_listen_port", 0)  # 0: the agent binds a free port and reports it
+        init(self, *args, **kwargs)
+
+    parameter.RayParams.__init__ = free_port
+    try:
+        yield
+    finally:
+        parameter.RayParams.__init__ = init
 
 
 @contextlib.contextmanager

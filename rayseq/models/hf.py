@@ -23,6 +23,7 @@ The model is loaded with ``local_files_only=True``: never a download at run time
 from __future__ import annotations
 
 import copy
+import inspect
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -34,9 +35,16 @@ from rayseq.models.protocol import GeneratorOutput, StepDecoding
 
 
 class _Prefix(NamedTuple):
-    cache: object  # the LM's past_key_values
+    cache: object  # the LM's key/value cache (a transformers Cache object, e.g. DynamicCache)
     mask: torch.Tensor  # (B, L) attention mask of what the cache holds
     pos: torch.Tensor  # (B,) position id of the next token
+
+
+def cache_keyword(model) -> str:
+    """The keyword under which ``model``'s forward takes its key/value cache: ``cache`` (transformers >= 5.2x, where
+    ``past_key_values`` is deprecated, to be removed in 5.40) or ``past_key_values`` (older releases)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model passes it through
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def load_causal_lm(path: str):
@@ -70,6 +78,7 @@ class HFCausalLM(nn.Module):
             model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                                                      target_modules=lora_target_modules, task_type="CAUSAL_LM"))
         self.model = model
+        self._cache_kw = cache_keyword(model)
         logits_dim = int(model.get_output_embeddings().weight.shape[0])
         if vocab_size is not None and vocab_size > logits_dim:
             raise ValueError(f"model.path={path}: the tokenizer has {vocab_size} tokens but the model only "
@@ -144,7 +153,7 @@ class HFCausalLM(nn.Module):
 
         cache = DynamicCache()
         if ids.shape[1]:
-            self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+            self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})
         return _Prefix(cache, mask, mask.sum(1))
 
     def decode_step(self, tok: torch.Tensor, state: _Prefix):
@@ -152,9 +161,9 @@ class HFCausalLM(nn.Module):
         new state."""
         mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], 1)
         out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=state.pos.unsqueeze(1),
-                         past_key_values=state.cache, use_cache=True, output_hidden_states=True)
-        return self._logits(out.logits[:, 0]), out.hidden_states[-1][:, 0], _Prefix(out.past_key_values, mask,
-                                                                                      state.pos + 1)
+                         use_cache=True, output_hidden_states=True, **{self._cache_kw: state.cache})
+        cache = out[self._cache_kw]  # the same Cache object, updated in place (not the deprecated attribute)
+        return self._logits(out.logits[:, 0]), out.hidden_states[-1][:, 0], _Prefix(cache, mask, state.pos + 1)
 
     def advance(self, tok: torch.Tensor, state: _Prefix):
         """:meth:`decode_step` without the logits: (hidden (B, H), new state) (the step protocol's building block)."""

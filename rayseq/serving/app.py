@@ -168,7 +168,12 @@ class ChatDeployment:
             raise StarletteHTTPException(401, "missing or wrong API key (Authorization: Bearer KEY or X-API-Key)")
 
     def _gen_request(self, text, temperature, top_k, max_tokens, n, seed, **kw):
-        from rayseq.serving.model import GenRequest
+        from rayseq.serving.model import GenRequest, InputError
+
+        try:  # an input the task does not read is refused here, before it joins a batch
+            self.model.encode(text)
+        except InputError as exc:
+            raise StarletteHTTPException(422, str(exc)) from None
 
         return GenRequest(text=text, temperature=temperature, top_k=top_k,
                           max_tokens=max_tokens or self.model.max_tgt_len, n=n, seed=seed, **kw)
@@ -200,7 +205,7 @@ class ChatDeployment:
             reply=r.replies[0], replies=r.replies if body.num_replies > 1 else None, model=self.model.model_id,
             usage=Usage(prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
                         total_tokens=r.prompt_tokens + r.completion_tokens),
-            unknown_words=r.unknown_words,
+            unknown_words=r.unknown_words, truncated_words=r.truncated_words,
         )
 
     @api.post("/v1/chat/completions")
@@ -262,7 +267,7 @@ def build_app(args: dict):
     checkpoint (run directory, checkpoint file or URI; default $RAYSEQ_CHECKPOINT), replicas (1),
     batching (true), max_batch_size (32), batch_wait_timeout_s (0.005), max_ongoing_requests (64),
     api_key (default $RAYSEQ_API_KEY; none = open), device (cpu | cuda), num_gpus (0 per replica)."""
-    from rayseq.checkpoint import resolve_checkpoint
+    from rayseq.checkpoint import latest_good_checkpoint
     from rayseq.storage import is_uri
 
     known = {"checkpoint", "replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
@@ -278,7 +283,7 @@ def build_app(args: dict):
         )
     if not is_uri(checkpoint):
         checkpoint = str(Path(checkpoint).expanduser().absolute())  # replicas may run elsewhere
-    checkpoint = resolve_checkpoint(checkpoint)  # fails here, with the path, if there is none
+    checkpoint = latest_good_checkpoint(checkpoint)  # fails here, with the path, if none loads (skips damaged ones)
     device = str(args.get("device", "cpu"))
     num_gpus = float(args.get("num_gpus", 1 if device == "cuda" else 0))
     deployment = ChatDeployment.options(

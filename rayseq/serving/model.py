@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rayseq.checkpoint import load_checkpoint, resolve_checkpoint
+from rayseq.checkpoint import load_latest
 from rayseq.config import ModelConfig
 from rayseq.data.hf_text import HFJoiner, HFVocab
 from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
@@ -44,6 +44,12 @@ _OLD_HELP = {
                 "it answers in one turn, without memory of earlier turns.",
 }
 _OLD_FIXED_LENGTH = {"counting": 3}
+_OLD_CLOSED_INPUT = {"counting"}
+
+
+class InputError(ValueError):
+    """An input the model's task does not read (a closed language's unknown words, or too many words); the message
+    names them (the server answers 422)."""
 _OLD_UNCONDITIONAL = {"oracle"}
 
 
@@ -80,15 +86,15 @@ class GenResult:
     prompt_tokens: int
     completion_tokens: int  # tokens decoded up to each reply's end (end token and stop string included)
     unknown_words: list[str] = field(default_factory=list)
+    truncated_words: int = 0  # input words (tokens) left out at its start: the model reads the last max_src_len
     pieces: list[list[str]] = field(default_factory=list)  # per reply: its text, token by token
     logprobs: list[list[dict] | None] = field(default_factory=list)  # per reply: OpenAI's logprobs.content
 
 
 class ChatModel:
     def __init__(self, checkpoint: str | os.PathLike, device: str = "cpu"):
-        self.checkpoint = resolve_checkpoint(checkpoint)
         t0 = time.perf_counter()
-        ck = load_checkpoint(self.checkpoint, map_location=device)
+        self.checkpoint, ck = load_latest(checkpoint, map_location=device)  # a run: its newest one that loads
         task = ck["task"]
         if not task.get("conditional", task["name"] not in _OLD_UNCONDITIONAL):
             raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "
@@ -102,6 +108,8 @@ class ChatModel:
         self.max_tgt_len = int(task.get("max_tgt_len", 20))
         # replies of a fixed length, without an end token: complete, finish_reason "stop", at that length
         self.fixed_length = task.get("fixed_reply_length", _OLD_FIXED_LENGTH.get(task["name"])) is not None
+        self.closed_input = bool(task.get("closed_input", task["name"] in _OLD_CLOSED_INPUT)) and not hf
+        self.task_name = task["name"]
         cfg = ck["config"]
         self.device = torch.device(device)
         self.generator = generator_from_parts(ModelConfig(**cfg["model"]), self.vocab, self.vocab.specials,
@@ -125,22 +133,40 @@ class ChatModel:
             return HFJoiner(self.vocab)
         return _WordJoiner(Joiner(self.tokenizer_kind, self.truecase), self.vocab.itos)
 
-    def encode(self, text: str) -> tuple[list[int], list[str]]:
-        """Token ids of ``text`` (truncated to the model's input length) and the words that were unknown."""
+    def encode(self, text: str) -> tuple[list[int], list[str], int]:
+        """Token ids of ``text`` (its last ``max_src_len``: the model's input length), the words that were unknown
+        and how many were left out at the start. A task with a closed input language (counting) raises InputError
+        for an unknown word or an input longer than it reads, naming them, instead of answering another input."""
         if isinstance(self.vocab, HFVocab):  # a subword tokenizer: no word is unknown
-            return self.vocab.encode_text(text, self.max_src_len).tolist(), []
-        words = tokenize(text, self.tokenizer_kind, self.lowercase)[-self.max_src_len :]
+            ids = self.vocab.encode_text(text, 1 << 30).tolist()
+            return ids[-self.max_src_len :], [], max(0, len(ids) - self.max_src_len)
+        words = tokenize(text, self.tokenizer_kind, self.lowercase)
         ids = self.vocab.encode(words).tolist()
-        unknown = [w for w, i in zip(words, ids) if i == self.vocab.specials.unk]
-        return ids, unknown
+        unk = self.vocab.specials.unk
+        if self.closed_input:
+            self._check_closed(words, [w for w, i in zip(words, ids) if i == unk])
+        cut = max(0, len(words) - self.max_src_len)
+        return ids[cut:], [w for w, i in zip(words[cut:], ids[cut:]) if i == unk], cut
+
+    def _check_closed(self, words: list[str], unknown: list[str]) -> None:
+        sp = self.vocab.specials
+        language = [w for i, w in enumerate(self.vocab.itos) if i not in (sp.pad, sp.bos, sp.eos, sp.unk)]
+        what = (f"1 to {self.max_src_len} of {' '.join(language)}" if len(language) <= 40
+                else f"1 to {self.max_src_len} words of its vocabulary")
+        if unknown:
+            shown = ", ".join(repr(w) for w in dict.fromkeys(unknown))
+            raise InputError(f"input outside the {self.task_name} task's language: {shown} (it reads {what})")
+        if not words or len(words) > self.max_src_len:
+            raise InputError(f"input of {len(words)} tokens: the {self.task_name} task reads {what}; nothing was "
+                             "left out or guessed")
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
         """Decode all replies of all requests in one batch."""
         rows, encoded = [], []
         for r in requests:
-            ids, unknown = self.encode(r.text)
+            ids, unknown, cut = self.encode(r.text)
             ids = ids or [self.vocab.specials.unk]  # an input of only spaces/punctuation the tokenizer drops
-            encoded.append((ids, unknown))
+            encoded.append((ids, unknown, cut))
             base = r.seed if r.seed is not None else secrets.randbits(62)
             rows += [(ids, r, base + i) for i in range(r.n)]
         B, S = len(rows), max(len(ids) for ids, _, _ in rows)
@@ -160,8 +186,8 @@ class ChatModel:
         tokens, lengths = out.tokens.cpu().tolist(), out.token_mask.sum(1).long().cpu().tolist()
         logp = self._scores(src, src_len, out.tokens, [i for i, (_, r, _) in enumerate(rows) if r.logprobs is not None])
         results, row = [], 0
-        for r, (ids, unknown) in zip(requests, encoded):
-            res = GenResult([], [], len(ids), 0, unknown)
+        for r, (ids, unknown, cut) in zip(requests, encoded):
+            res = GenResult([], [], len(ids), 0, unknown, truncated_words=cut)
             for _ in range(r.n):
                 text, reason, n_tokens, pieces, entries = self._reply(tokens[row][: lengths[row]], r, logp.get(row))
                 res.replies.append(text)

@@ -68,6 +68,8 @@ class ChatResponse(BaseModel):
     model: str
     usage: Usage
     unknown_words: list[str] = Field(default_factory=list, description="Input words mapped to <unk>.")
+    truncated_words: int = Field(0, description="Input words left out at its start: the model reads only its last "
+                                 "max_src_len words (tokens).")
 
 
 class OpenAIMessage(BaseModel):

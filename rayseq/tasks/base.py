@@ -19,7 +19,19 @@ def task_spec(task, tokenizer: dict) -> dict:
         "conditional": bool(getattr(task, "conditional", True)),
         "fixed_reply_length": getattr(task, "fixed_reply_length", None),
         "about": getattr(task, "about", ""),
+        "closed_input": bool(getattr(task, "closed_input", False)),
     }
+
+
+def sampled_reward(task, src, src_len, tokens, token_mask, key=None) -> tuple[object, dict]:
+    """The reward of sampled replies for ``<split>/reward``: score (B,) and, when the configured reward
+    (``task.reward``, set by make_task) is not the task's own alone, each term's values {``reward/<name>``: (B,)}, so
+    that an evaluation reports ``<split>/reward/<name>`` beside the sum (``val/reward/polite`` before and after)."""
+    reward = task.reward
+    if reward is None:
+        return task.rewards(src, src_len, tokens, token_mask, key=key)[1], {}
+    score, term_scores = reward.scores(src, src_len, tokens, token_mask, key=key)
+    return score, {f"reward/{n}": term_scores[:, k] for k, n in enumerate(reward.names)}
 
 
 class Task:
@@ -46,6 +58,9 @@ class Task:
     has_reward, has_references, scored_remotely = True, False, False
     tokenizer = {"kind": "words", "lowercase": True}  # how serving turns text into this task's tokens
     fixed_reply_length: int | None = None  # replies of exactly this many tokens, no end token (counting: 3)
+    # inputs are a closed language: every input token in the vocabulary, at most max_src_len of them; serving refuses
+    # any other input (a 422 naming the words) instead of answering it (counting: 1 to max_len digits)
+    closed_input = False
     about = ""  # for the chat page: what the model was trained to do and what a good reply is
     reward = None  # a configured reward.* other than the task's own (rayseq.rewards.reward.Reward), by make_task
     defaults: dict = {}

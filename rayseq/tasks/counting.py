@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rayseq.rewards import terminal_rewards
-from rayseq.tasks.base import Task
+from rayseq.tasks.base import Task, sampled_reward
 from rayseq.types import PromptBatch
 from rayseq.vocab import Vocab
 
@@ -61,6 +61,7 @@ class CountingTask(Task):
 
     tokenizer = {"kind": "chars", "lowercase": True}  # serving reads "9 2 3" digit by digit
     fixed_reply_length = TARGET_LEN  # y = (t−1, x_t, N−t): three digits, no end token
+    closed_input = True  # 1 to max_len digits: anything else is no counting input
 
     @property
     def about(self) -> str:
@@ -155,7 +156,7 @@ class CountingTask(Task):
         src_all = torch.from_numpy(inputs).to(device)
         len_all = torch.from_numpy(lengths).to(device)
         gen = torch.Generator(device=device).manual_seed(self.cfg.val_seed if split == "val" else self.cfg.test_seed)
-        correct, correct_s, reward, digit_probs = [], [], [], []
+        correct, correct_s, reward, digit_probs, reward_terms = [], [], [], [], {}
         for a in range(0, len(lengths), batch_size):
             src, sl = src_all[a : a + batch_size], len_all[a : a + batch_size]
             g = generator.sample(src, sl, TARGET_LEN, greedy=True)
@@ -164,7 +165,10 @@ class CountingTask(Task):
             s_tokens, s_mask = s.tokens.cpu().numpy(), s.token_mask.cpu().numpy()
             correct.append(self.score(np_src, np_len, g.tokens.cpu().numpy(), g.token_mask.cpu().numpy()))
             correct_s.append(self.score(np_src, np_len, s_tokens, s_mask))
-            reward.append(self.rewards(np_src, np_len, s_tokens, s_mask)[1])  # the configured reward
+            score, terms = sampled_reward(self, np_src, np_len, s_tokens, s_mask)  # the configured reward
+            reward.append(score)
+            for k, v in terms.items():
+                reward_terms.setdefault(k, []).append(v)
             p = generator.first_step_logprobs(src, sl).exp()[:, self.digit0 : self.digit0 + 10]
             digit_probs.append((p / p.sum(-1, keepdim=True)).cpu().numpy())
         generator.train(was_training)
@@ -173,6 +177,7 @@ class CountingTask(Task):
             "precision": float(np.concatenate(correct).mean()),
             "precision_sampled": float(np.concatenate(correct_s).mean()),
             "reward": float(np.concatenate(reward).mean()),
+            **{k: float(np.concatenate(v).mean()) for k, v in reward_terms.items()},
         }
         details = {"y1_dist": {}, "y1_truth": {}}
         tvs = []

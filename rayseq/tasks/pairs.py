@@ -44,7 +44,7 @@ from rayseq.data.hf_text import HFVocab, retokenize
 from rayseq.data.preparation import DataError
 from rayseq.data.text import decode_ids
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
-from rayseq.tasks.base import Task, task_spec
+from rayseq.tasks.base import Task, sampled_reward, task_spec
 from rayseq.types import PromptBatch
 
 SELF_BLEU_REPLIES = 500
@@ -211,8 +211,9 @@ class PairsTask(Task):
         replies = self.greedy_replies(generator, src, src_len, device)
         sampled, sampled_mask = self.decode(generator, src, src_len, device,
                                             seed=self.cfg.val_seed if split == "val" else self.cfg.test_seed)
-        _, reward = self.rewards(src, src_len, sampled, sampled_mask, key=self.split_keys(split))
-        metrics = {**self._metrics(split, replies, refs), f"{split}/reward": float(np.mean(reward))}
+        reward, terms = sampled_reward(self, src, src_len, sampled, sampled_mask, key=self.split_keys(split))
+        metrics = {**self._metrics(split, replies, refs), f"{split}/reward": float(np.mean(reward)),
+                   **{f"{split}/{k}": float(np.mean(v)) for k, v in terms.items()}}
         if split != "test":
             generator.train(was_training)
             return metrics, {}

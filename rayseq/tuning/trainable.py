@@ -140,7 +140,8 @@ class TuneReporter:
             return
         store, name = _split(checkpoint_location)
         with tempfile.TemporaryDirectory(prefix="rayseq-tune-ckpt-") as tmp:
-            (Path(tmp) / name).write_bytes(store.read_bytes(name))
+            for file in _checkpoint_files(store, name):  # the .pt, its SHA-256 record and weights (arch=hf)
+                (Path(tmp) / file).write_bytes(store.read_bytes(file))
             (Path(tmp) / "rayseq.json").write_text(json.dumps({"file": name, "iteration": metrics["iteration"],
                                                                "source": checkpoint_location}))
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))  # copied to storage here
@@ -187,16 +188,52 @@ def checkpoint_file(folder: Path, shown: str) -> Path:
     return files[-1]
 
 
+def _checkpoint_files(store: RunStore, name: str) -> list[str]:
+    """``ckpt_N.pt`` and the files beside it that belong to it (``ckpt_N.sha256``, ``ckpt_N.safetensors``)."""
+    stem = name.removesuffix(".pt")
+    return [name] + [f for f in (f"{stem}.sha256", f"{stem}.safetensors") if store.exists(f)]
+
+
+def _older_tune_checkpoints(checkpoint) -> list:
+    """The trial's Tune checkpoints older than ``checkpoint`` (sibling ``checkpoint_NNNNNN`` folders), newest first."""
+    import pyarrow.fs as pafs
+    from ray import tune
+
+    parent, _, own = checkpoint.path.rstrip("/").rpartition("/")
+    try:
+        infos = checkpoint.filesystem.get_file_info(pafs.FileSelector(parent))
+    except (OSError, AttributeError):
+        return []
+    names = sorted((i.base_name for i in infos if i.type == pafs.FileType.Directory
+                    and i.base_name.startswith("checkpoint_") and i.base_name < own), reverse=True)
+    return [tune.Checkpoint(path=f"{parent}/{n}", filesystem=checkpoint.filesystem) for n in names]
+
+
 def install_checkpoint(checkpoint, store: RunStore) -> int:
-    """Put the ``ckpt_*.pt`` of a ``tune.Checkpoint`` into the run directory's ``checkpoints/`` (replacing
-    whatever is there: the Trainer resumes from the newest); returns its iteration."""
-    with checkpoint.as_directory() as d:
-        path = checkpoint_file(Path(d), checkpoint.path)
-        data, name = path.read_bytes(), path.name
-    for old in store.listdir("checkpoints"):
-        store.delete(f"checkpoints/{old}")
-    store.write_bytes(f"checkpoints/{name}", data)
-    return int(CKPT_FILE.match(name).group(1))
+    """Put the ``ckpt_*.pt`` of a ``tune.Checkpoint`` (with its SHA-256 record and weights) into the run directory's
+    ``checkpoints/`` (replacing whatever is there: the Trainer resumes from the newest); returns its iteration. A
+    damaged one is named in a warning and the trial's previous Tune checkpoint is tried; when none loads, one line
+    (CheckpointError) names them all."""
+    from rayseq.checkpoint import CheckpointError, verify_checkpoint
+
+    tried = []
+    for candidate in [checkpoint, *_older_tune_checkpoints(checkpoint)]:
+        for old in store.listdir("checkpoints"):
+            store.delete(f"checkpoints/{old}")
+        try:
+            with candidate.as_directory() as d:
+                path = checkpoint_file(Path(d), candidate.path)
+                name = path.name
+                for file in _checkpoint_files(RunStore(path.parent), name):
+                    store.write_bytes(f"checkpoints/{file}", (path.parent / file).read_bytes())
+            verify_checkpoint(store.display("checkpoints", name))
+        except (CheckpointError, FileNotFoundError) as exc:
+            tried.append(f"{candidate.path}: {exc}")
+            continue
+        for reason in tried:
+            print(f"warning: Tune checkpoint {reason}; restoring the previous one, {candidate.path}", flush=True)
+        return int(CKPT_FILE.match(name).group(1))
+    raise CheckpointError("no Tune checkpoint of this trial loads; tried: " + "; ".join(tried))
 
 
 def run_trial(config: dict, exp: dict) -> None:

@@ -19,7 +19,7 @@ from rayseq.checkpoint import list_checkpoints
 from rayseq.config import ConfigError, config_to_dict, resume_config
 from rayseq.distributed.driver import Trainer
 from rayseq.train import main
-from tests.conftest import TINY, tiny_config
+from tests.conftest import TINY, signal_when_ready, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,19 +40,8 @@ def interrupt_after_checkpoint(cmd: list[str], run_dir: Path, after: int, sig=si
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not any(iteration_of(c) > after for c in list_checkpoints(run_dir)):
-            if proc.poll() is not None:
-                pytest.fail(f"exited {proc.returncode} before a checkpoint past {after}:\n{proc.stderr.read()[-4000:]}")
-            assert time.monotonic() < deadline, "no checkpoint in time"
-            time.sleep(0.02)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    _, err = signal_when_ready(proc, sig, lambda: any(iteration_of(c) > after for c in list_checkpoints(run_dir)),
+                               timeout_s, f"a checkpoint past {after}")
     return proc.returncode, err
 
 

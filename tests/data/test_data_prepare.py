@@ -483,3 +483,15 @@ def test_real_chatterbot(tmp_path):
     assert m["dropped"].get("malformed_entries", 0) <= 5
     with pytest.raises(DataError, match="no language 'klingon'"):
         load_source("chatterbot", opts(language="klingon"))
+
+
+def test_a_prepare_error_is_one_clean_line_when_stderr_is_not_a_terminal(tmp_path):
+    """`prepare ... 2> file` (a log, CI): no progress-bar fragment glued in front of the error line."""
+    good = [json.dumps({"prompt": f"question {i} ?", "reply": "an answer ."}) for i in range(3000)]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join([*good, "{not json"]) + "\n")
+    cmd = [sys.executable, "-m", "rayseq.data", "prepare", f"jsonl:{path}", "--out", str(tmp_path / "o")]  # no --quiet
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and "\r" not in r.stderr, repr(r.stderr)
+    assert f"{path}:3001" in r.stderr

@@ -67,8 +67,10 @@ def test_served_over_http(run_dir, model, tmp_path):
     with serve_cli(run_dir, tmp_path / "serve.log", "--batch-wait-timeout-s", "0.05", env=_env()) as (url, proc):
         want = [r.replies[0] for r in model.generate([GenRequest(p, max_tokens=8) for p in PROMPTS])]
         with ThreadPoolExecutor(len(PROMPTS)) as pool:  # concurrent: decoded in shared batches
-            got = list(pool.map(lambda p: httpx.post(f"{url}/v1/chat", json={"message": p, "max_tokens": 8},
-                                                     timeout=60).json()["reply"], PROMPTS))
+            answers = list(pool.map(lambda p: httpx.post(f"{url}/v1/chat", json={"message": p, "max_tokens": 8},
+                                                         timeout=60), PROMPTS))
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+        got = [a.json()["reply"] for a in answers]
         assert got == want
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
         kw = {"model": model.model_id, "messages": [{"role": "user", "content": PROMPTS[1]}], "n": 2,

@@ -298,6 +298,10 @@ def check_readme_run(run_dir) -> dict:
     assert summary["task"] == "pairs"
     for part in ("pretrain_metrics", "metrics"):
         assert {"val/reward", "test/reward", "val/bleu2", "test/bleu2"} <= set(summary[part]), part
+        for split in ("val", "test"):  # each term's mean of the same sampled replies: the reward is their sum
+            m = summary[part]
+            assert m[f"{split}/reward"] == pytest.approx(m[f"{split}/reward/polite"] + 0.5 * m[f"{split}/reward/chrf"],
+                                                         abs=1e-5)
     rows = [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert len(rows) == 3
     for r in rows:
@@ -323,4 +327,15 @@ def test_readme_example_trains_locally_with_one_command(tmp_path):
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert (tmp_path / "data" / "pairs" / "manifest.json").is_file()  # task.prepare made it
-    check_readme_run(tmp_path / "run")
+    summary = check_readme_run(tmp_path / "run")
+    # the final table shows the reward and each term, before and after, on the test and the validation prompts
+    table = {line.rsplit(None, 2)[0]: line.rsplit(None, 2)[1:] for line in r.stdout.splitlines()
+             if line.startswith(("reward", "validation reward"))}
+    for split, where in (("test", ""), ("val", "validation ")):
+        for key, label in ((f"{split}/reward", f"{where}reward (sampled replies)"),
+                           (f"{split}/reward/polite", f"{where}reward: polite"),
+                           (f"{split}/reward/chrf", f"{where}reward: chrf")):
+            assert table[label] == [f"{summary['pretrain_metrics'][key]:.4f}", f"{summary['metrics'][key]:.4f}"]
+    manifest = json.loads((tmp_path / "data" / "pairs" / "manifest.json").read_text())["counts"]
+    assert manifest["valid"]["groups"] >= 4 and manifest["test"]["groups"] >= 4  # enough prompts to show an effect
+    assert manifest["valid"]["unk_rate"] == manifest["test"]["unk_rate"] == 0.0

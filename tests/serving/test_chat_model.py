@@ -115,7 +115,7 @@ def test_logprobs_are_the_models_and_their_pieces_are_the_reply(tmp_path):
     res = m.generate(reqs)
     assert res[2].logprobs == [None]
     # the chosen tokens' log-probs are those of the decoder that sampled them (π_θ at temperature 1)
-    ids, _ = m.encode("hello")
+    ids, _, _ = m.encode("hello")
     src = torch.tensor([ids, ids])
     out = m.generator.generate(src, torch.tensor([len(ids)] * 2), torch.tensor([8, 8]), torch.ones(2),
                                torch.zeros(2, dtype=torch.long),

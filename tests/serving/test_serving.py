@@ -133,9 +133,11 @@ def test_chat_reply_is_digits_with_consistent_usage(client, model):
     assert sum(map(len, map(words_of, j["replies"]))) <= u["completion_tokens"] <= 3 * 2
 
 
-def test_message_longer_than_the_model_input_is_truncated(client, model):
-    j = chat(client, message="1" * MAX_MESSAGE_CHARS)  # the longest accepted message
-    assert j["usage"]["prompt_tokens"] == model.max_src_len
+def test_message_longer_than_the_model_input_is_refused_not_cut(client, model):
+    r = client.post("/v1/chat", json={"message": "1" * MAX_MESSAGE_CHARS})  # the longest accepted message
+    assert r.status_code == 422  # counting reads at most max_src_len digits: no silent cut to the last ones
+    assert r.json()["error"]["message"].startswith(f"input of {MAX_MESSAGE_CHARS} tokens: the counting task reads 1 "
+                                                   f"to {model.max_src_len} of 0 1 2")
 
 
 def test_seeded_sampling_is_reproducible_and_reply_i_uses_seed_plus_i(client):
@@ -186,17 +188,44 @@ def test_greedy_reply_equals_in_process_decoding(client, model):
     # ... and the generator's own greedy decode (Seq2SeqGRU.greedy, as used in evaluation)
     gen = model.generator
     for m, reply in zip(messages, served):
-        ids, _ = model.encode(m)
+        ids, _, _ = model.encode(m)
         tokens = gen.greedy(torch.tensor([ids]), torch.tensor([len(ids)]), model.max_tgt_len)[0]
         assert " ".join(model.vocab.decode(tokens.tolist())) == reply, m
         assert set(words_of(reply)) <= DIGITS
 
 
-def test_unknown_words_are_reported(client):
-    j = chat(client, message="9 x 2 Ω 3")
-    assert j["unknown_words"] == ["x", "ω"]  # counting lower-cases, then one token per character
-    assert j["usage"]["prompt_tokens"] == 5
-    assert chat(client, message="hello")["unknown_words"] == list("hello")
+def test_input_outside_the_counting_language_is_refused_naming_the_words(client, model):
+    """Counting reads 1 to 10 digits: "hello there" used to get a 200 ("0 4 9"), 12 digits were cut to their last 10
+    silently. Both are a 422 naming what is wrong, in one line; the model is never asked."""
+    for message, named in [("hello there", "input outside the counting task's language: 'h', 'e', 'l', 'o', 't', "
+                                           "'r' (it reads 1 to 10 of 0 1 2 3 4 5 6 7 8 9)"),
+                           ("9 x 2 Ω 3", "input outside the counting task's language: 'x', 'ω' (it reads"),
+                           ("1 2 3 4 5 6 7 8 9 0 1 2", "input of 12 tokens: the counting task reads 1 to 10 of 0 1 2"),
+                           ("?!", "input outside the counting task's language: '?', '!' (it reads 1 to 10")]:
+        for path, body in (("/v1/chat", {"message": message}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": message}]})):
+            r = client.post(path, json=body)
+            assert r.status_code == 422, (path, message, r.text)
+            err = r.json()["error"]
+            assert err["message"].startswith(named) and "\n" not in err["message"], err
+    j = chat(client, message="1 2 3 4 5 6 7 8 9 0")  # the longest input it reads: answered, nothing left out
+    assert j["unknown_words"] == [] and j["truncated_words"] == 0 and j["usage"]["prompt_tokens"] == 10
+
+
+def test_an_open_task_reports_unknown_and_truncated_words(tmp_path, corpus):
+    """A chat model reads any text: unknown words are reported, and words left out at the start are counted."""
+    from rayseq.distributed.driver import Trainer
+    from tests.tasks.test_chitchat import tiny
+
+    run = Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=0",
+                       f"run_dir={tmp_path / 'chat'}")).run()
+    chat_model = ChatModel(run["run_dir"])
+    n = chat_model.max_src_len
+    text = "zyzzyva " + " ".join(["music"] * n)
+    r = chat_model.generate([GenRequest(text, max_tokens=3)])[0]
+    assert r.truncated_words == 1 and r.prompt_tokens == n and r.unknown_words == []
+    r = chat_model.generate([GenRequest("hello zyzzyva", max_tokens=3)])[0]
+    assert r.truncated_words == 0 and r.unknown_words == ["zyzzyva"]
 
 
 def test_history_is_accepted_up_to_its_limit(client):

@@ -16,13 +16,14 @@ from rayseq.tasks.chitchat import ChitchatTask, distinct_n, self_bleu
 from tests.conftest import write_corpus
 
 
+def tiny_args(corpus: Path) -> list[str]:
+    return ["task.name=chitchat", f"task.data={corpus}", "task.test_size=100", "model.emb_dim=16",
+            "model.hidden_dim=32", "train.pretrain_iters=30", "train.pretrain_batch_size=32", "train.pretrain_lr=1e-2",
+            "train.iters=4", "train.batch_size=32", "train.eval_every=2", "progress=false", "algo.name=reinforce"]
+
+
 def tiny(corpus: Path, *extra: str):
-    return build_config(None, [
-        "task.name=chitchat", f"task.data={corpus}", "task.test_size=100", "model.emb_dim=16",
-        "model.hidden_dim=32", "train.pretrain_iters=30", "train.pretrain_batch_size=32", "train.pretrain_lr=1e-2",
-        "train.iters=4", "train.batch_size=32", "train.eval_every=2", "progress=false", "algo.name=reinforce",
-        *extra,
-    ])
+    return build_config(None, [*tiny_args(corpus), *extra])
 
 
 def test_prompts_rewards_and_references(corpus):
@@ -105,19 +106,45 @@ def test_chatbot_trains_with_scorer_actors_and_serves(corpus, tmp_path):
 def test_init_from_a_run_written_with_the_old_task_keys(corpus, tmp_path):
     """A chitchat run pretrained before task.data_dir became task.data (and before test_seed / val_seed were read):
     its checkpoint's config is read as this version reads it, so train.init_from accepts it."""
-    import io
-
-    import torch
+    from rayseq.checkpoint import load_checkpoint, save_checkpoint
 
     pre = Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=0",
                        f"run_dir={tmp_path / 'pre'}")).run()
-    ck = torch.load(pre["checkpoint"], weights_only=True)
+    ck = load_checkpoint(pre["checkpoint"])
     old = ck["config"]["task"]
     old["data_dir"] = old.pop("data")
     del old["test_seed"], old["val_seed"]
-    buf = io.BytesIO()
-    torch.save(ck, buf)
-    Path(pre["checkpoint"]).write_bytes(buf.getvalue())
+    save_checkpoint(tmp_path / "pre", pre["iterations"], ck)  # (with its SHA-256, as that version did not record)
     summary = Trainer(tiny(corpus, "rollout.num_workers=0", "train.iters=1", f"train.init_from={tmp_path / 'pre'}",
                            f"run_dir={tmp_path / 'rl'}")).run()
     assert summary["iterations"] == pre["iterations"] + 1
+
+
+def test_init_from_compares_what_the_weights_depend_on_and_scores_with_this_runs_reward(corpus, tmp_path, capsys):
+    """A newcomer's sequence: pretrain once, then start from it with a new reward and the data given another way
+    (task.source / task.prepare differ, the prepared data is the same). Accepted; summary.json's "before" is the
+    starting model scored with THIS run's reward (its terms are this run's), not the source run's figures."""
+    from rayseq.train import main
+
+    pre = Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=20", "train.iters=0",
+                       f"run_dir={tmp_path / 'pre'}")).run()
+    assert "val/reward/fine" not in pre["pretrain_metrics"]
+    rl = Trainer(tiny(corpus, "rollout.num_workers=0", "train.iters=1", "task.name=pairs",
+                      f"task.source=jsonl:{corpus}", "task.prepare=false",
+                      "reward.terms=[{fn: 'tests.reward_fixtures:fine'}, {fn: chrf, weight: 2}]",
+                      f"train.init_from={tmp_path / 'pre'}", f"run_dir={tmp_path / 'rl'}")).run()
+    before = rl["pretrain_metrics"]
+    assert {"val/reward/fine", "val/reward/chrf", "test/reward/fine", "test/reward/chrf"} <= set(before)
+    for split in ("val", "test"):  # the sum of this run's terms, weights 1 and 2
+        assert before[f"{split}/reward"] == pytest.approx(before[f"{split}/reward/fine"]
+                                                          + 2 * before[f"{split}/reward/chrf"], abs=1e-5)
+    assert before["test/reward"] != pre["pretrain_metrics"]["test/reward"]  # the source scored with BLEU-2
+    assert before["test/bleu2"] == pytest.approx(pre["pretrain_metrics"]["test/bleu2"])  # the same model, same data
+    # what the weights depend on differs: one line before Ray starts, nothing written
+    capsys.readouterr()
+    code = main([*tiny_args(corpus), "model.hidden_dim=64", "train.iters=1", f"train.init_from={tmp_path / 'pre'}",
+                 f"run_dir={tmp_path / 'bad'}", "rollout.num_workers=2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith(f"error: train.init_from={tmp_path / 'pre'}: its model cannot start this "
+                                            "run: model.hidden_dim (32 there, 64 here)"), err
+    assert not (tmp_path / "bad").exists()

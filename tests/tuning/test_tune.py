@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -204,6 +205,14 @@ def test_asha_search_cli_interrupt_resume_and_export(tmp_path):
     r = run_cli(str(f), "--resume", timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "best trial" in r.stdout and "rank" in r.stdout
+    # quiet: no tensorboardX warning per NaN metric (before a trial's first evaluation), no Tune status tables; a
+    # compact progress line per finished trial (and every 30 s), then rayseq's ranked table
+    assert "NaN or Inf" not in r.stdout + r.stderr and "Trial status" not in r.stdout, r.stdout[-3000:]
+    progress = [line for line in r.stdout.splitlines() if line.startswith("tune: ")]
+    assert progress and all(re.fullmatch(r"tune: \d/3 trials done, \d running, \d pending(, \d failed)?; (best "
+                                         r"val/precision [\d.e+-]+ \(\w+\)|no val/precision yet); \d+:\d\d elapsed",
+                                         line) for line in progress), progress
+    assert len(r.stdout.splitlines()) < 40, r.stdout
 
     rows = list(_csv(exp_dir / "results.csv"))
     assert len(rows) == 3 and {row["status"] for row in rows} <= {"COMPLETED", "STOPPED EARLY"}

@@ -93,12 +93,13 @@ part_mcq() { part_bench mcq; }
 part_hf_grpo() { part_bench hf_grpo; }
 
 part_serve() {  # requests/s and p99 at 32 concurrent, the replica on the device
-  timeout -k 30 "$(left)" $PY benchmarks/serve_load.py --device "$DEVICE" --concurrency 32 "${Q[@]}" --out "$OUT"
+  local quick=(); [ "$QUICK" = 1 ] && quick=(--quick --requests 40 --warmup 5 --batching on)
+  timeout -k 30 "$(left)" $PY benchmarks/serve_load.py --device "$DEVICE" --concurrency 32 "${quick[@]}" --out "$OUT"
 }
 
 part_scaling() {  # rollout workers 1, 2, 4, 8 on the machine's cores
   if [ "$QUICK" = 1 ]; then
-    timeout -k 30 "$(left)" $PY benchmarks/scaling.py --workers 1 2 --repeats 1 --iters 4 --batch 32 --tasks counting --out "$OUT"
+    timeout -k 30 "$(left)" $PY benchmarks/scaling.py --workers 1 2 --repeats 1 --iters 3 --batch 32 --tasks counting --out "$OUT"
   else
     timeout -k 30 "$(left)" $PY benchmarks/scaling.py --workers 1 2 4 8 --repeats 3 --out "$OUT"
   fi
@@ -106,7 +107,7 @@ part_scaling() {  # rollout workers 1, 2, 4, 8 on the machine's cores
 
 part_overhead() {  # the synchronous Ray-overhead ratio on cores that are not shared
   if [ "$QUICK" = 1 ]; then
-    timeout -k 30 "$(left)" $PY benchmarks/ray_overhead.py --iters 4 --batch 32 --workers 0 1 --repeats 1 --out "$OUT"
+    timeout -k 30 "$(left)" $PY benchmarks/ray_overhead.py --iters 3 --batch 32 --workers 0 1 --repeats 1 --out "$OUT"
   else
     timeout -k 30 "$(left)" $PY benchmarks/ray_overhead.py --iters 200 --workers 0 2 --repeats 3 --pipeline --out "$OUT"
   fi

@@ -127,3 +127,30 @@ def test_user_algorithm_and_task_train_on_ray_actors(plugin_dir):
     assert len(rows) == 4 and all(x["toy/reward_scale"] == 3.0 for x in rows)
     assert all(x["rollout/worker_restarts"] == 0 for x in rows)  # the actors imported the module
     assert "reward_scale: 3.0" in (run_dir / "config.yaml").read_text()
+
+
+def readme_algorithm_example() -> str:
+    """The ``# my_algo.py`` block of README's "Your own algorithm or task"."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Your own algorithm or task"):]
+    (code,) = re.findall(r"```python\n(# my_algo\.py.*?)```", section[: section.index("\n### ", 10)], re.S)
+    return code
+
+
+def test_readme_algorithm_example_overrides_training_step(tmp_path, monkeypatch):
+    """README's own algorithm, through the import-path plug-in: its training_step takes algo.policy_steps sample →
+    update steps per iteration (the learner's version grows by that many), its update scales the reward."""
+    (tmp_path / "my_algo.py").write_text(readme_algorithm_example())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from rayseq.distributed.driver import Trainer
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config("algo.name=my_algo:ScaledReinforce", "algo.reward_scale=3", "algo.policy_steps=3",
+                      "rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=2", run_dir=tmp_path / "run")
+    Trainer(cfg).run()
+    rows = [r for r in pq.read_table(tmp_path / "run" / "metrics.parquet").to_pylist() if r["stage"] == "train"]
+    assert [r["learner/version"] for r in rows] == [2 + 3, 2 + 6]  # 2 MLE updates, then 3 per iteration
+    assert all(r[f"steps/reward_mean_{k}"] >= 0 for r in rows for k in range(3))
+    assert all(r["rollout/worker_restarts"] == 0 for r in rows)

@@ -97,7 +97,7 @@ class Learner:
         return {"generator": cpu(self.state.generator), "rollout_policy": cpu(self.rollout_policy)}
 
     def get_flat_weights(self) -> FlatWeights:
-        """:meth:`get_weights` as one buffer (what the Ray runtime publishes: one object per version)."""
+        """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
         return FlatWeights.pack(self.get_weights())
 
     def get_version(self) -> int:
@@ -152,7 +152,7 @@ class Learner:
         return m
 
     def update_and_publish(self, shards: list, iteration: int, scores: list | None = None) -> tuple[dict, FlatWeights]:
-        """:meth:`update_rollout`, and the updated weights (the Ray runtime's two return objects: the metrics go to
+        """:meth:`update_rollout`, and the updated weights (the Ray groups' two return objects: the metrics go to
         the driver, the weights by reference to the workers with their next call)."""
         m = self.update_rollout(shards, iteration, scores)
         t0 = time.perf_counter()

@@ -9,7 +9,9 @@ and the run's wall clock differ from run to run and are left out; everything els
     python benchmarks/bitwise_check.py --compare /tmp/before /tmp/after
 
 ``--only NAME[,NAME]`` runs a subset; ``--list`` names the configurations. The HF configuration needs the hf
-extra (transformers); it is skipped, and says so, without it.
+extra (transformers); it is skipped, and says so, without it. ``--workers N`` runs them on N Ray rollout workers
+(and a scorer actor) instead: compared with an in-process folder, that is the Ray path's parity (shard seeds make a
+1-worker run sample what the in-process run samples); ``driver/recv_bytes``, which only Ray runs have, is left out.
 """
 
 from __future__ import annotations
@@ -107,7 +109,11 @@ def _clean(v):
     return v
 
 
-def run_one(name: str, out: Path, corpus: Path | None, hf_dir: Path | None) -> dict:
+RAY = ["scorer.num_scorers=1", "learner.num_cpus=0.5", "rollout.num_cpus_per_worker=0.5",
+       "scorer.num_cpus_per_scorer=0.5"]
+
+
+def run_one(name: str, out: Path, corpus: Path | None, hf_dir: Path | None, workers: int = 0) -> dict:
     import pyarrow.parquet as pq
 
     from rayseq.checkpoint import load_checkpoint
@@ -117,12 +123,14 @@ def run_one(name: str, out: Path, corpus: Path | None, hf_dir: Path | None) -> d
     overrides, _ = CONFIGS[name]
     extra = [f"task.data={corpus}"] if corpus is not None else []
     extra += ["model.arch=hf", f"model.path={hf_dir}"] if hf_dir is not None else []
+    extra += [f"rollout.num_workers={workers}", *RAY] if workers else []
     with tempfile.TemporaryDirectory(prefix=f"bitwise-{name}-") as tmp:
         run_dir = Path(tmp) / "run"
         summary = Trainer(build_config(None, [*overrides, *extra, f"run_dir={run_dir}"])).run()
         rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
         ck = load_checkpoint(summary["checkpoint"])
-    rows = [{k: _clean(v) for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    rows = [{k: _clean(v) for k, v in r.items() if not k.startswith("time/") and k != "driver/recv_bytes"}
+            for r in rows]
     record = {"name": name, "rows": rows, "final": {k: _clean(v) for k, v in summary["metrics"].items()},
               "tensors": tensor_hashes(ck)}
     (out / f"{name}.json").write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
@@ -188,6 +196,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--compare", nargs=2, type=Path)
+    ap.add_argument("--workers", type=int, default=0, help="Ray rollout workers (0: in-process)")
     ap.add_argument("--fixtures", type=Path, default=Path(tempfile.gettempdir()) / "rayseq-bitwise-fixtures")
     args = ap.parse_args(argv)
     if args.list:
@@ -215,7 +224,7 @@ def main(argv=None) -> int:
                 print(f"{name}: skipped (no transformers)")
                 continue
         corpus, hf_dir = _fixtures(needs, args.fixtures)
-        rec = run_one(name, args.out, corpus, hf_dir)
+        rec = run_one(name, args.out, corpus, hf_dir, args.workers)
         print(f"{name}: {len(rec['rows'])} rows, {len(rec['tensors'])} tensors hashed", flush=True)
     return 0
 

@@ -154,3 +154,39 @@ def test_readme_algorithm_example_overrides_training_step(tmp_path, monkeypatch)
     assert [r["learner/version"] for r in rows] == [2 + 3, 2 + 6]  # 2 MLE updates, then 3 per iteration
     assert all(r[f"steps/reward_mean_{k}"] >= 0 for r in rows for k in range(3))
     assert all(r["rollout/worker_restarts"] == 0 for r in rows)
+
+
+TASK_WITH_KEYS = textwrap.dedent('''
+    from pydantic import Field
+
+    from rayseq.tasks.counting import CountingTask
+
+
+    class ShortCounting(CountingTask):
+        """Counting with a key of its own (a plug-in task declares its task.* keys beside its code)."""
+
+        fields = {"max_digits": (int, Field(4, ge=1, le=10, description="longest input this task draws"))}
+''')
+
+
+def test_a_task_declares_its_own_keys(tmp_path, monkeypatch):
+    """``fields`` on a task class: its task.* key is validated (a bad value named), defaulted, kept in the resolved
+    config an actor rebuilds from and printed by --print-config with its value; refused for a task without it."""
+    from rayseq.config import RunConfig, config_to_dict
+
+    (tmp_path / "mytask.py").write_text(TASK_WITH_KEYS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = build_config(None, ["task.name=mytask:ShortCounting", "task.max_digits=6"])
+    assert cfg.task.max_digits == 6
+    assert build_config(None, ["task.name=mytask:ShortCounting"]).task.max_digits == 4
+    again = RunConfig.model_validate(config_to_dict(cfg))  # what every actor does with the driver's dict
+    assert again.task.max_digits == 6 and config_to_dict(again) == config_to_dict(cfg)
+    with pytest.raises(ConfigError, match="task.max_digits"):
+        build_config(None, ["task.name=mytask:ShortCounting", "task.max_digits=0"])
+    with pytest.raises(ConfigError, match="max_digits"):
+        build_config(None, ["task.name=counting", "task.max_digits=6"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "rayseq.train", "--print-config", "task.name=mytask:ShortCounting",
+                        "task.max_digits=7"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "max_digits: 7" in r.stdout

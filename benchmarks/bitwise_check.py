@@ -224,7 +224,14 @@ def main(argv=None) -> int:
                 print(f"{name}: skipped (no transformers)")
                 continue
         corpus, hf_dir = _fixtures(needs, args.fixtures)
-        rec = run_one(name, args.out, corpus, hf_dir, args.workers)
+        for attempt in range(3):  # a loaded machine: Ray's node may not start within its fixed 30 s; try again
+            try:
+                rec = run_one(name, args.out, corpus, hf_dir, args.workers)
+                break
+            except Exception as exc:
+                if "timed out during startup" not in str(exc) or attempt == 2:
+                    raise
+                print(f"{name}: Ray did not start ({exc}); again", flush=True)
         print(f"{name}: {len(rec['rows'])} rows, {len(rec['tensors'])} tensors hashed", flush=True)
     return 0
 

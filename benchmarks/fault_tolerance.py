@@ -54,7 +54,7 @@ def main() -> None:
 
     def kill_worker(row, trainer):
         if row["iteration"] == args.kill_at - 1 and not killed:
-            pid = trainer._runtime.worker_stats()[0]["pid"]
+            pid = trainer.groups.rollout.stats()[0]["pid"]
             os.kill(pid, signal.SIGKILL)
             killed["pid"] = pid
 

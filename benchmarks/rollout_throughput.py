@@ -14,9 +14,10 @@ Rows (one generator G and one D, both from ``Learner`` at seed 0, and one rollou
                       inverse-CDF sampler fused with the output projection, chunk by chunk) + D over all
                       continuations with ``D.score_shared_prefix`` (the windows inside prefix t are the same
                       for its N continuations: convolved once per sequence) + D(Y) + ``q_values``.
-  (c) Ray             ``RayRuntime.mc_q``: the rollout split over rollout workers, each shard's search scored
-                      on a scorer actor (1 torch thread each, ``score_mc``: the same prefix-shared D), weights
-                      already synced; only ``mc_q`` is timed.
+  (c) Ray             ``RolloutGroup.mc_search`` + ``ScorerGroup.score_mc``: the rollout split over rollout
+                      workers, each shard's search scored on a scorer actor (1 torch thread each,
+                      ``score_mc``: the same prefix-shared D), weights already synced; only those two calls
+                      are timed.
   (d) lower bound     no search bookkeeping: R = B·N·(T−1) rows decoded for T/2 steps from one state with the
                       same decoder step and fused sampler (the same B·N·T(T−1)/2 sampled tokens), plus one
                       ``D.score_shared_prefix`` over the B·(T−1)·N continuations of (b). What the batched
@@ -62,8 +63,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import write_report  # noqa: E402
+from rayseq.algos.seqgan import concat_columns  # noqa: E402
 from rayseq.config import build_config, config_to_dict  # noqa: E402
-from rayseq.distributed.handles import concat_columns  # noqa: E402
 from rayseq.distributed.learner import Learner  # noqa: E402
 from rayseq.distributed.worker import RolloutWorker  # noqa: E402
 from rayseq.models.sampling import sample_projected  # noqa: E402
@@ -194,10 +195,11 @@ class InProcess:
 
 
 class RayRows:
-    """One RayRuntime per (workers, scorers) layout, weights and D synced once before timing."""
+    """One set of Ray actor groups per (workers, scorers) layout, weights and D synced once before timing."""
 
     def __init__(self, base: list[str], layouts: list[tuple[int, int]], rollout, n_rollouts: int):
-        from rayseq.distributed.runtime import RayRuntime, bundles, init_ray
+        from rayseq.distributed.groups import ActorGroups
+        from rayseq.distributed.runtime import bundles, init_ray
 
         os.environ.setdefault("RAY_worker_niceness", "0")  # Ray starts workers at nice 15 by default
         self.cfgs = {
@@ -214,10 +216,10 @@ class RayRows:
         self.rts = {}
         try:
             for layout, cfg in self.cfgs.items():
-                rt = RayRuntime(cfg)
+                rt = ActorGroups(cfg)
                 self.rts[layout] = rt
-                rt.sync_weights(0)
-                rt.sync_disc(0)
+                rt.rollout.sync_weights()
+                rt.scorer.sync_disc()
         except BaseException:
             self.shutdown()
             raise
@@ -228,7 +230,8 @@ class RayRows:
     def mc_q(self, layout: tuple[int, int], key: str | None = None) -> dict:
         t0 = time.perf_counter()
         rt = self.rts[layout]
-        refs, info = rt.mc_q(self.rollout.split(layout[0]), self.n_rollouts, 1.0, SEED)
+        pending = rt.rollout.mc_search(self.rollout.split(layout[0]), self.n_rollouts, 1.0, SEED)
+        refs, info = rt.scorer.score_mc(pending)
         q = concat_columns(rt.fetch(refs), self.rollout.tokens.shape[1])  # the per-shard Q, fetched for the check
         wall = time.perf_counter() - t0
         if key:

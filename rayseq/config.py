@@ -584,11 +584,19 @@ class RunConfig(_Section):
                     raise ValueError(msg) from None
             data = {**data, "algo": algo}
         if isinstance(data, dict) and isinstance(data.get("task", {}), dict):
-            data = {**data, "task": resolve_task_section(data.get("task", {}))}
+            task = resolve_task_section(data.get("task", {}))
             model = data.get("model")
             if isinstance(model, dict) and model.get("arch") == "hf" and model.get("path") \
-                    and data["task"].get("hf_tokenizer") is None:  # the model's tokenizer replaces the vocabulary
-                data = {**data, "task": {**data["task"], "hf_tokenizer": model["path"]}}
+                    and task.get("hf_tokenizer") is None:  # the model's tokenizer replaces the vocabulary
+                task = {**task, "hf_tokenizer": model["path"]}
+            own = task_config_model(task.get("name", TaskConfig.model_fields["name"].default))
+            if own is not TaskConfig:  # the task declares keys of its own: validate them with the rest
+                try:
+                    task = own.model_validate(task)
+                except ValidationError as err:
+                    msg = _format_validation_error(err, prefix="task.").removeprefix("invalid config: ")
+                    raise ValueError(msg) from None
+            data = {**data, "task": task}
         return data
 
     @model_validator(mode="after")
@@ -785,6 +793,22 @@ def algorithm_config_model(name: str) -> type[AlgoConfig]:
 
 
 @functools.cache
+def task_config_model(name: str) -> type[TaskConfig]:
+    """TaskConfig, extended by the ``task.*`` keys task ``name`` declares itself (its class's ``fields``), so a task
+    with keys of its own needs no edit of this file."""
+    try:
+        fields = registry.task_class(name).fields
+    except ValueError:  # an unknown name: TaskConfig's own validation says so
+        return TaskConfig
+    if not fields:
+        return TaskConfig
+    clash = sorted(set(fields) & set(TaskConfig.model_fields))
+    if clash:
+        raise ValueError(f"task.name={name}: its fields {clash} are TaskConfig keys already; use them, or other names")
+    return create_model(f"TaskConfig_{name.replace('.', '_').replace(':', '_')}", __base__=TaskConfig, **fields)
+
+
+@functools.cache
 def _builtin_declared_keys() -> frozenset[str]:
     """Keys the built-in algorithms declare themselves (so ``algo.group_size`` with ``ppo`` is "not read by ppo",
     not "unknown")."""
@@ -873,7 +897,7 @@ def check_applicable(data: dict) -> None:
     task = data.get("task") if isinstance(data.get("task"), dict) else {}
     tname = task.get("name", TaskConfig.model_fields["name"].default)
     if registry.resolves("task", tname):
-        reads = ("name", *registry.task_class(tname).params)
+        reads = ("name", *registry.task_class(tname).params, *registry.task_class(tname).fields)
         for given in task:
             key = TASK_ALIASES.get(given, given)
             if key in TaskConfig.model_fields and key not in reads:
@@ -911,7 +935,7 @@ def config_to_dict(cfg: RunConfig) -> dict:
     reads = set(declared_algo_keys(cfg.algo.name))
     d["algo"] = {k: v for k, v in d["algo"].items() if k in reads}
     task_cls = registry.task_class(cfg.task.name)
-    task_reads = {"name", *task_cls.params}
+    task_reads = {"name", *task_cls.params, *task_cls.fields}
     d["task"] = {k: v for k, v in d["task"].items() if k in task_reads}
     if not algo.adversarial:
         del d["disc"]

@@ -60,6 +60,7 @@ LAYERS = {
 # the only imports between different packages of one layer (importer, imported)
 SIDEWAYS = {
     ("rayseq.checkpoint", "rayseq.storage"),  # checkpoints are written through RunStore
+    ("rayseq.checkpoint", "rayseq.config"),  # train.init_from compares configs as this version reads them
     ("rayseq.runlog", "rayseq.storage"),
     ("rayseq.config", "rayseq.registry"),  # configs validate algorithm, task and reward names
     ("rayseq.tasks", "rayseq.data"),  # pairs/chitchat read prepared datasets, tokenize, detokenize

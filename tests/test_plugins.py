@@ -127,3 +127,66 @@ def test_user_algorithm_and_task_train_on_ray_actors(plugin_dir):
     assert len(rows) == 4 and all(x["toy/reward_scale"] == 3.0 for x in rows)
     assert all(x["rollout/worker_restarts"] == 0 for x in rows)  # the actors imported the module
     assert "reward_scale: 3.0" in (run_dir / "config.yaml").read_text()
+
+
+def readme_algorithm_example() -> str:
+    """The ``# my_algo.py`` block of README's "Your own algorithm or task"."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Your own algorithm or task"):]
+    (code,) = re.findall(r"```python\n(# my_algo\.py.*?)```", section[: section.index("\n### ", 10)], re.S)
+    return code
+
+
+def test_readme_algorithm_example_overrides_training_step(tmp_path, monkeypatch):
+    """README's own algorithm, through the import-path plug-in: its training_step takes algo.policy_steps sample →
+    update steps per iteration (the learner's version grows by that many), its update scales the reward."""
+    (tmp_path / "my_algo.py").write_text(readme_algorithm_example())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from rayseq.distributed.driver import Trainer
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config("algo.name=my_algo:ScaledReinforce", "algo.reward_scale=3", "algo.policy_steps=3",
+                      "rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=2", run_dir=tmp_path / "run")
+    Trainer(cfg).run()
+    rows = [r for r in pq.read_table(tmp_path / "run" / "metrics.parquet").to_pylist() if r["stage"] == "train"]
+    assert [r["learner/version"] for r in rows] == [2 + 3, 2 + 6]  # 2 MLE updates, then 3 per iteration
+    assert all(r[f"steps/reward_mean_{k}"] >= 0 for r in rows for k in range(3))
+    assert all(r["rollout/worker_restarts"] == 0 for r in rows)
+
+
+TASK_WITH_KEYS = textwrap.dedent('''
+    from pydantic import Field
+
+    from rayseq.tasks.counting import CountingTask
+
+
+    class ShortCounting(CountingTask):
+        """Counting with a key of its own (a plug-in task declares its task.* keys beside its code)."""
+
+        fields = {"max_digits": (int, Field(4, ge=1, le=10, description="longest input this task draws"))}
+''')
+
+
+def test_a_task_declares_its_own_keys(tmp_path, monkeypatch):
+    """``fields`` on a task class: its task.* key is validated (a bad value named), defaulted, kept in the resolved
+    config an actor rebuilds from and printed by --print-config with its value; refused for a task without it."""
+    from rayseq.config import RunConfig, config_to_dict
+
+    (tmp_path / "mytask.py").write_text(TASK_WITH_KEYS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = build_config(None, ["task.name=mytask:ShortCounting", "task.max_digits=6"])
+    assert cfg.task.max_digits == 6
+    assert build_config(None, ["task.name=mytask:ShortCounting"]).task.max_digits == 4
+    again = RunConfig.model_validate(config_to_dict(cfg))  # what every actor does with the driver's dict
+    assert again.task.max_digits == 6 and config_to_dict(again) == config_to_dict(cfg)
+    with pytest.raises(ConfigError, match="task.max_digits"):
+        build_config(None, ["task.name=mytask:ShortCounting", "task.max_digits=0"])
+    with pytest.raises(ConfigError, match="max_digits"):
+        build_config(None, ["task.name=counting", "task.max_digits=6"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "rayseq.train", "--print-config", "task.name=mytask:ShortCounting",
+                        "task.max_digits=7"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "max_digits: 7" in r.stdout

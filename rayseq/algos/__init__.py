@@ -1,4 +1,4 @@
-"""Algorithms: how a batch becomes an update (one file each; math layer, no Ray).
+"""Algorithms: what one iteration does and how a batch becomes an update (one file each; math layer, no Ray).
 
 Each algorithm class (:class:`rayseq.algos.common.Algorithm`; its name registered in :mod:`rayseq.registry`) has
 - ``name``, ``params`` (the ``algo.*`` keys it reads), ``defaults`` (its own values of shared keys),
@@ -6,8 +6,13 @@ Each algorithm class (:class:`rayseq.algos.common.Algorithm`; its name registere
   rollouts),
 - ``needs_targets``: whether prompts carry reference targets (MLE, MIXER),
 - ``rollout_request(iteration, max_len, temperature, seed)`` (rollout algorithms),
-- ``update(state, batch, iteration) -> dict`` of metrics,
+- ``training_step(groups, step) -> dict`` of metrics: one iteration against the actor groups
+  (:mod:`rayseq.algos.iteration`; default: sample → score → update; the supervised family's in ``SupervisedAlgo``;
+  SeqGAN's Algorithm 1 in :mod:`rayseq.algos.seqgan`),
+- ``update(state, batch, iteration) -> dict`` of metrics (on the learner),
 and optionally
+- ``assign_scores(rollout, parts)`` (on the learner: the scores its iteration computed on the scorers),
+- ``pretrain_steps(cfg)`` / ``pretrain_step(groups, step)`` (a stage of its own before ``train``: SeqGAN's D),
 - ``augment(task, batch, rng, iteration) -> (batch, metrics)`` (supervised: driver-side data change,
   RAML's reward-weighted samples, data noising),
 - ``stateful_request`` (the learner's copy builds the rollout requests: interpolation's λ),

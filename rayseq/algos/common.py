@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from rayseq.algos.iteration import counted, pipelined_step, rollout_step
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.types import Rollout, RolloutRequest, to_torch
 
@@ -21,6 +23,7 @@ class LearnerState:
     critic: nn.Module | None = None  # V_ψ(s_t) of actor-critic / SeqGAN-critic (rayseq.models.critic)
     critic_opt: torch.optim.Optimizer | None = None
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
+    rollout_policy: nn.Module | None = None  # SeqGAN's G_β (Monte-Carlo search), when it differs from G_θ
 
 
 @dataclass
@@ -127,11 +130,12 @@ class Algorithm:
     needs_references = False  # token-level reward increments against the input's reference replies
     needs_task_reward = False  # learns from the task's reward (not a discriminator's, not only references)
     needs_targets = False
-    # how the driver gives a sampled rollout its rewards: "task" (the task's reward, on the workers or scorer
-    # actors), "monte_carlo_q" (SeqGAN's Q from Monte-Carlo search scored by D), "discriminator" (D(Y))
+    # how its iteration gives a sampled rollout its rewards (what the config checks read, e.g. rollout.pipeline):
+    # "task" (the task's reward, on the workers or scorer actors), "monte_carlo_q" (SeqGAN's Q from Monte-Carlo
+    # search scored by D), "discriminator" (D(Y))
     scoring = "task"
     stateful_request = False  # the learner's copy builds the rollout requests (state lives there: interpolation's λ)
-    validate_every = 0  # call on_validation with the validation reward every this many iterations (0: never)
+    validate_every = 0  # its iteration validates every this many iterations (0: never; on_validation)
     fields: dict = {}  # algo.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them
     regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)
     # its loss weighs each sampled token by π_θ / π_behaviour with the log-probs recorded at sampling
@@ -143,6 +147,30 @@ class Algorithm:
         self.cfg = cfg
         self.seed = int(seed)
 
+    # -- the iteration ------------------------------------------------------------------------------
+    def training_step(self, groups, step) -> dict:
+        """One iteration against the actor groups (:mod:`rayseq.algos.iteration`): sample → score → update, one
+        policy step on the task's reward; the next iteration's batch goes out with the update (chained, staleness
+        0), or with ``rollout.pipeline`` is sampled during it (staleness 1). Returns the iteration's metrics."""
+        if step.cfg.rollout.pipeline:
+            return counted(groups, lambda: pipelined_step(self, groups, step))
+        return counted(groups, lambda: rollout_step(self, groups, step, chain=True))
+
+    @classmethod
+    def pretrain_steps(cls, cfg) -> int:
+        """Iterations of the algorithm's own stage between MLE pretraining and ``train`` (stage ``disc``: SeqGAN's
+        D pretraining); 0: none."""
+        return 0
+
+    def pretrain_step(self, groups, step) -> dict:
+        """One iteration of that stage."""
+        raise NotImplementedError(f"algo.name={self.name} has no pretraining stage of its own")
+
+    def assign_scores(self, rollout: Rollout, parts: list) -> dict:
+        """Give a sampled rollout the scores its iteration computed on the scorers (``parts``: per shard, fetched;
+        in place, on the learner, before :meth:`update`); returns metrics."""
+        raise NotImplementedError(f"algo.name={self.name} scores its rollouts with the task's reward only")
+
     # -- optional hooks (defaults: what most algorithms want) ------------------------------------------
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -151,14 +179,6 @@ class Algorithm:
     def prompt_copies(self) -> int:
         """Samples per prompt: the driver repeats each input this many times in consecutive rows (1: none)."""
         return 1
-
-    def policy_steps(self) -> int:
-        """Sample-score-update steps per iteration (SeqGAN's g-steps)."""
-        return 1
-
-    def discriminator_steps(self, iteration: int, d_steps: int) -> int:
-        """d-steps after the policy steps of ``iteration`` (adversarial algorithms; ``disc.d_steps`` by default)."""
-        return d_steps if self.adversarial else 0
 
     def augment(self, task, batch, rng, iteration: int):
         """Supervised algorithms may change their batch on the driver: (batch, metrics)."""
@@ -174,6 +194,26 @@ class Algorithm:
 
     def load_state_dict(self, d: dict) -> None:
         """Restore :meth:`state_dict`."""
+
+
+class SupervisedAlgo(Algorithm):
+    """Updates on reference targets (MLE, RAML, data noising, scheduled sampling): one batch of (input, target)
+    pairs per iteration, which :meth:`augment` may change on the driver (RAML's reward-weighted samples)."""
+
+    kind = "supervised"
+
+    def training_step(self, groups, step) -> dict:
+        t0 = time.perf_counter()
+        m: dict = {}
+        batch = step.task.sample_prompts(step.rng, step.batch_size, with_targets=True)
+        batch, aug = self.augment(step.task, batch, step.rng, step.stage_iter)
+        if aug:
+            m.update(aug)
+            m["time/augment_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        m.update(groups.learner.update_batch(batch, step.stage_iter))
+        m["time/learn_s"] = time.perf_counter() - t1
+        return m
 
 
 class RolloutAlgo(Algorithm):

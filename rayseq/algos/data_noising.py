@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rayseq.algos.common import Algorithm
+from rayseq.algos.common import SupervisedAlgo
 from rayseq.algos.mle import MLE
 from rayseq.algos.raml import FIRST_WORD_ID, content_lengths
 from rayseq.types import PromptBatch
@@ -64,11 +64,10 @@ def unigram_noise(tgt: np.ndarray, L: np.ndarray, u_replace: np.ndarray, u_sampl
     return np.where(replace, new, tgt).astype(tgt.dtype), replace
 
 
-class DataNoising(Algorithm):
+class DataNoising(SupervisedAlgo):
     """MLE on unigram-noised references (ERPO Sec. 3.5, Eq. 9; Xie et al. 2017)."""
 
     name = "data_noising"
-    kind = "supervised"
     params = ("noise_gamma",)
     needs_targets = True
 

@@ -20,6 +20,7 @@ import copy
 
 from rayseq.algos.common import Algorithm, LearnerState
 from rayseq.algos.erpo import mle_on_samples
+from rayseq.algos.iteration import counted, rollout_step
 from rayseq.types import Rollout, RolloutRequest
 
 
@@ -29,7 +30,7 @@ class ERPOInterpolation(Algorithm):
     needs_targets = True
     needs_references = True
     needs_task_reward = True
-    stateful_request = True  # λ lives on the learner: the driver asks the learner for each request
+    stateful_request = True  # λ lives on the learner: its iteration asks the learner for each request
 
     def __init__(self, cfg, seed: int = 0):
         super().__init__(cfg, seed)
@@ -45,6 +46,26 @@ class ERPOInterpolation(Algorithm):
     @property
     def validate_every(self) -> int:
         return self.cfg.interp_val_every
+
+    def training_step(self, groups, step) -> dict:
+        """Sample from q_λ → update, with the request the learner's copy builds (λ lives there); a validation before
+        the stage's first update (what the first interval is judged against), and after every ``interp_val_every``
+        iterations, where :meth:`on_validation` keeps or undoes the interval's updates and anneals λ."""
+        validates = self.validate_every > 0
+
+        def request(seed: int) -> RolloutRequest:
+            return groups.learner.rollout_request(step.stage_iter, step.task.max_tgt_len,
+                                                  step.cfg.rollout.temperature, seed)
+
+        def iteration() -> dict:
+            m = groups.learner.validate() if validates and step.stage_iter == 0 else {}
+            m.update(rollout_step(self, groups, step, request=request))
+            return m
+
+        m = counted(groups, iteration)
+        if validates and (step.stage_iter + 1) % self.validate_every == 0:
+            m.update(groups.learner.validate())
+        return m
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         return RolloutRequest(max_len=max_len, temperature=1.0, seed=seed,

@@ -9,14 +9,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayseq.algos.common import Algorithm, LearnerState, step
+from rayseq.algos.common import LearnerState, SupervisedAlgo, step
 from rayseq.losses import token_nll_loss
 from rayseq.types import PromptBatch, to_torch
 
 
-class MLE(Algorithm):
+class MLE(SupervisedAlgo):
     name = "mle"
-    kind = "supervised"
     needs_targets = True
 
     def __init__(self, cfg=None, seed: int = 0, max_grad_norm: float | None = 5.0):

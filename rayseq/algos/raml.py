@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rayseq.algos.common import Algorithm
+from rayseq.algos.common import SupervisedAlgo
 from rayseq.algos.mle import MLE
 from rayseq.types import PromptBatch
 
@@ -121,11 +121,10 @@ def distinct_per_row(seqs: np.ndarray) -> np.ndarray:
     return np.bincount(uniq[:, 0], minlength=B)
 
 
-class RAML(Algorithm):
+class RAML(SupervisedAlgo):
     """RAML: MLE on samples of e(y|y*) ∝ exp(R(y|y*)/τ) (ERPO Eq. 7; R = task reward, α → 0, β = τ)."""
 
     name = "raml"
-    kind = "supervised"
     params = ("raml_tau", "raml_samples", "raml_pool", "raml_max_ngram")
     needs_targets = True
     needs_task_reward = True  # the pool is weighted by exp(R/τ)

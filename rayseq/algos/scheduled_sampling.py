@@ -41,7 +41,7 @@ import math
 import numpy as np
 import torch
 
-from rayseq.algos.common import Algorithm, LearnerState, step
+from rayseq.algos.common import LearnerState, SupervisedAlgo, step
 from rayseq.losses import token_nll_loss
 from rayseq.models.sampling import sample_with_logp
 from rayseq.seeding import derive_seed
@@ -110,11 +110,10 @@ def scheduled_sampling_logprobs(
     return logp, use_model.float()
 
 
-class ScheduledSampling(Algorithm):
+class ScheduledSampling(SupervisedAlgo):
     """Learner-side update: NLL of y* under scheduled-sampling inputs with ε_i = inverse_sigmoid_decay(i, ss_k)."""
 
     name = "scheduled_sampling"
-    kind = "supervised"
     params = ("ss_k",)
     needs_targets = True
 

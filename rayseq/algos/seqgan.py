@@ -1,19 +1,19 @@
 """SeqGAN (Yu et al. 2017, Algorithm 1 and Eq. 4-8) in one file, and its PPO / PPO-dynamic variants (Tuan et al.
 2018, Table 1 lower block, Supplement C).
 
-Algorithm 1, and where each line runs:
+Algorithm 1 is :meth:`Adversarial.training_step` (one iteration) and :meth:`Adversarial.pretrain_step` (stage
+``disc``), written against the actor groups (:mod:`rayseq.algos.iteration`):
 
-    pretrain G_θ by MLE; G_β ← G_θ                                  (the driver's ``mle`` stage)
-    pretrain D on G_θ's samples against real data                   (stage ``disc``: :func:`d_step`)
-    repeat:  for g-steps: sample Y ~ G_θ, Q(Y_1:t−1, y_t) by Monte-Carlo search with G_β scored by D (Eq. 4;
-                          rollout workers and scorer actors, :mod:`rayseq.rewards.mc_search`), update θ (Eq. 8)
-             β ← r·β + (1−r)·θ                                      (:func:`average_rollout_policy`)
-             for d-steps: fresh negatives from G_θ, train D k epochs (:func:`d_step`, Eq. 5)
+    pretrain G_θ by MLE; G_β ← G_θ                                  (the driver's ``mle`` stage; the learner copies G_β)
+    pretrain D on G_θ's samples against real data                   (stage ``disc``: :meth:`Adversarial.d_step`)
+    repeat:  for g-steps: sample Y ~ G_θ (rollout group), Q(Y_1:t−1, y_t) by Monte-Carlo search with G_β (rollout
+                          group, :mod:`rayseq.rewards.mc_search`) scored by D (scorer group) (Eq. 4), update θ (Eq. 8)
+                          on the learner, where :meth:`Adversarial.assign_scores` gives the rollout its Q;
+                          β ← r·β + (1−r)·θ                         (:func:`average_rollout_policy`, after the update)
+             for d-steps: fresh negatives from G_θ, train D k epochs (:meth:`Adversarial.d_step`, :func:`d_step`, Eq. 5)
 
-The driver runs the loop through the algorithm's hooks: ``policy_steps`` (g-steps), ``scoring =
-"monte_carlo_q"`` (how a rollout gets its Q), ``discriminator_steps`` (d-steps); the learner calls the two
-functions below. The reward of token y_t is Q(Y_1:t−1, y_t), delivered as ``Rollout.returns``; the generator
-follows the policy gradient
+The reward of token y_t is Q(Y_1:t−1, y_t), delivered as ``Rollout.returns``; the generator follows the policy
+gradient
 
     ∇J(θ) ≈ Σ_t Q(Y_1:t−1, y_t) ∇_θ log G_θ(y_t | Y_1:t−1)                  (SeqGAN Eq. 8)
 
@@ -28,6 +28,7 @@ with no baseline, as SeqGAN's code (``algo.use_baseline=true`` subtracts the lea
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import numpy as np
@@ -41,11 +42,12 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
 )
+from rayseq.algos.iteration import counted
 from rayseq.algos.ppo import minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import dynamic_surrogate
 from rayseq.algos.reinforce import Reinforce
 from rayseq.losses import discriminator_loss, ppo_clip_loss
-from rayseq.types import PromptBatch, Rollout, to_torch
+from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
 
 # -- Algorithm 1's discriminator and rollout-policy steps (run by the learner) ------------------------------------
@@ -101,16 +103,108 @@ def _pad_cat(a: np.ndarray, b: np.ndarray, pad: int) -> np.ndarray:
     return out
 
 
+def concat_columns(parts: list[np.ndarray], width: int) -> np.ndarray:
+    """(B_i, T_i) arrays -> (ΣB_i, max(width, T_i)), each right-padded with 0 (per-shard Q of shards sampled to
+    different lengths)."""
+    width = max(width, *(p.shape[1] for p in parts))
+    return np.concatenate([p if p.shape[1] == width else np.pad(p, ((0, 0), (0, width - p.shape[1])))
+                           for p in parts])
+
+
 class Adversarial:
-    """What the SeqGAN family shares: D gives the reward (no task reward), ``g_steps`` policy steps per iteration,
-    then ``disc.d_steps`` d-steps."""
+    """What the SeqGAN family shares: Algorithm 1's iteration (``g_steps`` policy steps rewarded by D, then
+    ``disc.d_steps`` d-steps), D pretraining, and G_β's moving average after each update. ``score`` says how a
+    sampled rollout gets D's reward (Monte-Carlo Q here; D(Y) and a critic in SeqGAN-critic), ``policy_update`` the
+    generator's step."""
 
     adversarial = True
     needs_task_reward = False
     defaults = {"use_baseline": False}
 
-    def policy_steps(self) -> int:
-        return self.cfg.g_steps
+    def training_step(self, groups, step) -> dict:
+        """One iteration of Algorithm 1: g-steps, then d-steps."""
+
+        def iteration() -> dict:
+            m: dict = {}
+            g_steps = self.cfg.g_steps
+            for g in range(g_steps):
+                t0 = time.perf_counter()
+                groups.rollout.sync_weights()  # G_θ (and G_β) to the rollout workers
+                t1 = time.perf_counter()
+                seed = step.seed(step.iteration * g_steps + g)
+                shards = groups.rollout.sample(step.prompts(self), step.request(self, seed))  # Y ~ G_θ
+                t2 = time.perf_counter()
+                scores, timing = self.score(groups, shards, seed, step)  # Q(Y_1:t−1, y_t), Eq. 4
+                t3 = time.perf_counter()
+                m.update(groups.learner.update(shards, step.stage_iter, scores))  # θ by Eq. 8; β ← r·β + (1−r)·θ
+                t4 = time.perf_counter()
+                m.update(timing)
+                m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3,
+                          "time/mc_total_s": t3 - t2})
+            t5 = time.perf_counter()
+            for _ in range(self.discriminator_steps(step.stage_iter, step.cfg.disc.d_steps)):
+                m.update(self.d_step(groups, step))
+            m["time/disc_s"] = time.perf_counter() - t5
+            return m
+
+        return counted(groups, iteration)
+
+    def score(self, groups, shards: list, seed: int, step) -> tuple[list, dict]:
+        """Q(Y_1:t−1, y_t) of every sampled token (Eq. 4): ``algo.mc_rollouts`` continuations of each prefix by G_β
+        on the rollout workers, scored by D on the scorers; the per-shard Q handles (the learner's
+        :meth:`assign_scores` takes them) and timings."""
+        groups.scorer.sync_disc()
+        pending = groups.rollout.mc_search(shards, self.cfg.mc_rollouts, step.cfg.rollout.temperature, seed)
+        parts, info = groups.scorer.score_mc(pending)
+        return parts, {"time/mc_s": info["mc_s"], "time/score_s": info["score_s"]}
+
+    def assign_scores(self, rollout: Rollout, parts: list) -> dict:
+        """On the learner: Q as ``Rollout.returns``, D(Y) of the sampled sequence (Q at its last token) as its
+        ``score``; metrics, with what Q cost beyond sampling Y (continuation steps of every prefix, D evaluations)."""
+        T = rollout.tokens.shape[1]
+        lengths = (rollout.token_mask > 0).sum(1)
+        q = concat_columns(parts, T)
+        rollout.returns = q[:, :T]
+        rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]
+        n = self.cfg.mc_rollouts
+        return {"rollout/tokens": float(lengths.sum()),
+                "rollout/q_mean": float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1)),
+                "rollout/extra_gen_steps": float(n * int((lengths * (lengths - 1) // 2).sum())),
+                "rollout/d_evals": float(n * int(np.maximum(lengths - 1, 0).sum()) + len(lengths))}
+
+    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        """The generator's step (:meth:`policy_update`), then β ← r·β + (1−r)·θ (``algo.rollout_update_rate``)."""
+        m = self.policy_update(state, rollout, iteration)
+        if state.rollout_policy is not None:
+            average_rollout_policy(state.rollout_policy, state.generator, self.cfg.rollout_update_rate)
+        return m
+
+    def discriminator_steps(self, iteration: int, d_steps: int) -> int:
+        """d-steps after the g-steps of ``iteration`` (``disc.d_steps``)."""
+        return d_steps
+
+    @classmethod
+    def pretrain_steps(cls, cfg) -> int:
+        """Stage ``disc``: ``disc.pretrain_steps`` d-steps on the pretrained G_θ's samples."""
+        return cfg.disc.pretrain_steps
+
+    def pretrain_step(self, groups, step) -> dict:
+        return self.d_step(groups, step)
+
+    def d_step(self, groups, step) -> dict:
+        """One d-step: ``disc.num_negatives`` fresh negatives from G_θ (on the rollout workers) and as many real
+        examples, ``disc.epochs`` epochs on the learner (:func:`d_step`)."""
+        t0 = time.perf_counter()
+        n = step.cfg.disc.num_negatives
+        groups.rollout.sync_weights()
+        seed = step.seed(step.iteration)
+        request = RolloutRequest(max_len=step.task.max_tgt_len, temperature=1.0, seed=seed ^ 0x5EED)
+        negatives = groups.rollout.sample(step.task.sample_prompts(step.rng, n), request)
+        positives = step.task.sample_prompts(step.rng, n, with_targets=True)
+        t1 = time.perf_counter()
+        m = groups.learner.train_discriminator(positives, negatives, seed)
+        m.update({"time/negatives_s": t1 - t0, "time/disc_s": time.perf_counter() - t0})
+        return m
 
 
 # Tuan et al. Supplement C, PPO-dynamic with SeqGAN
@@ -126,6 +220,7 @@ class SeqGAN(Adversarial, Reinforce):
     params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS)
     monte_carlo = True
     scoring = "monte_carlo_q"
+    policy_update = Reinforce.update  # one gradient step on Eq. 8
 
 
 class SeqGANPPO(Adversarial, RolloutAlgo):
@@ -135,7 +230,7 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
     monte_carlo = True
     scoring = "monte_carlo_q"
 
-    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+    def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
         return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
                           use_baseline=self.baseline_on)
@@ -149,7 +244,7 @@ class SeqGANPPODynamic(Adversarial, RolloutAlgo):
     monte_carlo = True
     scoring = "monte_carlo_q"
 
-    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+    def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)  # Supplement C's SeqGAN values unless given
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
                        use_baseline=self.baseline_on)

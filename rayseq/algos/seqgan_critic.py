@@ -15,10 +15,13 @@ subtracts V_ψ(s_t), i.e. uses the TD error). The critic regresses on TD(λ) tar
 
 from __future__ import annotations
 
+import numpy as np
+
 from rayseq.algos.actor_critic import critic_pass, critic_step, policy_step
 from rayseq.algos.common import CRITIC_PARAMS, LearnerState, RolloutAlgo, rollout_metrics
 from rayseq.algos.seqgan import Adversarial
 from rayseq.losses import gae, masked_mean
+from rayseq.rewards import terminal_rewards
 from rayseq.types import Rollout
 
 
@@ -32,7 +35,22 @@ class SeqGANCritic(Adversarial, RolloutAlgo):
         """D waits while only the critic learns (the first ``critic_warmup`` iterations)."""
         return 0 if iteration < self.cfg.critic_warmup else d_steps
 
-    def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+    def score(self, groups, shards: list, seed: int, step) -> tuple[list, dict]:
+        """D(Y) of each sampled sequence only, on the scorers (no Monte-Carlo search; the critic does the rest)."""
+        groups.scorer.sync_disc()
+        parts, info = groups.scorer.score_sequences(shards)
+        return parts, {"time/mc_s": 0.0, "time/score_s": info["score_s"]}
+
+    def assign_scores(self, rollout: Rollout, parts: list) -> dict:
+        """On the learner: D(Y) as the sequence's score and terminal reward."""
+        d = np.concatenate(parts)
+        rollout.score = d
+        rollout.rewards = terminal_rewards(d, rollout.token_mask)
+        lengths = (rollout.token_mask > 0).sum(1)
+        return {"rollout/tokens": float(lengths.sum()), "rollout/extra_gen_steps": 0.0,
+                "rollout/d_evals": float(len(lengths))}
+
+    def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
         b, out, values, rewards = critic_pass(state, rollout, cfg.gamma)
         _, q = gae(rewards, values, b.token_mask, cfg.gamma, 0.0)  # λ = 0: r_t + γ V(s_{t+1})

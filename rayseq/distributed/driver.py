@@ -1,21 +1,21 @@
-"""The driver loop: MLE pretraining, then the configured algorithm; logging, evaluation, checkpoints.
+"""The driver: stages, evaluation, checkpoints, logging and progress; each iteration is the algorithm's own.
 
-Stages: ``mle`` (pretraining), ``disc`` (SeqGAN only: discriminator pretraining, ``disc.pretrain_steps``
-d-steps) and ``train`` (the configured algorithm).
+Stages: ``mle`` (MLE pretraining), the algorithm's own pretraining stage ``disc`` when it has one
+(``Algorithm.pretrain_steps``: SeqGAN's D pretraining) and ``train`` (the configured algorithm).
+Per iteration the driver hands the actor groups (:mod:`rayseq.distributed.groups`: learner, rollout workers,
+scorers; in-process or Ray actors) and a :class:`~rayseq.algos.iteration.Step` (the task, the data RNG, the stage's
+position, the batch sent ahead) to ``algo.training_step(groups, step)`` (``pretrain_step`` in the algorithm's own
+stage), which returns the iteration's metrics; the driver adds the evaluation (``val/*`` every
+``train.eval_every``), writes ``metrics.parquet``, checkpoints, reports to Tune and draws the progress bar.
 
-Per RL iteration (DESIGN.md data flow; under Ray the data moves by reference, the driver receives metrics):
-  learner --weights(version), one buffer--> object store            (time/sync_s: publishing, no call)
-  task prompts + that weights ref --> workers sample + score        (time/rollout_s; time/sample_s on the workers)
-  SeqGAN: workers' Monte-Carlo search --> scorers' D --> Q refs      (time/mc_s, time/score_s)
-  rollout + score refs --> learner fetches, updates --> metrics      (time/learn_s; time/update_s the update alone)
-            and its new weights --> object store (the next iteration's weights ref)
-  SeqGAN: ``disc.d_steps`` d-steps with fresh negatives             (time/disc_s)
-With task rewards the update is sent right behind the sampling calls (the learner starts as the shards arrive), and
-the next iteration's batch right behind the update (:meth:`Trainer._next_batch`): its sampling calls carry the
-update's weights by reference, so the workers start the moment the learner has published them, without a round trip
-through the driver (still on-policy: staleness 0, the same prompts, seeds and weights as one call after the other).
-``time/rollout_s`` is then the sending (nothing, for a batch already sent) and ``time/learn_s`` covers sampling and
-update.
+The default iteration (:mod:`rayseq.algos.iteration`: sample → score → update, chained or pipelined) sends the
+update right behind the sampling calls with task rewards (the learner starts as the shards arrive), and the next
+iteration's batch right behind the update: its sampling calls carry the update's weights by reference, so the
+workers start the moment the learner has published them, without a round trip through the driver (still
+on-policy: staleness 0, the same prompts, seeds and weights as one call after the other). ``time/rollout_s`` is
+then the sending (nothing, for a batch already sent) and ``time/learn_s`` covers sampling and update. The batch
+sent ahead is drawn from the data RNG before this iteration ends: a checkpoint keeps the RNG from before it
+(``Carry.rng_ahead``), so a resumed run draws it again.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import numpy as np
 import yaml
 
 from rayseq import registry
-from rayseq.algos import make_algo
+from rayseq.algos import MLE, make_algo
+from rayseq.algos.iteration import Carry, Step
 from rayseq.checkpoint import (
     init_from_differences,
     list_checkpoints,
@@ -40,11 +41,10 @@ from rayseq.checkpoint import (
     set_aside_newer,
 )
 from rayseq.config import ConfigError, RunConfig, config_to_dict
-from rayseq.distributed.runtime import make_runtime
+from rayseq.distributed.groups import ActorGroups
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import make_task
-from rayseq.types import RolloutRequest
 
 STAGES = ("mle", "disc", "train")
 
@@ -60,12 +60,8 @@ def default_run_dir(cfg: RunConfig) -> str:
     return f"runs/{name}"
 
 
-def _rollout_seed(cfg: RunConfig, iteration: int) -> int:
-    return (cfg.seed * 1_000_003 + iteration) % 2**62
-
-
 class Trainer:
-    """Owns the run directory, the data RNG, the runtime and the loop. ``run()`` returns the summary."""
+    """Owns the run directory, the data RNG, the actor groups and the loop. ``run()`` returns the summary."""
 
     def __init__(self, cfg: RunConfig, *, resume: bool = False, placement_group=None, report=None):
         self.cfg = cfg
@@ -83,14 +79,13 @@ class Trainer:
         self.pretrain_metrics: dict = {}
         self._test_cache: tuple | None = None  # (learner version, test metrics, details)
         self._stop = False
-        self._next: list | None = None  # rollout.pipeline: shard handles of the next batch, sampling
-        self._ahead = False  # the next batch went out with the last update (the runtime holds it: rt.take_next())
-        self._rng_ahead: dict | None = None  # the data RNGs before that batch (or _next) was drawn: checkpointed
+        self.carry = Carry()  # the batch one iteration sent ahead for the next (chained, pipelined)
+        self.groups: ActorGroups | None = None
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _plan(self) -> dict[str, int]:
-        disc = self.cfg.disc.pretrain_steps if self.cfg.is_gan else 0
-        return {"mle": self.cfg.train.pretrain_iters, "disc": disc, "train": self.cfg.train_stage_iters}
+        own = self.cfg.algorithm.pretrain_steps(self.cfg)  # the algorithm's own stage (SeqGAN's D pretraining)
+        return {"mle": self.cfg.train.pretrain_iters, "disc": own, "train": self.cfg.train_stage_iters}
 
     def _driver_state(self) -> dict:
         return {
@@ -98,14 +93,14 @@ class Trainer:
             "stage": self.stage,
             "stage_iter": self.stage_iter,
             # a batch drawn ahead (sent with the last update, or pipelined) is drawn again by a resumed run
-            **(self._rng_ahead or self._rng_state()),
+            **(self.carry.rng_ahead or self._rng_state()),
             "pretrain_metrics": self.pretrain_metrics,
         }
 
     def _rng_state(self) -> dict:
         return {"numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate()}
 
-    def save(self, rt) -> str:
+    def save(self, groups: ActorGroups | None = None) -> str:
         """Checkpoint (metrics first: rows past a checkpoint are dropped again on resume)."""
         self.metrics.flush()
         t0 = time.perf_counter()
@@ -113,7 +108,7 @@ class Trainer:
             "format": "rayseq-checkpoint-v1",
             "config": config_to_dict(self.cfg),
             "task": self.task.spec(),
-            "learner": rt.learner("state_dict"),
+            "learner": (groups or self.groups).learner.state_dict(),
             "driver": self._driver_state(),
         }
         if getattr(registry.model_class(self.cfg.model.arch), "weights_format", "torch") == "safetensors":
@@ -146,9 +141,9 @@ class Trainer:
         set_aside_newer(self.store, path)
         return ck
 
-    def _restore(self, rt, ck: dict) -> None:
-        rt.learner("load_state_dict", ck["learner"])
-        rt.learner("apply_config_lrs")  # this run's learning rates, not the saved ones (Tune PBT mutates them)
+    def _restore(self, groups: ActorGroups, ck: dict) -> None:
+        groups.learner.load_state_dict(ck["learner"])
+        groups.learner.apply_config_lrs()  # this run's learning rates, not the saved ones (Tune PBT mutates them)
         d = ck["driver"]
         self.iteration, self.stage, self.stage_iter = int(d["iteration"]), d["stage"], int(d["stage_iter"])
         self.rng.bit_generator.state = d["numpy_rng"]
@@ -168,17 +163,17 @@ class Trainer:
         if d["stage"] == "mle" and d["stage_iter"] < int(ck["config"]["train"]["pretrain_iters"]):
             raise ConfigError(f"train.init_from={source}: that run has not finished MLE pretraining")
         if self.cfg.is_gan and "disc" not in ck["learner"]:
-            raise ConfigError(f"train.init_from={source}: no discriminator in that checkpoint; SeqGAN needs one "
-                              "(pretrain with a seqgan algorithm and train.iters=0)")
+            raise ConfigError(f"train.init_from={source}: no discriminator in that checkpoint; "
+                              f"algo.name={self.cfg.algo.name} needs one (pretrain with it and train.iters=0)")
         return ck
 
-    def _init_from(self, rt, ck: dict) -> None:
+    def _init_from(self, groups: ActorGroups, ck: dict) -> None:
         """Start the algorithm stage from a pretrained run (``train.init_from``), its starting point scored with this
         run's task, data and reward (the table's and summary.json's "before")."""
-        rt.learner("init_from", ck["learner"])
+        groups.learner.init_from(ck["learner"])
         self.iteration = int(ck["driver"]["iteration"])
         self.stage, self.stage_iter = "train", 0
-        self.pretrain_metrics = {**rt.learner("evaluate", "val")[0], **self._test(rt)[0]}
+        self.pretrain_metrics = {**groups.learner.evaluate("val")[0], **self._test(groups)[0]}
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -191,15 +186,15 @@ class Trainer:
         self.store.makedirs()
         self.store.write_text("config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.metrics = MetricsLog(self.store)
-        rt = self._runtime = make_runtime(cfg, self._placement_group)
+        groups = self.groups = ActorGroups(cfg, self._placement_group)
         old_handlers = _install_signal_handlers(self)
         bar = Progress(cfg.progress, cfg.progress_every)
         try:
             if ck is not None:
-                self._restore(rt, ck)
+                self._restore(groups, ck)
                 del ck
             elif init is not None:
-                self._init_from(rt, init)
+                self._init_from(groups, init)
                 del init
             plan = self._plan()
             for stage in STAGES[STAGES.index(self.stage) :]:
@@ -207,15 +202,15 @@ class Trainer:
                     self.stage, self.stage_iter = stage, 0
                 if plan[stage] == 0 and stage != "train":
                     continue
-                rt.learner("start_stage", stage)  # (the first call waits for the learner actor: before the bar)
+                groups.learner.start_stage(stage)  # (the first call waits for the learner actor: before the bar)
                 if self.stage_iter < plan[stage]:
                     bar.start(STAGE_LABELS.get(stage, cfg.algo.name), plan[stage], self.stage_iter)
-                final = self._run_stage(rt, stage, plan[stage], bar)
+                final = self._run_stage(groups, stage, plan[stage], bar)
                 bar.close()
                 if stage == "mle":  # the pretrained model's test figures are reported beside the final ones
-                    self.pretrain_metrics = {**final, **self._test(rt)[0]}
-            test, details = self._test(rt)
-            ckpt = self.save(rt)
+                    self.pretrain_metrics = {**final, **self._test(groups)[0]}
+            test, details = self._test(groups)
+            ckpt = self.save(groups)
             summary = {
                 "task": cfg.task.name,
                 "algo": cfg.algo.name,
@@ -233,231 +228,56 @@ class Trainer:
             return summary
         except Interrupted as exc:
             bar.close()  # the bar's final redraw comes before the caller's message
-            exc.checkpoint = self.save(rt)
+            exc.checkpoint = self.save(groups)
             raise
         finally:
             bar.close()
             _restore_signal_handlers(old_handlers)
             self.metrics.close()
-            rt.shutdown()
+            groups.shutdown()
 
-    def _test(self, rt) -> tuple[dict, dict]:
+    def _test(self, groups: ActorGroups) -> tuple[dict, dict]:
         """``test/*`` metrics and details of the learner's generator now, computed once per weights version:
         reported (summary.json, the final table), never selected on."""
-        version = rt.learner("get_version")
+        version = groups.learner.version()
         if self._test_cache is None or self._test_cache[0] != version:
-            self._test_cache = (version, *rt.learner("evaluate", "test"))
+            self._test_cache = (version, *groups.learner.evaluate("test"))
         return self._test_cache[1], self._test_cache[2]
 
-    def _run_stage(self, rt, stage: str, n_iters: int, bar) -> dict:
+    def _run_stage(self, groups: ActorGroups, stage: str, n_iters: int, bar) -> dict:
         """Runs the rest of ``stage``; returns the validation metrics (``val/*``) at its end."""
         cfg = self.cfg
-        algo = make_algo(cfg.algo, cfg.seed) if stage == "train" else None
-        supervised = algo is None or algo.kind == "supervised"  # MLE pretraining, or a supervised algorithm
+        # MLE pretraining is MLE's iteration; the algorithm's own stage (disc) its pretrain_step; train its own
+        algo = MLE(cfg.algo, cfg.seed) if stage == "mle" else make_algo(cfg.algo, cfg.seed)
+        iterate = algo.pretrain_step if stage == "disc" else algo.training_step
+        batch_size = cfg.train.pretrain_batch_size if stage == "mle" else cfg.train.batch_size
         # the disc stage leaves G, hence its evaluation, as pretraining ended; other stages evaluate as they go
         ev = {k: v for k, v in self.pretrain_metrics.items() if k.startswith("val/")} if stage == "disc" else None
         if self.stage_iter >= n_iters:
-            return ev if stage == "disc" else rt.learner("evaluate", "val")[0]
+            return ev if stage == "disc" else groups.learner.evaluate("val")[0]
         while self.stage_iter < n_iters:
             if self._stop:
                 raise Interrupted()
             t0 = time.perf_counter()
-            m: dict = {}
-            if stage == "disc":
-                m.update(self._d_step(rt))
-            elif supervised:
-                bs = cfg.train.pretrain_batch_size if stage == "mle" else cfg.train.batch_size
-                batch = self.task.sample_prompts(self.rng, bs, with_targets=True)
-                if algo is not None:  # RAML's reward-weighted samples, data noising; others: the batch as it is
-                    batch, aug = algo.augment(self.task, batch, self.rng, self.stage_iter)
-                    if aug:
-                        m.update(aug)
-                        m["time/augment_s"] = time.perf_counter() - t0
-                t1 = time.perf_counter()
-                m.update(rt.learner("update", batch, self.stage_iter))
-                m["time/learn_s"] = time.perf_counter() - t1
-            else:
-                m.update(self._rollout_iteration(rt, algo, last=self.stage_iter + 1 == n_iters))
+            step = Step(cfg=cfg, task=self.task, rng=self.rng, stage_iter=self.stage_iter, n_iters=n_iters,
+                        iteration=self.iteration, batch_size=batch_size, carry=self.carry)
+            m = iterate(groups, step)
             self.stage_iter += 1
             self.iteration += 1
-            if algo is not None and algo.validate_every and self.stage_iter % algo.validate_every == 0:
-                m.update(rt.learner("validate"))
             m["time/iter_s"] = time.perf_counter() - t0
             every = cfg.train.eval_every
             if stage == "mle" and cfg.train.pretrain_eval_every is not None:
                 every = cfg.train.pretrain_eval_every
             if stage != "disc" and ((every and self.stage_iter % every == 0) or self.stage_iter == n_iters):
-                ev = rt.learner("evaluate", "val")[0]
+                ev = groups.learner.evaluate("val")[0]
                 m.update(ev)
             self.metrics.log(stage, self.iteration, m)
             if cfg.train.checkpoint_every and self.iteration % cfg.train.checkpoint_every == 0:
-                self.save(rt)
+                self.save(groups)
             if self.report is not None:
                 self.report(self.metrics.rows[-1], self)
             bar.update(_postfix(m))
         return ev
-
-
-    # -- SeqGAN (Yu et al. Algorithm 1) ---------------------------------------------------------------
-    def _d_step(self, rt) -> dict:
-        """Fresh negatives from G_θ (on the workers) and as many real examples; ``disc.epochs`` epochs."""
-        cfg, t0 = self.cfg, time.perf_counter()
-        n = cfg.disc.num_negatives
-        _sync_generator(rt)
-        request = RolloutRequest(max_len=self.task.max_tgt_len, temperature=1.0,
-                                 seed=_rollout_seed(cfg, self.iteration) ^ 0x5EED)
-        negatives = rt.sample(self.task.sample_prompts(self.rng, n), request)
-        positives = self.task.sample_prompts(self.rng, n, with_targets=True)
-        t1 = time.perf_counter()
-        m = rt.learner("train_discriminator", positives, negatives, _rollout_seed(cfg, self.iteration))
-        m.update({"time/negatives_s": t1 - t0, "time/disc_s": time.perf_counter() - t0})
-        return m
-
-    def _prompts(self, algo, n: int):
-        """``n`` prompts for the algorithm's rollouts: ``n / algo.prompt_copies()`` inputs, each repeated that many
-        times in consecutive rows (GRPO's and RLOO's groups of samples of one prompt)."""
-        copies = algo.prompt_copies()
-        if n % copies:
-            raise ValueError(f"train.batch_size={n} is not a multiple of the {copies} samples per prompt")
-        prompts = self.task.sample_prompts(self.rng, n // copies, with_targets=algo.needs_targets)
-        return prompts if copies == 1 else prompts.repeat(copies)
-
-    def _rollout_iteration(self, rt, algo, last: bool = False) -> dict:
-        """One iteration of a rollout algorithm: ``algo.policy_steps()`` times sample, score as the algorithm says
-        (``algo.scoring``), update; then, for an adversarial one, ``algo.discriminator_steps`` d-steps (SeqGAN
-        Algorithm 1: g-steps, then d-steps). The rollout stays where it was sampled until the learner fetches it:
-        the driver holds its shard handles and receives metrics only. ``rollout.pipeline``: :meth:`_pipelined_step`
-        (``last``: the stage's last iteration, after which no batch is sampled)."""
-        cfg = self.cfg
-        m: dict = {}
-        received = rt.recv_bytes
-        if algo.validate_every and self.stage_iter == 0:
-            m.update(rt.learner("validate"))  # the starting point the first interval is judged against
-        steps = 0 if cfg.rollout.pipeline else algo.policy_steps()
-        if cfg.rollout.pipeline:
-            m.update(self._pipelined_step(rt, algo, last))
-        for g in range(steps):
-            t0 = time.perf_counter()
-            _sync_generator(rt)
-            t1 = time.perf_counter()
-            seed = _rollout_seed(cfg, self.iteration * steps + g)
-            if self._ahead:  # sent with the last update, sampled with its weights
-                shards = rt.take_next()
-                self._ahead, self._rng_ahead = False, None
-            else:
-                prompts = self._prompts(algo, cfg.train.batch_size)
-                request_args = (self.stage_iter, self.task.max_tgt_len, cfg.rollout.temperature, seed)
-                request = (rt.learner("rollout_request", *request_args) if algo.stateful_request
-                           else algo.rollout_request(*request_args))
-                # task rewards: the update is sent at once behind the sampling (the learner takes the shards as
-                # they come)
-                shards = rt.sample(prompts, request, wait=algo.scoring != "task")
-            t2 = time.perf_counter()
-            scores, timing = self._score(rt, algo, shards, seed)
-            t3 = time.perf_counter()
-            next_batch = self._next_batch(algo, steps, last)
-            m.update(rt.update(shards, self.stage_iter, scores, next_batch=next_batch))
-            self._ahead = next_batch is not None
-            t4 = time.perf_counter()
-            m.update(timing)
-            m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3})
-            if algo.scoring != "task":
-                m["time/mc_total_s"] = t3 - t2
-        if algo.adversarial:
-            t5 = time.perf_counter()
-            for _ in range(algo.discriminator_steps(self.stage_iter, cfg.disc.d_steps)):
-                m.update(self._d_step(rt))
-            m["time/disc_s"] = time.perf_counter() - t5
-        m["rollout/worker_restarts"] = float(rt.restarts)
-        if rt.remote:
-            m["driver/recv_bytes"] = float(rt.recv_bytes - received)
-        return m
-
-    def _next_batch(self, algo, steps: int, last: bool):
-        """``() -> (prompts, request)`` of the next iteration, to go out with this update (``rt.update``'s
-        ``next_batch``: under Ray its sampling is chained on the update's weights by reference), when nothing the
-        driver does between the two can change them: one policy step per iteration, task rewards, a request the
-        algorithm's driver copy builds, no validation (interpolation may undo the update) and not the stage's last
-        iteration. Else None (the next iteration draws and sends its batch itself)."""
-        cfg = self.cfg
-        validates = algo.validate_every and (self.stage_iter + 1) % algo.validate_every == 0
-        if (last or steps != 1 or algo.scoring != "task" or algo.stateful_request or algo.adversarial or validates
-                or cfg.rollout.pipeline):
-            return None
-        stage_iter, iteration = self.stage_iter + 1, self.iteration + 1
-
-        def draw() -> tuple:
-            self._rng_ahead = self._rng_state()
-            prompts = self._prompts(algo, cfg.train.batch_size)
-            request = algo.rollout_request(stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
-                                           _rollout_seed(cfg, iteration))
-            return prompts, request
-
-        return draw
-
-    def _submit_rollout(self, rt, algo, stage_iter: int, iteration: int) -> list:
-        """Start sampling the batch of iteration ``iteration`` (``stage_iter`` of the stage): prompts, request and
-        seed as the synchronous loop draws them; returns its shard handles at once (under Ray, while it samples)."""
-        cfg = self.cfg
-        prompts = self._prompts(algo, cfg.train.batch_size)
-        request = algo.rollout_request(stage_iter, self.task.max_tgt_len, cfg.rollout.temperature,
-                                       _rollout_seed(cfg, iteration))
-        return rt.sample(prompts, request, wait=False)
-
-    def _pipelined_step(self, rt, algo, last: bool) -> dict:
-        """``rollout.pipeline``: the learner updates on batch k, sampled while update k−1 ran (with the weights
-        before it: staleness 1, ``rollout/staleness``), while the workers sample batch k+1 with the current weights.
-        The algorithm's ratio π_θ / π_behaviour uses the log-probs recorded at sampling (``Rollout.logp``), which
-        corrects for the older weights (``off_policy_ratio``; rayseq.config.check_pipeline refuses the others).
-        In-process the same happens one call after the other: batch k+1 is sampled before update k.
-
-        The stage's first batch (and the first after a resume, where nothing is in flight) is sampled with the
-        current weights (staleness 0); prompts and seeds follow the synchronous loop's."""
-        t0 = time.perf_counter()
-        _sync_generator(rt)
-        t1 = time.perf_counter()
-        if self._next is None:
-            self._next = self._submit_rollout(rt, algo, self.stage_iter, self.iteration)
-        shards, self._next, self._rng_ahead = self._next, None, None
-        if not last:
-            self._rng_ahead = self._rng_state()
-            self._next = self._submit_rollout(rt, algo, self.stage_iter + 1, self.iteration + 1)
-        t2 = time.perf_counter()
-        m = rt.update(shards, self.stage_iter)
-        t3 = time.perf_counter()
-        m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
-        return m
-
-    def _score(self, rt, algo, shards: list, seed: int) -> tuple[dict | None, dict]:
-        """Score a sampled rollout (its shard handles) as the algorithm says (``algo.scoring``): returns the
-        ``scores`` argument of the learner's ``update_rollout`` (handles of per-shard scores, which the learner gives
-        the rollout: :func:`rayseq.distributed.learner.assign_scores`) and timing metrics.
-
-        - ``task``: the task's reward, already computed where it was sampled (workers or scorer actors): None;
-        - ``monte_carlo_q``: SeqGAN's Q(Y_1:t−1, y_t) for every token (Eq. 4): N continuations of each prefix by
-          the rollout policy on the workers, scored by D on the scorers, as ``Rollout.returns``;
-        - ``discriminator``: D(Y) of each whole sequence as its terminal reward (SeqGAN-critic).
-        """
-        if algo.scoring == "task":
-            return None, {}
-        a = self.cfg.algo
-        rt.sync_disc(rt.learner("get_disc_version"))
-        if algo.scoring == "monte_carlo_q":
-            parts, info = rt.mc_q(shards, a.mc_rollouts, self.cfg.rollout.temperature, seed)
-        elif algo.scoring == "discriminator":  # D scores the sampled sequences only; a critic may do the rest
-            parts, info = rt.disc_scores(shards)
-            info = {"mc_s": 0.0, **info}
-        else:
-            raise ValueError(f"algo.name={a.name}: unknown scoring {algo.scoring!r} (task, monte_carlo_q, "
-                             "discriminator)")
-        scores = {"scoring": algo.scoring, "parts": parts, "mc_rollouts": a.mc_rollouts}
-        return scores, {"time/mc_s": info["mc_s"], "time/score_s": info["score_s"]}
-
-
-def _sync_generator(rt) -> None:
-    """Publish the learner's weights tagged with its update count (what ``rollout/staleness`` compares
-    against, also after ``train.init_from`` or a D-pretraining stage, where it differs from the iteration)."""
-    rt.sync_weights(rt.learner_version())
 
 
 def _postfix(m: dict) -> dict:

@@ -1,10 +1,10 @@
-"""What the runtime hands between the actors: shard handles, resolved where the data is used.
+"""What the actor groups hand between the actors: shard handles, resolved where the data is used.
 
-A runtime's ``sample`` / ``mc_q`` / ``disc_scores`` return a list of per-shard *handles*: Ray ObjectRefs in
-:class:`~rayseq.distributed.runtime.RayRuntime` (the data stays in the object store, the driver never fetches
-it), the objects themselves in :class:`~rayseq.distributed.runtime.LocalRuntime`. The actor that consumes them
+The groups' ``sample`` / ``mc_search`` / ``score_mc`` / ``score_sequences`` return a list of per-shard *handles*:
+Ray ObjectRefs when the groups' members are Ray actors (the data stays in the object store, the driver never
+fetches it), the objects themselves in-process (:mod:`rayseq.distributed.groups`). The actor that consumes them
 (the learner, a scorer) calls :func:`resolve`. A leaf of ``distributed/`` like :mod:`.placement`: the actors and
-the runtime import it.
+the groups import it.
 """
 
 from __future__ import annotations
@@ -45,14 +45,6 @@ def resolve(handles: list) -> list:
 def as_rollout(batch) -> Rollout:
     """A Rollout, or the shard handles of one (concatenated along B in shard order)."""
     return batch if isinstance(batch, Rollout) else Rollout.concat(resolve(batch))
-
-
-def concat_columns(parts: list[np.ndarray], width: int) -> np.ndarray:
-    """(B_i, T_i) arrays -> (ΣB_i, max(width, T_i)), each right-padded with 0 (per-shard Q of shards sampled to
-    different lengths)."""
-    width = max(width, *(p.shape[1] for p in parts))
-    return np.concatenate([p if p.shape[1] == width else np.pad(p, ((0, 0), (0, width - p.shape[1])))
-                           for p in parts])
 
 
 _ALIGN = 64  # byte alignment of each tensor in a FlatWeights buffer

@@ -13,10 +13,9 @@ import torch
 from rayseq.algos import MLE, LearnerState, make_algo, seqgan
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
-from rayseq.distributed.handles import FlatWeights, as_rollout, concat_columns, resolve
+from rayseq.distributed.handles import FlatWeights, as_rollout, resolve
 from rayseq.distributed.placement import placement_group_id
 from rayseq.models import Critic, ValueBaseline, make_discriminator, make_generator, reference_policy
-from rayseq.rewards import terminal_rewards
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, Rollout, to_torch
@@ -87,7 +86,7 @@ class Learner:
             self.algo = make_algo(self.cfg.algo, self.cfg.seed)
             self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
             if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
-                self.rollout_policy = copy.deepcopy(self.state.generator).eval()
+                self.rollout_policy = self.state.rollout_policy = copy.deepcopy(self.state.generator).eval()
             if self.kl is not None and self.kl.coef > 0:
                 self.ref_policy = reference_policy(self.state.generator)
 
@@ -100,7 +99,7 @@ class Learner:
         return {"generator": cpu(self.state.generator), "rollout_policy": cpu(self.rollout_policy)}
 
     def get_flat_weights(self) -> FlatWeights:
-        """:meth:`get_weights` as one buffer (what the Ray runtime publishes: one object per version)."""
+        """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
         return FlatWeights.pack(self.get_weights())
 
     def get_version(self) -> int:
@@ -128,20 +127,18 @@ class Learner:
         metrics = {**self.algo.update(self.state, batch, iteration), **kl_metrics}
         if self.algo.kind == "rollout":
             metrics["rollout/staleness"] = float(self.version - batch.version)
-        if self.rollout_policy is not None and self.algo.adversarial:
-            seqgan.average_rollout_policy(self.rollout_policy, self.state.generator, self.cfg.algo.rollout_update_rate)
         self.version += 1
         metrics["learner/version"] = float(self.version)
         return metrics
 
-    def update_rollout(self, shards: list, iteration: int, scores: dict | None = None) -> dict:
+    def update_rollout(self, shards: list, iteration: int, scores: list | None = None) -> dict:
         """The rollout algorithm's update on a rollout that arrives as shard handles (ObjectRefs fetched here, from
         the object store, never through the driver; in-process the shards themselves), concatenated here in shard
         order. Returns the metrics: each configured reward term (``reward/<name>``), the scores' (below), the
         update's.
 
-        ``scores``: ``{"scoring": "monte_carlo_q" | "discriminator", "parts": per-shard handles of SeqGAN's Q
-        (B_i, T_i) or D(Y) (B_i,), "mc_rollouts": N}``, given to the rollout here (:func:`assign_scores`)."""
+        ``scores``: per-shard handles of what the algorithm's iteration computed on the scorers (SeqGAN's Q, D(Y)),
+        which the learner's copy of the algorithm gives the rollout (``Algorithm.assign_scores``)."""
         t0 = time.perf_counter()
         parts = [shards] if isinstance(shards, Rollout) else resolve(shards)
         rollout = as_rollout(shards if isinstance(shards, Rollout) else parts)
@@ -150,14 +147,14 @@ class Learner:
         if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
             m.update(self.task.reward.metrics(rollout.term_scores))
         if scores is not None:
-            m.update(assign_scores(rollout, scores["scoring"], resolve(scores["parts"]), scores["mc_rollouts"]))
+            m.update(self.algo.assign_scores(rollout, resolve(scores)))
         t1 = time.perf_counter()
         m.update(self.update(rollout, iteration))
         m["time/update_s"] = time.perf_counter() - t1  # the algorithm's update alone (time/learn_s: and the calls)
         return m
 
-    def update_and_publish(self, shards: list, iteration: int, scores: dict | None = None) -> tuple[dict, FlatWeights]:
-        """:meth:`update_rollout`, and the updated weights (the Ray runtime's two return objects: the metrics go to
+    def update_and_publish(self, shards: list, iteration: int, scores: list | None = None) -> tuple[dict, FlatWeights]:
+        """:meth:`update_rollout`, and the updated weights (the Ray groups' two return objects: the metrics go to
         the driver, the weights by reference to the workers with their next call)."""
         m = self.update_rollout(shards, iteration, scores)
         t0 = time.perf_counter()
@@ -264,45 +261,16 @@ class Learner:
 
     def init_from(self, d: dict) -> dict:
         """Start from another run's pretrained generator, baseline and (if both have one) discriminator;
-        optimizers and stage start fresh. Returns what was loaded (for the log)."""
+        optimizers and stage start fresh. Returns what this run needs, and whether it was there."""
         self.state.generator.load_state_dict(d["generator"])
         self.state.baseline.load_state_dict(d["baseline"])
-        loaded = {"generator": True, "disc": False}
-        if self.disc is not None and "disc" in d:
-            self.disc.load_state_dict(d["disc"])
-            self.disc_version = int(d.get("disc_version", 0))
-            loaded["disc"] = True
+        loaded = {"generator": True}
+        if self.disc is not None:  # a run that trains one needs it pretrained
+            loaded["discriminator"] = "disc" in d
+            if loaded["discriminator"]:
+                self.disc.load_state_dict(d["disc"])
+                self.disc_version = int(d.get("disc_version", 0))
         return loaded
-
-
-def assign_scores(rollout: Rollout, scoring: str, parts: list[np.ndarray], mc_rollouts: int) -> dict:
-    """Give a sampled rollout the rewards its algorithm's ``scoring`` computed on the scorers (in place); returns
-    metrics.
-
-    - ``monte_carlo_q``: ``parts`` = per-shard SeqGAN Q(Y_1:t−1, y_t) (Eq. 4) of every token, as ``Rollout.returns``;
-      ``score`` = D(Y) of the whole sampled sequence (Q at its last token);
-    - ``discriminator``: ``parts`` = per-shard D(Y) of each whole sequence, its terminal reward (SeqGAN-critic).
-    """
-    T = rollout.tokens.shape[1]
-    lengths = (rollout.token_mask > 0).sum(1)
-    m = {"rollout/tokens": float(lengths.sum())}
-    if scoring == "monte_carlo_q":
-        q = concat_columns(parts, T)
-        rollout.returns = q[:, :T]
-        rollout.score = q[np.arange(len(q)), np.maximum(lengths - 1, 0)]  # D(Y) of the sampled sequence
-        m["rollout/q_mean"] = float((q[:, :T] * rollout.token_mask).sum() / max(rollout.token_mask.sum(), 1))
-        # what Q costs beyond sampling Y: continuation steps of every prefix, and D evaluations
-        m["rollout/extra_gen_steps"] = float(mc_rollouts * int((lengths * (lengths - 1) // 2).sum()))
-        m["rollout/d_evals"] = float(mc_rollouts * int(np.maximum(lengths - 1, 0).sum()) + len(lengths))
-    elif scoring == "discriminator":  # D scores the sampled sequences only; a critic may do the rest
-        d = np.concatenate(parts)
-        rollout.score = d
-        rollout.rewards = terminal_rewards(d, rollout.token_mask)
-        m["rollout/extra_gen_steps"] = 0.0
-        m["rollout/d_evals"] = float(len(lengths))
-    else:
-        raise ValueError(f"unknown scoring {scoring!r} (task, monte_carlo_q, discriminator)")
-    return m
 
 
 def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu") -> tuple[dict, dict]:

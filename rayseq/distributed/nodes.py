@@ -3,7 +3,7 @@
 A run's placement group has bundle 0 for the learner, 1..n for the rollout workers, then the scorers
 (:func:`rayseq.distributed.runtime.bundles`). When a node dies, Ray re-places the bundles it held on the surviving
 nodes (the group goes through ``RESCHEDULING``) if they have room, and restarts the workers and scorers there (their
-``max_restarts``); the runtime re-sends their shards. The learner is not restarted — its weights and optimizer state
+``max_restarts``); the actor manager re-sends shards. The learner is not restarted — its weights and optimizer state
 since the last checkpoint were on that node — so losing its node ends the run with :class:`NodeLost`, which names
 the node; ``--resume`` continues from the last checkpoint.
 

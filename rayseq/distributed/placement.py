@@ -1,7 +1,7 @@
 """Where this process runs: the placement group of its actor (diagnostics the actors report).
 
-A leaf of ``distributed/``: the actors (learner, rollout workers, scorers) import it, and the runtime imports the
-actors, so it lives neither in an actor's module nor in :mod:`rayseq.distributed.runtime`.
+A leaf of ``distributed/``: the actors (learner, rollout workers, scorers) import it, and the groups import the
+actors, so it lives neither in an actor's module nor in :mod:`rayseq.distributed.groups`.
 """
 
 from __future__ import annotations

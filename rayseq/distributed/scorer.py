@@ -59,7 +59,7 @@ class ScorerActor:
         return out
 
     def score_rollout_shard(self, rollout: Rollout) -> tuple[Rollout, dict]:
-        """:meth:`score_rollout`, and its info (the Ray runtime's two return objects: data by reference, info to the
+        """:meth:`score_rollout`, and its info (the Ray groups' two return objects: data by reference, info to the
         driver)."""
         out = self.score_rollout(rollout)
         return out, {"score_s": out.info["score_s"], "rows": len(out)}

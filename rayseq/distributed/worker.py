@@ -64,7 +64,7 @@ class RolloutWorker:
             self.loads += 1
         return self.version
 
-    # -- the Ray runtime's calls: (data, small info) as two return objects; the data goes on by reference to the
+    # -- the Ray groups' calls: (data, small info) as two return objects; the data goes on by reference to the
     # scorer or the learner, the driver reads the info only (rayseq.distributed.handles). The weights travel with
     # the work (``weights`` = [ref], ``version``: loaded first when the version is new here; one call, not two)
     def sample_shard(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True, weights=None,

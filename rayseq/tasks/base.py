@@ -47,7 +47,9 @@ class Task:
 
     Optional, with defaults: ``conditional`` (the generator reads an input), ``banned_ids`` (tokens never emitted
     besides <pad>/<bos>), traits ``has_reward``, ``has_references``, ``scored_remotely`` (see rayseq.registry),
-    ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``prepare_data(task_cfg)`` (called once
+    ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``fields`` (``task.*`` keys of its own:
+    key -> (type, pydantic Field), validated, documented and printed with the rest, as an algorithm's ``fields``;
+    no edit of rayseq.config), ``prepare_data(task_cfg)`` (called once
     by the driver before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints).
     """
 
@@ -64,6 +66,7 @@ class Task:
     about = ""  # for the chat page: what the model was trained to do and what a good reply is
     reward = None  # a configured reward.* other than the task's own (rayseq.rewards.reward.Reward), by make_task
     defaults: dict = {}
+    fields: dict = {}  # task.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them
 
     @classmethod
     def prepare_data(cls, cfg) -> bool:

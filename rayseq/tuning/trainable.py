@@ -40,7 +40,7 @@ run everything in the trainable, which takes the learner's bundle. With Ray roll
 bundle is empty: Tune runs the function trainable in the head bundle and gives it *all* of that
 bundle's resources, so a learner placed there could not start; an empty head bundle runs the (light)
 driver loop without a reservation and leaves the group exactly :func:`~rayseq.distributed.runtime.bundles`
-— learner in bundle 0, then workers, then scorers — as :class:`RayRuntime` expects.
+— learner in bundle 0, then workers, then scorers — as :class:`~rayseq.distributed.groups.ActorGroups` expects.
 """
 
 from __future__ import annotations
@@ -160,17 +160,18 @@ def _checkpoint_now(trainer) -> str:
     have = list_checkpoints(trainer.store)
     if have and have[-1].endswith(f"/ckpt_{trainer.iteration:08d}.pt"):
         return have[-1]
-    return trainer.save(trainer._runtime)
+    return trainer.save()
 
 
 def _placement(trainer) -> dict:
     """Which placement group the trial's actors landed in (diagnostics; remote runs only)."""
-    rt = trainer._runtime
-    if not getattr(rt, "remote", False):
+    groups = trainer.groups
+    if groups is None or groups.is_local:
         return {}
-    return {"tune/trial_placement_group": rt.pg.id.hex(),
-            "tune/learner_placement_group": str(rt.learner("placement")["placement_group"]),
-            "tune/worker_placement_groups": ",".join(sorted({str(w["placement_group"]) for w in rt.worker_stats()}))}
+    return {"tune/trial_placement_group": groups.pg.id.hex(),
+            "tune/learner_placement_group": str(groups.learner.placement()["placement_group"]),
+            "tune/worker_placement_groups": ",".join(sorted({str(w["placement_group"])
+                                                             for w in groups.rollout.stats()}))}
 
 
 def checkpoint_file(folder: Path, shown: str) -> Path:

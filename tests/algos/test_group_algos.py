@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from rayseq.algos.iteration import Step
 from rayseq.config import ConfigError, build_config
 from rayseq.distributed.driver import Trainer
 from tests.conftest import tiny_config
@@ -87,7 +88,8 @@ def test_group_algorithm_trains_on_groups_of_one_prompt(tmp_path, name):
                       run_dir=tmp_path / "run")
     trainer = Trainer(cfg)
     algo = make_algo(cfg.algo, cfg.seed)
-    prompts = trainer._prompts(algo, cfg.train.batch_size)
+    prompts = Step(cfg=cfg, task=trainer.task, rng=trainer.rng, stage_iter=0, n_iters=3, iteration=0,
+                   batch_size=cfg.train.batch_size).prompts(algo)
     src = prompts.src.reshape(-1, 4, prompts.src.shape[1])
     assert (src == src[:, :1]).all() and len(np.unique(src[:, 0], axis=0)) > 1
     summary = trainer.run()

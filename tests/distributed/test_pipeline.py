@@ -46,7 +46,7 @@ def test_the_last_iteration_samples_no_batch_that_nobody_uses(tmp_path):
     calls = []
 
     def report(row, trainer):
-        calls.append(trainer._next is None)
+        calls.append(trainer.carry.next is None)
 
     cfg = tiny_config("rollout.num_workers=0", "rollout.pipeline=true", *ONE_STEP, run_dir=tmp_path / "r")
     Trainer(cfg, report=report).run()

@@ -14,7 +14,7 @@ import torch
 
 from rayseq.checkpoint import load_checkpoint
 from rayseq.distributed.driver import Interrupted, Trainer
-from rayseq.distributed.runtime import LocalRuntime, RayRuntime
+from rayseq.distributed.groups import ActorGroups
 from rayseq.types import RolloutRequest
 from tests.conftest import tiny_config
 from tests.parity import assert_same_metrics, runs_in_process_and_on_a_worker
@@ -25,15 +25,16 @@ pytestmark = pytest.mark.ray
 def test_actors_share_one_placement_group_and_receive_weights(ray_session):
     ray = ray_session
     cfg = tiny_config("rollout.num_workers=2", "rollout.num_cpus_per_worker=0.5", "learner.num_cpus=1")
-    rt = RayRuntime(cfg)
+    rt = ActorGroups(cfg)
     try:
+        assert not rt.learner.is_local and not rt.rollout.is_local and len(rt.rollout.actors) == 2
         table = ray.util.placement_group_table(rt.pg)
         assert table["state"] == "CREATED"
         assert [b.get("CPU") for b in table["bundles"].values()] == [1.0, 0.5, 0.5]
-        rt.sync_weights(0)
-        rt.sync_weights(0)  # same version: nothing is sent again
-        stats = rt.worker_stats()
-        learner_sum = sum(float(v.double().sum()) for v in rt.learner("get_weights")["generator"].values()
+        rt.rollout.sync_weights()  # the learner's version 0
+        rt.rollout.sync_weights()  # same version: nothing is sent again
+        stats = rt.rollout.stats()
+        learner_sum = sum(float(v.double().sum()) for v in rt.learner.get_weights()["generator"].values()
                           if v.dtype.is_floating_point)
         assert [s["version"] for s in stats] == [0, 0]
         assert [s["loads"] for s in stats] == [1, 1]
@@ -41,11 +42,11 @@ def test_actors_share_one_placement_group_and_receive_weights(ray_session):
         for s in stats:
             assert s["checksum"] == pytest.approx(learner_sum, rel=1e-9)
         # every actor of the run is scheduled inside that placement group
-        learner = rt.learner("placement")
+        learner = rt.learner.placement()
         assert {s["placement_group"] for s in stats} | {learner["placement_group"]} == {rt.pg.id.hex()}
         assert learner["pid"] not in {s["pid"] for s in stats}
 
-        val, _ = rt.learner("evaluate", "val")  # the learner evaluates in its own process
+        val, _ = rt.learner.evaluate("val")  # the learner evaluates in its own process
         from rayseq.tasks import metric_names
 
         assert sorted(val) == sorted(metric_names(cfg.task, "val"))
@@ -71,7 +72,7 @@ def test_killed_worker_is_restarted_and_the_run_completes(ray_session, tmp_path)
 
     def report(row, trainer):
         if row["stage"] == "train" and row["iteration"] == trainer.cfg.train.pretrain_iters + 2 and not killed:
-            pid = trainer._runtime.worker_stats()[0]["pid"]
+            pid = trainer.groups.rollout.stats()[0]["pid"]
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
@@ -85,12 +86,22 @@ def test_killed_worker_is_restarted_and_the_run_completes(ray_session, tmp_path)
     assert summary["iterations"] == 28
 
 
-def test_local_runtime_in_process():
+def test_in_process_groups():
+    """rollout.num_workers=0: the same three groups, their members in this process; weights go out once per
+    version, tagged with the learner's update count."""
     cfg = tiny_config("rollout.num_workers=0")
-    rt = LocalRuntime(cfg)
-    rt.sync_weights(3)
-    assert rt.worker_stats()[0]["pid"] == os.getpid()
-    assert rt.worker_stats()[0]["version"] == 3
+    rt = ActorGroups(cfg)
+    assert rt.is_local and rt.learner.is_local and rt.rollout.is_local and not rt.remote
+    rt.rollout.sync_weights()
+    rt.rollout.sync_weights()  # same version: not loaded again
+    (stats,) = rt.rollout.stats()
+    assert stats["pid"] == os.getpid() and stats["version"] == 0 and stats["loads"] == 1
+    batch = rt.learner.local.task.sample_prompts(np.random.default_rng(0), 8, with_targets=True)
+    rt.learner.update_batch(batch, 0)
+    assert rt.learner.version() == 1
+    rt.rollout.sync_weights()
+    (stats,) = rt.rollout.stats()
+    assert stats["version"] == 1 and stats["loads"] == 2
 
 
 def test_placement_strategy_and_custom_resources_reach_the_placement_group(ray_session):
@@ -105,7 +116,7 @@ def test_placement_strategy_and_custom_resources_reach_the_placement_group(ray_s
     assert bundles(pinned) == [{"CPU": 1.0, "node_a": 1.0}, {"CPU": 0.5, "pool": 0.5}, {"CPU": 0.5, "pool": 0.5},
                                {"CPU": 0.5, "s": 2.0}]
     cfg = tiny_config("rollout.num_workers=2", "rollout.placement_strategy=SPREAD", "learner.num_cpus=1")
-    rt = RayRuntime(cfg)
+    rt = ActorGroups(cfg)
     try:
         assert placement_group_table(rt.pg)["strategy"] == "SPREAD"
         (node,) = rt.placement.nodes
@@ -134,10 +145,10 @@ def test_driver_receives_metrics_not_rollouts(ray_session, tmp_path):
         assert (train["policy/updates"] == batch // 32).all()  # the learner saw all B rollouts
         received[batch] = float(train["driver/recv_bytes"].median())
         # what the old path fetched: the sampled rollout itself (measured on a fresh in-process sample)
-        rt = LocalRuntime(tiny_config(f"train.batch_size={batch}", "rollout.num_workers=0"))
-        rt.sync_weights(0)
-        shards = rt.sample(trainer.task.sample_prompts(np.random.default_rng(0), batch),
-                           RolloutRequest(max_len=trainer.task.max_tgt_len, seed=0))
+        rt = ActorGroups(tiny_config(f"train.batch_size={batch}", "rollout.num_workers=0"))
+        rt.rollout.sync_weights()
+        shards = rt.rollout.sample(trainer.task.sample_prompts(np.random.default_rng(0), batch),
+                                   RolloutRequest(max_len=trainer.task.max_tgt_len, seed=0))
         rollout_bytes[batch] = len(pickle.dumps(shards, protocol=5))
     assert 0 < received[1024] <= 1.05 * received[64] + 256, received
     assert received[1024] < rollout_bytes[1024] / 10, (received, rollout_bytes)
@@ -173,16 +184,15 @@ def test_the_next_batch_goes_out_with_the_update_and_is_sampled_with_its_weights
     first, second = (prompts(np.random.default_rng(s), 32) for s in (1, 2))
     out = {}
     for n in (0, 1):
-        rt = LocalRuntime(tiny_config("rollout.num_workers=0", *overrides)) if n == 0 else \
-            RayRuntime(tiny_config("rollout.num_workers=1", *overrides))
+        rt = ActorGroups(tiny_config(f"rollout.num_workers={n}", *overrides))
         try:
-            rt.learner("start_stage", "train")
-            rt.sync_weights(rt.learner_version())
-            shards = rt.sample(first, RolloutRequest(max_len=8, seed=5), wait=False)
-            m = rt.update(shards, 0, None, next_batch=lambda: (second, RolloutRequest(max_len=8, seed=6)))
+            rt.learner.start_stage("train")
+            rt.rollout.sync_weights()
+            shards = rt.rollout.sample(first, RolloutRequest(max_len=8, seed=5), wait=False)
+            m = rt.learner.update(shards, 0, None, next_batch=lambda: (second, RolloutRequest(max_len=8, seed=6)))
             assert m["learner/version"] == 1.0
-            rt.sync_weights(rt.learner_version())  # the version the next batch went out with: nothing to send
-            out[n] = Rollout.concat(rt.fetch(rt.take_next()))
+            rt.rollout.sync_weights()  # the version the next batch went out with: nothing to send
+            out[n] = Rollout.concat(rt.fetch(rt.rollout.take_next()))
             assert out[n].version == 1
         finally:
             rt.shutdown()
@@ -202,7 +212,7 @@ def test_a_run_stopped_while_its_next_batch_is_out_resumes_to_the_uninterrupted_
 
     def stop_in_rl(row, trainer):
         if row["iteration"] == 5:  # the RL stage's second iteration
-            pending.append(trainer._ahead)
+            pending.append(trainer.carry.ahead)
             trainer._stop = True
 
     cfg = tiny_config(*common, run_dir=tmp_path / "cut")

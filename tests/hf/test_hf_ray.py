@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rayseq.distributed.runtime import RayRuntime
+from rayseq.distributed.groups import ActorGroups
 from tests.hf.test_hf_training import hf_config
 from tests.parity import assert_same_metrics, runs_in_process_and_on_a_worker
 
@@ -20,17 +20,17 @@ def test_weights_reach_the_worker(ray_session, corpus, hf_dir):
     """The learner's trained weights reach the worker's model (LoRA's adapters-only publication:
     tests/hf/test_hf_training.py::test_lora_trains_adapters_only)."""
     cfg = hf_config(corpus, hf_dir, "rollout.num_workers=1", *ACTORS)
-    rt = RayRuntime(cfg)
+    groups = ActorGroups(cfg)
     try:
-        rt.sync_weights(0)
-        weights = rt.learner("get_weights")["generator"]
+        groups.rollout.sync_weights()  # version 0
+        weights = groups.learner.get_weights()["generator"]
         assert weights and all(k.startswith("model.") for k in weights)
         learner_sum = sum(float(v.double().sum()) for v in weights.values())
-        (stats,) = rt.worker_stats()
+        (stats,) = groups.rollout.stats()
         assert stats["version"] == 0 and stats["loads"] == 1
         assert stats["checksum"] == pytest.approx(learner_sum, rel=1e-9)
     finally:
-        rt.shutdown()
+        groups.shutdown()
 
 
 @pytest.mark.parametrize(("algo", "lora_r"), [("ppo_dynamic", 0), ("grpo", 4)])

@@ -161,7 +161,7 @@ def test_a_resumed_run_uses_its_own_learning_rates(tmp_path):
     seen = []
 
     def report(row, trainer):
-        s = trainer._runtime._learner.state  # in-process runtime
+        s = trainer.groups.learner.local.state  # in-process groups
         seen.append((row["iteration"], s.gen_opt.param_groups[0]["lr"], s.base_opt.param_groups[0]["lr"]))
 
     cfg = tiny_config("rollout.num_workers=0", "train.iters=6", "algo.lr=5e-4", "algo.baseline_lr=2e-2",
@@ -310,7 +310,7 @@ def test_pbt_exploit_restores_a_checkpoint_with_its_new_learning_rate(ray_sessio
 @pytest.mark.ray
 def test_trial_with_rollout_workers_runs_in_its_placement_group(ray_session, tmp_path, monkeypatch):
     """rollout.num_workers=1: the trial's PlacementGroupFactory reserves [driver (empty), learner, worker];
-    the learner and the worker land in the trial's group (RayRuntime's bundle 0 and 1)."""
+    the learner and the worker land in the trial's group (the actor groups' bundle 0 and 1)."""
     from rayseq.tune import run_experiment
     from rayseq.tuning.trainable import trial_bundles
 

@@ -1,0 +1,232 @@
+"""What an algorithm's iteration (``Algorithm.training_step(groups, step)``) is written against, and its building
+blocks (math layer: no Ray here).
+
+``groups`` has three typed actor groups (:mod:`rayseq.distributed.groups` implements them, in-process or on Ray
+actors, with one interface); the protocols below say what an algorithm may call:
+
+- ``groups.rollout`` (:class:`RolloutGroupLike`): publish the learner's weights, sample, Monte-Carlo continuations;
+- ``groups.scorer`` (:class:`ScorerGroupLike`): publish D's weights, D's scores (Q of continuations, D(Y));
+- ``groups.learner`` (:class:`LearnerGroupLike`): updates, d-steps, validation, requests built on the learner.
+
+``step`` (:class:`Step`) is the driver's side: the task, the data RNG, the stage's position, the seeds, and the
+batch that went out ahead of this iteration (chained and pipelined modes, :func:`rollout_step` and
+:func:`pipelined_step`), which the driver keeps between iterations and checkpoints.
+
+Every handle these calls return (shards, scores) is opaque here: a Ray ObjectRef or the object itself; it goes on to
+another group, never into the algorithm's own hands.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rayseq.types import PromptBatch, RolloutRequest
+
+
+class RolloutGroupLike(Protocol):
+    def sync_weights(self) -> None:
+        """Publish the learner's current weights (generator and G_β); the next calls sample with them."""
+
+    def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
+        """Shard handles of one reply per prompt (scored with the task's reward where it was sampled or on the
+        scorers); ``wait=False``: at once, while sampling (the learner's update waits for them)."""
+
+    def take_next(self) -> list:
+        """The shards of the batch that went out with the last update (``LearnerGroupLike.update``'s next_batch)."""
+
+    def mc_search(self, shards: list, n_rollouts: int, temperature: float, seed: int) -> list:
+        """Pending Monte-Carlo continuations of every prefix of ``shards`` (SeqGAN Eq. 4), for the scorers."""
+
+
+class ScorerGroupLike(Protocol):
+    def sync_disc(self) -> None:
+        """Publish the learner's discriminator to the scorers."""
+
+    def score_mc(self, pending: list) -> tuple[list, dict]:
+        """Q (B_i, T_i) per shard from D on the continuations; timings ``mc_s``, ``score_s``."""
+
+    def score_sequences(self, shards: list) -> tuple[list, dict]:
+        """D(Y) (B_i,) per shard; timings ``score_s``."""
+
+
+class LearnerGroupLike(Protocol):
+    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None) -> dict:
+        """The algorithm's update on a sampled rollout (``scores`` handed to ``Algorithm.assign_scores`` there);
+        ``next_batch``: ``() -> (prompts, request)``, sampled with the update's weights (chained mode)."""
+
+    def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
+        """A supervised update on reference targets."""
+
+    def train_discriminator(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
+        """One d-step: real ``positives`` against sampled ``negatives`` (shard handles)."""
+
+    def validate(self) -> dict:
+        """The validation reward handed to the learner's copy of the algorithm (``on_validation``)."""
+
+    def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
+        """The request the learner's copy of the algorithm builds (state that lives there)."""
+
+
+class Groups(Protocol):
+    rollout: RolloutGroupLike
+    scorer: ScorerGroupLike
+    learner: LearnerGroupLike
+    remote: bool  # members are Ray actors (driver/recv_bytes is measured)
+    restarts: int  # worker and scorer restarts so far
+    recv_bytes: int  # what the driver fetched so far
+
+
+def rollout_seed(run_seed: int, k: int) -> int:
+    """The sampling seed of draw ``k`` of a run seeded ``run_seed`` (workers derive their shards' from it)."""
+    return (run_seed * 1_000_003 + k) % 2**62
+
+
+@dataclass
+class Carry:
+    """What one iteration leaves for the next, kept by the driver: the batch sent ahead (with the last update,
+    ``ahead``; or pipelined, ``next``: its shard handles) and the data RNGs from before it was drawn (``rng_ahead``,
+    checkpointed in their place: a resumed run draws that batch again)."""
+
+    ahead: bool = False
+    next: list | None = None
+    rng_ahead: dict | None = None
+
+
+@dataclass
+class Step:
+    """One iteration as the driver hands it to ``training_step``: the run's config, the task, the data RNG
+    (``rng``, numpy; prompts are drawn from it here, on the driver), ``stage_iter`` (0-based, within the stage) of
+    ``n_iters``, ``iteration`` (global, before this one), ``batch_size``, and the :class:`Carry`."""
+
+    cfg: Any
+    task: Any
+    rng: Any
+    stage_iter: int
+    n_iters: int
+    iteration: int
+    batch_size: int
+    carry: Carry = field(default_factory=Carry)
+
+    @property
+    def last(self) -> bool:
+        """The stage's last iteration: no batch is sampled ahead of it."""
+        return self.stage_iter + 1 == self.n_iters
+
+    def seed(self, k: int) -> int:
+        return rollout_seed(self.cfg.seed, k)
+
+    def rng_state(self) -> dict:
+        """The driver's data RNGs (numpy's and Python's), as checkpoints keep them."""
+        return {"numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate()}
+
+    def prompts(self, algo, n: int | None = None) -> PromptBatch:
+        """``n`` prompts (``batch_size``) for the algorithm's rollouts: ``n / algo.prompt_copies()`` inputs, each
+        repeated that many times in consecutive rows (GRPO's and RLOO's groups of samples of one prompt)."""
+        n = self.batch_size if n is None else n
+        copies = algo.prompt_copies()
+        if n % copies:
+            raise ValueError(f"train.batch_size={n} is not a multiple of the {copies} samples per prompt")
+        prompts = self.task.sample_prompts(self.rng, n // copies, with_targets=algo.needs_targets)
+        return prompts if copies == 1 else prompts.repeat(copies)
+
+    def request(self, algo, seed: int, stage_iter: int | None = None) -> RolloutRequest:
+        """The algorithm's rollout request for ``stage_iter`` (this one), as its driver copy builds it."""
+        return algo.rollout_request(self.stage_iter if stage_iter is None else stage_iter, self.task.max_tgt_len,
+                                    self.cfg.rollout.temperature, seed)
+
+
+def counted(groups: Groups, body) -> dict:
+    """``body()``'s metrics and the groups' counters over it: ``rollout/worker_restarts`` (so far) and, under
+    Ray, ``driver/recv_bytes`` (what the driver fetched meanwhile: metrics, not rollouts)."""
+    received = groups.recv_bytes
+    m = body()
+    m["rollout/worker_restarts"] = float(groups.restarts)
+    if groups.remote:
+        m["driver/recv_bytes"] = float(groups.recv_bytes - received)
+    return m
+
+
+def rollout_step(algo, groups: Groups, step: Step, *, request=None, score=None, chain: bool = False, g: int = 0,
+                 steps: int = 1) -> dict:
+    """One sample → score → update step (policy step ``g`` of ``steps`` in this iteration):
+
+    1. publish the learner's weights to the rollout group;
+    2. sample ``step.prompts(algo)`` with ``request(seed)`` (default: the algorithm's driver copy builds it), or
+       take the batch that went out with the last update;
+    3. ``score(shards, seed) -> (per-shard score handles, timing metrics)`` (None: the task's reward, already
+       computed where the rollout was sampled; the update is then sent right behind the sampling calls);
+    4. the learner's update; with ``chain`` (and not the stage's last iteration) the next iteration's batch goes out
+       with it, sampled with its weights by reference (no driver round trip; the same prompts, seeds and weights
+       as one call after the other: staleness 0). Chain only where nothing between two iterations changes them
+       (task rewards, one policy step, a request the driver copy builds, no validation).
+    """
+    t0 = time.perf_counter()
+    groups.rollout.sync_weights()
+    t1 = time.perf_counter()
+    seed = step.seed(step.iteration * steps + g)
+    if step.carry.ahead:  # sent with the last update, sampled with its weights
+        shards = groups.rollout.take_next()
+        step.carry.ahead, step.carry.rng_ahead = False, None
+    else:
+        prompts = step.prompts(algo)
+        req = step.request(algo, seed) if request is None else request(seed)
+        shards = groups.rollout.sample(prompts, req, wait=score is not None)
+    t2 = time.perf_counter()
+    scores, timing = (None, {}) if score is None else score(shards, seed)
+    t3 = time.perf_counter()
+    next_batch = _next_batch(algo, step) if chain and not step.last else None
+    m = groups.learner.update(shards, step.stage_iter, scores, next_batch=next_batch)
+    step.carry.ahead = next_batch is not None
+    t4 = time.perf_counter()
+    m.update(timing)
+    m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3})
+    if score is not None:
+        m["time/mc_total_s"] = t3 - t2
+    return m
+
+
+def _next_batch(algo, step: Step):
+    """``() -> (prompts, request)`` of the next iteration (drawn when the update is on its way)."""
+    stage_iter, iteration = step.stage_iter + 1, step.iteration + 1
+
+    def draw() -> tuple:
+        step.carry.rng_ahead = step.rng_state()
+        return step.prompts(algo), step.request(algo, step.seed(iteration), stage_iter)
+
+    return draw
+
+
+def pipelined_step(algo, groups: Groups, step: Step) -> dict:
+    """``rollout.pipeline``: the learner updates on batch k, sampled while update k−1 ran (with the weights before
+    it: staleness 1, ``rollout/staleness``), while the workers sample batch k+1 with the current weights. The
+    algorithm's ratio π_θ / π_behaviour uses the log-probs recorded at sampling (``Rollout.logp``), which corrects
+    for the older weights (``off_policy_ratio``; rayseq.config.check_pipeline refuses the others). In-process the
+    same happens one call after the other: batch k+1 is sampled before update k.
+
+    The stage's first batch (and the first after a resume, where nothing is in flight) is sampled with the current
+    weights (staleness 0); prompts and seeds follow the synchronous loop's."""
+    carry = step.carry
+    t0 = time.perf_counter()
+    groups.rollout.sync_weights()
+    t1 = time.perf_counter()
+    if carry.next is None:
+        carry.next = _submit(algo, groups, step, step.stage_iter, step.iteration)
+    shards, carry.next, carry.rng_ahead = carry.next, None, None
+    if not step.last:
+        carry.rng_ahead = step.rng_state()
+        carry.next = _submit(algo, groups, step, step.stage_iter + 1, step.iteration + 1)
+    t2 = time.perf_counter()
+    m = groups.learner.update(shards, step.stage_iter)
+    t3 = time.perf_counter()
+    m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
+    return m
+
+
+def _submit(algo, groups: Groups, step: Step, stage_iter: int, iteration: int) -> list:
+    """Start sampling the batch of ``iteration`` (``stage_iter`` of the stage): prompts, request and seed as the
+    synchronous loop draws them; its shard handles at once (under Ray, while it samples)."""
+    prompts = step.prompts(algo)
+    return groups.rollout.sample(prompts, step.request(algo, step.seed(iteration), stage_iter), wait=False)

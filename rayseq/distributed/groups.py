@@ -1,0 +1,517 @@
+"""The three actor groups an algorithm's iteration is written against (``Algorithm.training_step``), each one class
+whether its members run in this process (``rollout.num_workers=0``: debugging, unit tests) or as Ray actors in one
+placement group (``is_local``, as RLlib's ``LearnerGroup``):
+
+- :class:`RolloutGroup`: sample replies with behaviour log-probs (scored on the scorers when the reward is
+  expensive); SeqGAN's Monte-Carlo continuations of every prefix. Receives the learner's weights.
+- :class:`ScorerGroup`: rewards, and the discriminator's scores (Q of the continuations, D(Y)). Receives D's weights.
+- :class:`LearnerGroup`: updates, weights, state, evaluation, checkpoints.
+
+:class:`ActorGroups` builds the three for a run (and its placement group) and is what ``training_step`` receives.
+Methods are called in code, never by name strings. Fault recovery lives in :class:`~rayseq.distributed.manager.
+ActorManager`, shared by the groups.
+
+Data flows by reference (DESIGN.md "Data flow"): ``sample``, ``mc_search``, ``score_mc`` and ``score_sequences``
+return per-shard handles (:mod:`rayseq.distributed.handles`: ObjectRefs under Ray, the objects in-process); the
+learner fetches them. The driver holds references and metric dicts only (``recv_bytes`` counts what it fetches).
+The protocols these classes meet, for the math layer's algorithms: :mod:`rayseq.algos.iteration`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rayseq.config import RunConfig, config_to_dict
+from rayseq.distributed.handles import resolve
+from rayseq.distributed.learner import Learner
+from rayseq.distributed.scorer import ScorerActor
+from rayseq.distributed.worker import RolloutWorker
+from rayseq.types import PromptBatch, Rollout, RolloutRequest
+
+
+def _shard_seed(seed: int | None, shard: int) -> int | None:
+    return None if seed is None else seed * 1009 + shard
+
+
+def _shard_request(request: RolloutRequest, shard: int) -> RolloutRequest:
+    return dataclasses.replace(request, seed=_shard_seed(request.seed, shard))
+
+
+def _two(method):
+    """A worker or scorer call with two return objects: (data, small info)."""
+    return method.options(num_returns=2)
+
+
+class LearnerGroup:
+    """The learner: generator, baseline/critic, discriminator, optimizers, the frozen KL reference. One Learner
+    in-process, or one Ray actor (placement bundle 0). Every method waits for its answer."""
+
+    kind = "learner"
+
+    def __init__(self, cfg_dict: dict, *, manager=None, actor_options: dict | None = None):
+        self.is_local = manager is None
+        self._manager = manager
+        self.rollout: RolloutGroup | None = None  # set by ActorGroups: the group a chained update samples on
+        if self.is_local:
+            self._impl = self.local = Learner(cfg_dict)
+        else:
+            import ray
+
+            self._impl = ray.remote(Learner).options(**actor_options).remote(cfg_dict)
+            self.actor = self._impl
+        self._version: int | None = None  # known from the last update (Ray); None: ask the learner
+        self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update (Ray)
+
+    def _call(self, method, *args, keeps_version: bool = False):
+        """``method`` (the Learner's, or the actor's) with ``args``, waited for. A call that may change the weights
+        version forgets the known one (asked again when needed)."""
+        if self.is_local:
+            return method(*args)
+        if not keeps_version:
+            self._version = None
+        return self._manager.get_learner(method.remote(*args))
+
+    # -- stages, state, checkpoints -----------------------------------------------------------------
+    def start_stage(self, stage: str) -> None:
+        return self._call(self._impl.start_stage, stage)
+
+    def state_dict(self) -> dict:
+        return self._call(self._impl.state_dict, keeps_version=True)
+
+    def load_state_dict(self, state: dict) -> None:
+        return self._call(self._impl.load_state_dict, state)
+
+    def apply_config_lrs(self) -> dict:
+        return self._call(self._impl.apply_config_lrs, keeps_version=True)
+
+    def init_from(self, state: dict) -> dict:
+        return self._call(self._impl.init_from, state)
+
+    def evaluate(self, split: str = "val") -> tuple[dict, dict]:
+        return self._call(self._impl.evaluate, split, keeps_version=True)
+
+    def placement(self) -> dict:
+        return self._call(self._impl.placement, keeps_version=True)
+
+    # -- weights ----------------------------------------------------------------------------------
+    def version(self) -> int:
+        """The generator's weights version (its update count): known from the last update, else asked."""
+        if self.is_local:
+            return self.local.get_version()
+        if self._version is None:
+            self._version = self._call(self._impl.get_version, keeps_version=True)
+        return self._version
+
+    def disc_version(self) -> int:
+        return self._call(self._impl.get_disc_version, keeps_version=True)
+
+    def get_weights(self) -> dict:
+        """The generator's (and G_β's) state dicts, fetched (tests, diagnostics)."""
+        return self._call(self._impl.get_weights, keeps_version=True)
+
+    def weights_handle(self, version: int):
+        """What the rollout group sends its workers for weights ``version``: the state dicts in-process; under Ray
+        a FlatWeights ref, the one the last update returned when it is that version (no call), else fetched now."""
+        if self.is_local:
+            return self.local.get_weights()
+        published = self._published
+        if published is not None and published[0] == version:
+            return published[1]
+        return self._impl.get_flat_weights.remote()
+
+    def disc_weights_handle(self):
+        """D's state dict (in-process) or a ref to it (Ray), for the scorer group."""
+        return self.local.get_disc_weights() if self.is_local else self._impl.get_disc_weights.remote()
+
+    # -- the algorithm's calls ----------------------------------------------------------------------
+    def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
+        """The request the learner's copy of the algorithm builds (state lives there: interpolation's λ)."""
+        return self._call(self._impl.rollout_request, iteration, max_len, temperature, seed, keeps_version=True)
+
+    def validate(self) -> dict:
+        """The validation reward handed to the learner's algorithm (interpolation: keep or undo, anneal λ)."""
+        return self._call(self._impl.validate)
+
+    def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
+        """A supervised update on ``batch`` (MLE pretraining, RAML, ...); its metrics."""
+        return self._call(self._impl.update, batch, iteration)
+
+    def train_discriminator(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
+        """One d-step on real ``positives`` and the sampled ``negatives`` (shard handles; SeqGAN Algorithm 1)."""
+        return self._call(self._impl.train_discriminator, positives, negatives, seed)
+
+    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None) -> dict:
+        """The rollout algorithm's update on the shard handles (the learner fetches them), with ``scores`` (per-shard
+        handles the learner's algorithm gives the rollout, ``Algorithm.assign_scores``); returns its metrics (with
+        ``time/sample_s``, the slowest worker's sampling, read from the shards).
+
+        Under Ray the updated weights come back as a second object, kept in the object store for the workers' next
+        calls; shards of ``sample(wait=False)`` may still be sampling (the learner starts on them as they arrive;
+        a crashed worker's shard is sampled again and the update re-sent: :meth:`ActorManager.retry_update`).
+
+        ``next_batch``: ``() -> (prompts, request)`` of the next iteration (the chained mode), drawn once the update
+        is on its way and sent to the workers with the update's weights ref (the version it will make): each worker
+        waits in the object store for the learner's weights and samples at once, with no round trip through the
+        driver; ``RolloutGroup.take_next`` hands its shards over. In-process: drawn after the update and sampled by
+        ``take_next`` with the weights published then."""
+        rollout = self.rollout
+        if self.is_local:
+            m = self.local.update_rollout(shards, iteration, scores)
+            rollout._next_batch = None if next_batch is None else next_batch()
+            return m
+        before = (rollout._weights_ref, rollout.version)
+        after = self.version() + 1 if next_batch is not None else None  # the version this update makes
+        self._version = None
+        drawn: list = []
+
+        def submit(shards):
+            metrics_ref, weights_ref = _two(self._impl.update_and_publish).remote(shards, iteration, scores)
+            if next_batch is not None:
+                drawn[:] = drawn or [next_batch()]  # drawn once (a retried update sends the same batch)
+                rollout._weights_ref, rollout.version = weights_ref, after
+                rollout._next_shards = rollout.sample(*drawn[0], wait=False)
+            return metrics_ref, weights_ref
+
+        def on_failure():  # the next batch went out with weights that never came: dropped (sent again on retry)
+            if next_batch is not None:
+                rollout.drop_next()
+                rollout._weights_ref, rollout.version = before
+
+        metrics, weights_ref, shards = self._manager.retry_update(submit, shards, on_failure)
+        self._manager.forget(shards)  # sampled (the learner has them; it read their timings)
+        self._manager.received(metrics)
+        self._version = int(metrics["learner/version"])
+        self._published = (self._version, weights_ref)
+        if after is not None and after != self._version:  # the next batch's rollouts carry that version
+            raise RuntimeError(f"the learner's update made weights version {self._version}, not {after}")
+        return metrics
+
+
+class RolloutGroup:
+    """``rollout.num_workers`` RolloutWorkers (placement bundles 1..n), or one in-process: sample with the learner's
+    published weights (each call carries them), Monte-Carlo continuations."""
+
+    kind = "worker"
+
+    def __init__(self, cfg_dict: dict, learner: LearnerGroup, scorer: ScorerGroup | None = None, *, manager=None,
+                 actors=None):
+        self.is_local = manager is None
+        self._manager = manager
+        self._learner = learner
+        self.scorer = scorer  # where sampled rollouts are scored when the reward is expensive
+        self.first_bundle = 1
+        if self.is_local:
+            self.local = RolloutWorker(cfg_dict, 0)
+            self.actors = []
+        else:
+            self.actors = actors
+        self.version = -1
+        self._weights_ref = None  # Ray: the FlatWeights ref of ``version``, carried by the next calls
+        self._next_shards: list | None = None  # Ray: the next batch's refs, sent with the last update (take_next)
+        self._next_batch: tuple | None = None  # in-process: the next batch, sampled by take_next
+
+    def sync_weights(self) -> None:
+        """Publish the learner's weights, tagged with its update count (what ``rollout/staleness`` compares
+        against): in-process loaded now; under Ray one object per version, which the workers' next calls carry
+        (no call of its own)."""
+        version = self._learner.version()
+        if version == self.version:
+            return
+        if self.is_local:
+            self.local.set_weights(self._learner.weights_handle(version), version)
+        else:
+            self._weights_ref = self._learner.weights_handle(version)
+        self.version = version
+
+    def _weights(self) -> dict:
+        """The keyword arguments that send the current weights with a worker call."""
+        return {"weights": [self._weights_ref], "version": self.version} if self._weights_ref is not None else {}
+
+    def restore(self, actor) -> None:
+        """A restarted worker gets the current weights (ActorManager)."""
+        self._manager.ray.get(actor.set_weights.remote(self._weights_ref, self.version))
+
+    def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
+        """Shard handles of one reply per prompt (shard i sampled on worker i; in-process one shard, sampled now,
+        whatever ``wait`` says). With scorer actors (expensive rewards) each shard is scored on scorer i mod m as
+        soon as it is sampled.
+
+        ``wait=False`` (Ray): returns the refs at once, while the workers sample (and the scorers score, each call
+        chained on its worker's result by reference); the learner's update (or ``confirm``) waits for them and
+        re-sends a crashed worker's shard (and its scoring) or a crashed scorer's call."""
+        if self.is_local:
+            return [self.local.sample(prompts, _shard_request(request, 0))]
+        manager, ray = self._manager, self._manager.ray
+        shards = prompts.split(len(self.actors))
+        requests = [_shard_request(request, i) for i in range(len(shards))]
+        scorers = self.scorer.actors if self.scorer.scores_rollouts else []
+        m = len(scorers)
+
+        def sample(i):
+            return lambda w: _two(w.sample_shard).remote(shards[i], requests[i], m == 0, **self._weights())
+
+        def score(rollout):
+            return lambda a: _two(a.score_rollout_shard).remote(rollout)
+
+        if not wait:  # each scorer call (if any) is chained on its worker's result by reference, no wait here
+            refs = []
+            for i, w in enumerate(self.actors[: len(shards)]):
+                pair = sample(i)(w)
+                scored = _two(scorers[i % m].score_rollout_shard).remote(pair[0]) if m else None
+                final = scored[0] if m else pair[0]
+                manager.track(final, (self, self.scorer, i, pair, sample(i), scored, score))
+                refs.append(final)
+            return refs
+        pending = {}
+        for i, w in enumerate(self.actors[: len(shards)]):
+            pair = sample(i)(w)
+            pending[pair[1]] = (i, pair)
+        out: list = [None] * len(shards)
+        while pending:  # a shard goes to its scorer as soon as it is sampled
+            (ready,), _ = ray.wait(list(pending), num_returns=1)
+            i, pair = pending.pop(ready)
+            rollout, _ = manager.get_pair(self, i, pair, sample(i))
+            out[i] = rollout if m == 0 else (score(rollout)(scorers[i % m]), score(rollout))
+        if m:
+            out = [manager.get_pair(self.scorer, i % m, pair, submit)[0] for i, (pair, submit) in enumerate(out)]
+        return out
+
+    def confirm(self, shards: list) -> list:
+        """``shards`` once sampled (the calls of ``sample(wait=False)`` waited for, a crashed worker's re-sent)."""
+        return list(shards) if self.is_local else self._manager.confirm(shards)
+
+    def take_next(self) -> list:
+        """The shard handles of the batch that went out with the last update (``LearnerGroup.update``'s
+        ``next_batch``): under Ray sampling or sampled; in-process sampled now, with the weights published since."""
+        if self.is_local:
+            batch, self._next_batch = self._next_batch, None
+            return self.sample(*batch)
+        shards, self._next_shards = self._next_shards, None
+        return shards
+
+    def drop_next(self) -> None:
+        """Forget the next-batch calls sent with an update that failed (their weights never came)."""
+        if not self.is_local:
+            self._manager.forget(self._next_shards)
+        self._next_shards = None
+
+    def mc_search(self, shards: list, n_rollouts: int, temperature: float, seed: int) -> list:
+        """SeqGAN Eq. 4's continuations of every prefix of the rollout ``shards`` by the rollout policy G_β: shard i
+        searched on worker i (where it was sampled; in-process the rollout as one shard). Returns pending calls for
+        :meth:`ScorerGroup.score_mc`, which scores each as soon as its continuations exist."""
+        if self.is_local:
+            return [self.local.mc_search(Rollout.concat(shards), n_rollouts, temperature, _shard_seed(seed, 0))]
+        seeds = [_shard_seed(seed, i) for i in range(len(shards))]
+
+        def search(i):
+            return lambda w: _two(w.mc_search_shard).remote(shards[i], n_rollouts, temperature, seeds[i],
+                                                             **self._weights())
+
+        return [(self, i, search(i)(w), search(i)) for i, w in enumerate(self.actors[: len(shards)])]
+
+    def stats(self) -> list[dict]:
+        """Each worker's stats, after it has loaded the published weights (it may not have needed them yet)."""
+        if self.is_local:
+            return [self.local.stats()]
+        ray = self._manager.ray
+        if self._weights_ref is not None:
+            ray.get([w.set_weights.remote([self._weights_ref], self.version) for w in self.actors])
+        return self._manager.received(ray.get([w.stats.remote() for w in self.actors]))
+
+
+class ScorerGroup:
+    """``scorer.num_scorers`` ScorerActors (bundles after the workers'), or one in-process (SeqGAN): rewards that
+    are expensive or configured, and the discriminator's scores with D's published weights."""
+
+    kind = "scorer"
+
+    def __init__(self, cfg: RunConfig, cfg_dict: dict, learner: LearnerGroup, *, manager=None, actors=None):
+        self.is_local = manager is None
+        self._manager = manager
+        self._learner = learner
+        self.first_bundle = 1 + cfg.rollout.num_workers
+        self.local = ScorerActor(cfg_dict, 0) if self.is_local and cfg.is_gan else None
+        self.actors = [] if self.is_local else actors
+        # sampled rollouts go to the scorers for their reward (else the workers score them)
+        self.scores_rollouts = cfg.rollouts_scored_remotely and len(self.actors) > 0
+        self.disc_version = -1
+        self._disc_ref = None
+
+    def sync_disc(self) -> None:
+        """Publish the learner's discriminator (one object per d-step version) to every scorer."""
+        version = self._learner.disc_version()
+        if version == self.disc_version:
+            return
+        if self.is_local:
+            self.local.set_disc_weights(self._learner.disc_weights_handle(), version)
+            self.disc_version = version
+            return
+        self._disc_ref = self._learner.disc_weights_handle()
+        self.disc_version = version
+        refs = [s.set_disc_weights.remote(self._disc_ref, version) for s in self.actors]
+        for i, ref in enumerate(refs):
+            self._manager.get(self, i, ref, lambda a: a.set_disc_weights.remote(self._disc_ref, self.disc_version))
+
+    def restore(self, actor) -> None:
+        """A restarted scorer gets the current discriminator (ActorManager)."""
+        self._manager.ray.get(actor.set_disc_weights.remote(self._disc_ref, self.disc_version))
+
+    def score_mc(self, pending: list) -> tuple[list, dict]:
+        """SeqGAN's Q (B_i, T_i) per shard of the continuations ``RolloutGroup.mc_search`` is computing (Eq. 4, D
+        on each continuation): shard i scored on scorer i mod m as soon as its continuations exist. Returns the
+        per-shard handles and timings (``mc_s``, ``score_s``: the slowest worker's and scorer's)."""
+        if self.is_local:
+            (batch,) = pending
+            q, info = self.local.score_mc(batch)
+            return [q], {"mc_s": batch.info["mc_s"], "score_s": info["score_s"]}
+        manager, ray = self._manager, self._manager.ray
+        m = len(self.actors)
+
+        def score(batch):
+            return lambda a: _two(a.score_mc).remote(batch)
+
+        waiting = {pair[1]: (workers, i, pair, search) for workers, i, pair, search in pending}
+        scoring: list = [None] * len(pending)
+        t_mc = []
+        while waiting:  # each shard goes to its scorer as soon as its continuations exist
+            (ready,), _ = ray.wait(list(waiting), num_returns=1)
+            workers, i, pair, search = waiting.pop(ready)
+            batch, info = manager.get_pair(workers, i, pair, search)
+            t_mc.append(info["mc_s"])
+            scoring[i] = (score(batch)(self.actors[i % m]), score(batch))
+        q_refs, t_score = [], []
+        for i, (pair, submit) in enumerate(scoring):
+            q, info = manager.get_pair(self, i % m, pair, submit)
+            q_refs.append(q)
+            t_score.append(info["score_s"])
+        return q_refs, {"mc_s": max(t_mc), "score_s": max(t_score)}
+
+    def score_sequences(self, shards: list) -> tuple[list, dict]:
+        """D(Y) (B_i,) per shard of the rollout's sequences (shard i on scorer i mod m), and timings."""
+        if self.is_local:
+            d, info = self.local.score_sequences(Rollout.concat(shards))
+            return [d], {"score_s": info["score_s"]}
+        m = len(self.actors)
+
+        def score(i):
+            return lambda a: _two(a.score_sequences).remote(shards[i])
+
+        pairs = [score(i)(self.actors[i % m]) for i in range(len(shards))]
+        out = [self._manager.get_pair(self, i % m, pair, score(i)) for i, pair in enumerate(pairs)]
+        return [d for d, _ in out], {"score_s": max(info["score_s"] for _, info in out)}
+
+    def stats(self) -> list[dict]:
+        if self.is_local:
+            return [self.local.stats()] if self.local is not None else []
+        ray = self._manager.ray
+        return self._manager.received(ray.get([s.stats.remote() for s in self.actors]))
+
+
+class ActorGroups:
+    """A run's three groups (``learner``, ``rollout``, ``scorer``): in-process with ``rollout.num_workers=0``, else
+    one Learner actor, ``rollout.num_workers`` RolloutWorker actors and ``scorer.num_scorers`` ScorerActors (when
+    the run has scorers: SeqGAN, expensive or configured rewards) in one placement group
+    (``rollout.placement_strategy``: PACK or SPREAD over the nodes).
+
+    ``placement_group``: reserve elsewhere (a Tune trial's ``tune.PlacementGroupFactory``, built by
+    :func:`rayseq.distributed.runtime.bundles`) and pass it in; its bundle 0 is the learner's, bundles 1..n the
+    workers', then the scorers'. Otherwise one is created here. Workers and scorers are restarted by Ray after a
+    crash (``max_restarts``) and their calls re-sent (:class:`~rayseq.distributed.manager.ActorManager`); a lost
+    node's workers and scorers are re-created on the surviving nodes (:mod:`rayseq.distributed.nodes`); losing the
+    learner's node ends the run with :class:`~rayseq.distributed.nodes.NodeLost` naming it."""
+
+    def __init__(self, cfg: RunConfig, placement_group=None):
+        d = config_to_dict(cfg)
+        self.is_local = cfg.rollout.num_workers == 0
+        self.manager = None
+        if self.is_local:
+            self.learner = LearnerGroup(d)
+            self.rollout = RolloutGroup(d, self.learner)  # built before the scorer: the global RNG draws as before
+            self.scorer = self.rollout.scorer = ScorerGroup(cfg, d, self.learner)
+            # one process: every constructor set the process-wide thread count; the learner's applies
+            import torch
+
+            torch.set_num_threads(cfg.learner.torch_threads)
+        else:
+            self._start_ray_actors(cfg, d, placement_group)
+        self.learner.rollout = self.rollout
+
+    def _start_ray_actors(self, cfg: RunConfig, d: dict, placement_group) -> None:
+        import ray
+        from ray.util.placement_group import placement_group as make_pg
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from rayseq.distributed.manager import ActorManager
+        from rayseq.distributed.nodes import Placement
+        from rayseq.distributed.runtime import bundles, init_ray
+
+        self._ray = ray
+        r, lc, sc = cfg.rollout, cfg.learner, cfg.scorer
+        wanted = bundles(cfg)
+        self._started_ray = init_ray(min_cpus=sum(b["CPU"] for b in wanted))
+        self._own_pg = placement_group is None
+        if placement_group is None:
+            placement_group = make_pg(wanted, strategy=r.placement_strategy)
+            try:
+                ray.get(placement_group.ready(), timeout=120)
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(
+                    f"cluster cannot reserve {wanted} "
+                    f"(available: {ray.available_resources()}); lower rollout.num_workers, scorer.num_scorers "
+                    "or their num_cpus_per_* / learner.num_cpus (and custom resources: learner.resources, "
+                    "rollout.resources_per_worker, scorer.resources_per_scorer)"
+                ) from None
+        self.pg = placement_group
+        self.placement = Placement(placement_group)
+
+        def strategy(i):
+            return PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i)
+
+        def stateless_actors(cls, count: int, first_bundle: int, cpus: float, gpus: float) -> list:
+            """Workers / scorers: restarted by Ray after a crash, their calls re-sent by the manager."""
+            return [
+                ray.remote(cls).options(num_cpus=cpus, num_gpus=gpus, max_restarts=r.max_restarts, max_task_retries=0,
+                                        scheduling_strategy=strategy(first_bundle + i)).remote(d, i)
+                for i in range(count)
+            ]
+
+        self.manager = manager = ActorManager(ray, self.placement, None)
+        self.learner = LearnerGroup(d, manager=manager, actor_options={
+            "num_cpus": lc.num_cpus, "num_gpus": lc.num_gpus, "scheduling_strategy": strategy(0)})
+        manager._learner_id = self.learner.actor.actor_id.remote()  # to tell its failures apart from others'
+        n, m = r.num_workers, cfg.num_scorers
+        workers = stateless_actors(RolloutWorker, n, 1, r.num_cpus_per_worker, r.num_gpus_per_worker)
+        scorers = stateless_actors(ScorerActor, m, 1 + n, sc.num_cpus_per_scorer, sc.num_gpus_per_scorer)
+        self.scorer = ScorerGroup(cfg, d, self.learner, manager=manager, actors=scorers)
+        self.rollout = RolloutGroup(d, self.learner, self.scorer, manager=manager, actors=workers)
+
+    @property
+    def remote(self) -> bool:
+        return not self.is_local
+
+    @property
+    def restarts(self) -> int:
+        """Worker and scorer restarts so far (0 in-process)."""
+        return 0 if self.manager is None else self.manager.restarts
+
+    @property
+    def recv_bytes(self) -> int:
+        """Pickled size of everything the driver fetched from the actors (0 in-process: nothing crosses)."""
+        return 0 if self.manager is None else self.manager.recv_bytes
+
+    def fetch(self, handles: list) -> list:
+        """The objects behind shard handles, fetched to the driver (tests, benchmarks; the loop never does)."""
+        return list(handles) if self.is_local else self.manager.received(resolve(handles))
+
+    def shutdown(self) -> None:
+        if self.is_local:
+            return
+        ray = self._ray
+        for a in [self.learner.actor, *self.rollout.actors, *self.scorer.actors]:
+            ray.kill(a)
+        if self._own_pg:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.pg)
+        if self._started_ray:
+            ray.shutdown()

@@ -1,0 +1,196 @@
+"""Fault recovery of a run's Ray actors, in one place (as RLlib's ``FaultTolerantActorManager``), shared by the
+rollout, scorer and learner groups (:mod:`rayseq.distributed.groups`).
+
+Rollout workers and scorers hold nothing but weights: a call that fails because its actor died waits for Ray to
+restart the actor (``max_restarts``), gives it the group's current weights and sends the call again; a lost node
+is named in a warning. The learner is not restarted (its training state lives there until the next checkpoint):
+its death, or its node's, ends the run, with :class:`~rayseq.distributed.nodes.NodeLost` naming a lost node
+(``--resume`` continues from the last checkpoint).
+
+Calls whose results are still out (``RolloutGroup.sample(wait=False)``: the learner fetches their shards itself)
+are tracked here until they are confirmed: a crashed worker's shard (and its chained scoring) is sent again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pickle
+import time
+
+log = logging.getLogger(__name__)
+
+
+class ActorManager:
+    """Waits for calls on stateless actors, re-creating and re-sending after a crash; counts what the driver
+    fetches (``recv_bytes``) and the actors restarted (``restarts``)."""
+
+    def __init__(self, ray, placement, learner_id_ref):
+        self.ray = ray
+        self.placement = placement  # rayseq.distributed.nodes.Placement: bundle -> node
+        self._learner_id = learner_id_ref  # the learner's Ray actor id (hex), answered while it was alive
+        self.restarts = 0
+        self.recv_bytes = 0  # pickled size of everything the driver fetched (ray.get) through the groups
+        self._unconfirmed: dict = {}  # shard ref -> (rollout group, worker, call pair, submit, scorer call, score)
+
+    def received(self, value):
+        """Count ``value``'s pickled size in ``recv_bytes`` (what the driver fetched); returns it."""
+        self.recv_bytes += len(pickle.dumps(value, protocol=5))
+        return value
+
+    # -- the learner ------------------------------------------------------------------------------
+    def get_learner(self, ref):
+        """``ray.get`` of a learner call; its death ends the run (NodeLost if its node went with it)."""
+        try:
+            return self.received(self.ray.get(ref))
+        except self.ray.exceptions.RayActorError:
+            self.placement.check_learner(wait_s=20)
+            raise
+
+    def learner_died(self, exc) -> bool:
+        """``exc`` (from a Ray call) is the learner actor's death, not a worker's or a scorer's that reached the
+        driver through the learner's fetch of its shard."""
+        ray = self.ray
+        try:  # answered while it was alive (the driver holds that answer)
+            learner_id = ray.get(self._learner_id, timeout=30)
+        except ray.exceptions.RayError:  # it died before it could say: the failure is the learner's
+            return True
+        return getattr(exc, "actor_id", None) == learner_id
+
+    def retry_update(self, submit, shards: list, on_failure):
+        """``submit(shards) -> (metrics ref, weights ref)`` of a learner update on sampled shards, waited for. If
+        it failed because a worker died while sampling one of its shards (the learner fetches them: the update
+        changed nothing), the shard is sampled again and the update sent again; any other failure is raised
+        (``on_failure()`` first: undo what went out with the failed update). Returns (metrics, weights ref,
+        shards)."""
+        ray = self.ray
+        metrics_ref, weights_ref = submit(shards)
+        try:
+            return ray.get(metrics_ref), weights_ref, shards
+        except ray.exceptions.RayError as exc:
+            with contextlib.suppress(ray.exceptions.RayError):  # its second object holds the same error: seen
+                ray.get(weights_ref)
+            on_failure()
+            if self.learner_died(exc):  # NodeLost if its node went with it
+                self.placement.check_learner(wait_s=20)
+            restarts = self.restarts
+            if not any(ref in self._unconfirmed for ref in shards):
+                raise
+            shards = self.confirm(shards)
+            if self.restarts == restarts:  # every shard was sampled: the learner's own failure
+                raise
+        metrics_ref, weights_ref = submit(shards)
+        try:
+            return ray.get(metrics_ref), weights_ref, shards
+        except ray.exceptions.RayError as exc2:
+            if self.learner_died(exc2):
+                self.placement.check_learner(wait_s=20)
+            raise
+
+    # -- calls still out --------------------------------------------------------------------------
+    def track(self, ref, call: tuple) -> None:
+        """A ``sample(wait=False)`` call whose result ``ref`` is not confirmed yet (see :meth:`confirm`)."""
+        self._unconfirmed[ref] = call
+
+    def forget(self, refs) -> None:
+        """Sampled, or dropped: no longer tracked."""
+        for ref in refs or ():
+            self._unconfirmed.pop(ref, None)
+
+    def confirm(self, shards: list) -> list:
+        """``shards`` once sampled: waits for the calls of ``sample(wait=False)`` among them, a crashed worker's
+        re-sent (its new ref in its place), and a crashed scorer's."""
+        ray = self.ray
+        out = list(shards)
+        for k, ref in enumerate(shards):
+            call = self._unconfirmed.pop(ref, None)
+            if call is None:
+                continue
+            workers, scorers, i, pair, submit, scored, score = call
+            rollout, _ = self.get_pair(workers, i, pair, submit)
+            if scored is None:
+                out[k] = rollout
+                continue
+            j = i % len(scorers.actors)
+            if rollout is not pair[0]:  # re-sampled: the chained scorer call failed with the worker; score anew
+                with contextlib.suppress(ray.exceptions.RayError):
+                    ray.get(list(scored))
+                scored = score(rollout)(scorers.actors[j])
+            out[k], _ = self.get_pair(scorers, j, scored, score(rollout))
+        return out
+
+    # -- stateless actors (workers, scorers) ------------------------------------------------------
+    def get_pair(self, group, i: int, pair: tuple, submit) -> tuple:
+        """A call ``submit(actor) -> (data ref, info ref)`` on ``group``'s actor ``i`` (its two return objects):
+        waits for the small info only (:meth:`get`: a crashed actor's call is re-sent); returns (data ref, info)."""
+        box = [pair[0]]
+
+        def resubmit(actor):
+            data, info = submit(actor)
+            box[0] = data
+            return info
+
+        info = self.received(self.get(group, i, pair[1], resubmit))
+        return box[0], info
+
+    def get(self, group, i: int, ref, resubmit, max_attempts: int = 6):
+        """``ray.get(ref)``; if ``group``'s actor ``i`` died, wait for Ray to restart it, give it the group's
+        current weights (``group.restore(actor)``) and ``resubmit(actor)`` its work."""
+        ray = self.ray
+        kind = group.kind
+        for _ in range(max_attempts):
+            try:
+                return ray.get(ref)
+            except ray.exceptions.ObjectLostError:
+                # the call's input is gone: the weights it carries lived on the learner's node (NodeLost if so)
+                self.placement.check_learner(wait_s=20)
+                raise
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                named = self._check_node_loss(exc, group, i)
+                self.restarts += 1
+                log.warning("%s %d failed (%s); re-dispatching its work", kind, i, type(exc).__name__)
+                actor = group.actors[i]
+                self._wait_alive(actor)
+                if not named:  # the GCS may mark the node dead after the actor's error reached us: by now it has
+                    self._warn_node_lost(group, i, "Ray re-created it on a surviving node")
+                group.restore(actor)
+                ref = resubmit(actor)
+        raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
+
+    def _check_node_loss(self, exc, group, i: int) -> bool:
+        """After actor ``i``'s call failed: :class:`NodeLost` if the learner went with its node (the failure is the
+        learner's own, or its weights' a worker waited for); a warning naming the node if the actor's node is
+        lost (Ray re-creates the actor on a surviving node once its bundle is re-placed there). True if it warned."""
+        learner_failed = self.learner_died(exc)
+        self.placement.check_learner(wait_s=20 if learner_failed else 0)
+        if learner_failed:
+            raise exc
+        return self._warn_node_lost(group, i, "waiting for Ray to re-create it on a surviving node")
+
+    def _warn_node_lost(self, group, i: int, then: str) -> bool:
+        """Warn (naming the node) if the node that held actor ``i``'s bundle is dead; True if so."""
+        if node := self.placement.lost_node(group.first_bundle + i):
+            log.warning("%s %d was on %s and is lost with it; %s", group.kind, i, self.placement.describe(node),
+                        then)
+            return True
+        return False
+
+    def _wait_alive(self, actor, timeout: float = 120.0) -> None:
+        """Until Ray has restarted ``actor`` (a worker or scorer); after a node loss that waits for its bundle
+        to be re-placed on a surviving node, which needs room there."""
+        ray = self.ray
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ray.get(actor.pid.remote(), timeout=10)
+                return
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                    ray.exceptions.GetTimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"a failed actor was not back within {timeout:.0f} s ({type(exc).__name__}): if its node was "
+                        "lost, the surviving nodes have no room for its bundle (available: "
+                        f"{ray.available_resources()}); --resume continues the run once the cluster has room, or "
+                        "with fewer rollout.num_workers / scorer.num_scorers"
+                    ) from exc
+                time.sleep(0.5)

@@ -575,14 +575,8 @@ class RunConfig(_Section):
         is the one the learner uses."""
         if isinstance(data, dict) and isinstance(data.get("algo", {}), dict):
             algo = resolve_algo_section(data.get("algo", {}))
-            model = algorithm_config_model(algo.get("name", AlgoConfig.model_fields["name"].default))
-            if model is not AlgoConfig:  # the algorithm declares keys of its own: validate them with the rest
-                try:
-                    algo = model.model_validate(algo)
-                except ValidationError as err:
-                    msg = _format_validation_error(err, prefix="algo.").removeprefix("invalid config: ")
-                    raise ValueError(msg) from None
-            data = {**data, "algo": algo}
+            own = algorithm_config_model(algo.get("name", AlgoConfig.model_fields["name"].default))
+            data = {**data, "algo": _validate_own(own, AlgoConfig, algo, "algo.")}
         if isinstance(data, dict) and isinstance(data.get("task", {}), dict):
             task = resolve_task_section(data.get("task", {}))
             model = data.get("model")
@@ -590,13 +584,7 @@ class RunConfig(_Section):
                     and task.get("hf_tokenizer") is None:  # the model's tokenizer replaces the vocabulary
                 task = {**task, "hf_tokenizer": model["path"]}
             own = task_config_model(task.get("name", TaskConfig.model_fields["name"].default))
-            if own is not TaskConfig:  # the task declares keys of its own: validate them with the rest
-                try:
-                    task = own.model_validate(task)
-                except ValidationError as err:
-                    msg = _format_validation_error(err, prefix="task.").removeprefix("invalid config: ")
-                    raise ValueError(msg) from None
-            data = {**data, "task": task}
+            data = {**data, "task": _validate_own(own, TaskConfig, task, "task.")}
         return data
 
     @model_validator(mode="after")
@@ -776,36 +764,43 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+def _validate_own(model: type, base: type, section: dict, prefix: str):
+    """A section whose algorithm or task declares keys of its own (``model`` extends ``base``): validated with the
+    rest, as that model (what RunConfig keeps); else left to RunConfig."""
+    if model is base:
+        return section
+    try:
+        return model.model_validate(section)
+    except ValidationError as err:
+        raise ValueError(_format_validation_error(err, prefix=prefix).removeprefix("invalid config: ")) from None
+
+
+def _with_fields(base: type, section: str, name: str, lookup) -> type:
+    """``base`` (AlgoConfig, TaskConfig) extended by the keys class ``name`` declares itself (its ``fields``: key ->
+    (type, pydantic Field)), so adding an algorithm or a task never edits this file."""
+    try:
+        fields = lookup(name).fields
+    except ValueError:  # an unknown name: the section's own validation says so
+        return base
+    if not fields:
+        return base
+    clash = sorted(set(fields) & set(base.model_fields))
+    if clash:
+        raise ValueError(f"{section}.name={name}: its fields {clash} are {base.__name__} keys already; use them, or "
+                         "other names")
+    return create_model(f"{base.__name__}_{name.replace('.', '_').replace(':', '_')}", __base__=base, **fields)
+
+
 @functools.cache
 def algorithm_config_model(name: str) -> type[AlgoConfig]:
-    """AlgoConfig, extended by the keys algorithm ``name`` declares itself (its class's ``fields``: key ->
-    (type, pydantic Field), e.g. GRPO's ``group_size``), so adding an algorithm never edits this file."""
-    try:
-        fields = registry.algorithm_class(name).fields
-    except ValueError:  # an unknown name: AlgoConfig's own validation says so
-        return AlgoConfig
-    if not fields:
-        return AlgoConfig
-    clash = sorted(set(fields) & set(AlgoConfig.model_fields))
-    if clash:
-        raise ValueError(f"algo.name={name}: its fields {clash} are AlgoConfig keys already; use them, or other names")
-    return create_model(f"AlgoConfig_{name.replace('.', '_').replace(':', '_')}", __base__=AlgoConfig, **fields)
+    """AlgoConfig with algorithm ``name``'s own keys (e.g. GRPO's ``group_size``)."""
+    return _with_fields(AlgoConfig, "algo", name, registry.algorithm_class)
 
 
 @functools.cache
 def task_config_model(name: str) -> type[TaskConfig]:
-    """TaskConfig, extended by the ``task.*`` keys task ``name`` declares itself (its class's ``fields``), so a task
-    with keys of its own needs no edit of this file."""
-    try:
-        fields = registry.task_class(name).fields
-    except ValueError:  # an unknown name: TaskConfig's own validation says so
-        return TaskConfig
-    if not fields:
-        return TaskConfig
-    clash = sorted(set(fields) & set(TaskConfig.model_fields))
-    if clash:
-        raise ValueError(f"task.name={name}: its fields {clash} are TaskConfig keys already; use them, or other names")
-    return create_model(f"TaskConfig_{name.replace('.', '_').replace(':', '_')}", __base__=TaskConfig, **fields)
+    """TaskConfig with task ``name``'s own ``task.*`` keys."""
+    return _with_fields(TaskConfig, "task", name, registry.task_class)
 
 
 @functools.cache

@@ -35,7 +35,8 @@ class Task:
 
     Optional, with defaults: ``conditional`` (the generator reads an input), ``banned_ids`` (tokens never emitted
     besides <pad>/<bos>), traits ``has_reward``, ``has_references``, ``scored_remotely`` (see rayseq.registry),
-    ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``prepare_data(task_cfg)`` (called once
+    ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``check_config(run_cfg)`` (checks of the
+whole run's config, e.g. against the task's data), ``prepare_data(task_cfg)`` (called once
     by the driver before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints).
     """
 
@@ -49,6 +50,10 @@ class Task:
     about = ""  # for the chat page: what the model was trained to do and what a good reply is
     reward = None  # a configured reward.* other than the task's own (rayseq.rewards.reward.Reward), by make_task
     defaults: dict = {}
+
+    @classmethod
+    def check_config(cls, run_cfg) -> None:
+        """Checks of a whole run's config against this task (its data, say); ValueError naming the key."""
 
     @classmethod
     def prepare_data(cls, cfg) -> bool:

@@ -129,8 +129,9 @@ class HFJoiner:
 
 def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
     """A :class:`rayseq.data.dataset.DialogueData` with its text re-tokenised by ``vocab``: every row's input and
-    reply (the prepared word tokens, detokenised) encoded again; rows, groups and splits unchanged, so the references
-    of an input are the same replies. The length caps become the longest encoded input and reply."""
+    reply (as written, or the prepared word tokens detokenised) encoded again; rows, groups and splits unchanged, so
+    the references of an input are the same replies. The length caps become the longest encoded input and reply (a
+    prompt-only dataset: its prepared ``max_tgt_len``)."""
     kind = data.tokenizer.get("kind", "words")
     conversational = bool(getattr(data, "conversational", False))
 
@@ -152,7 +153,8 @@ def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
         encoded[name] = (encode([text(p, t) for p, t in zip(prompts, s.src_text)]),
                          encode([text(r, t) for r, t in zip(replies, s.tgt_text)], empty=(s.tgt_len == 0).tolist()))
     max_src = max(len(x) for src, _ in encoded.values() for x in src)
-    max_tgt = max(max((len(x) for _, tgt in encoded.values() for x in tgt), default=1), 1)
+    # the longest reply; a prompt-only dataset has none: its prepared cap (--max-tgt-len), in this tokenizer's tokens
+    max_tgt = max((len(x) for _, tgt in encoded.values() for x in tgt), default=0) or data.max_tgt_len
 
     def pad(rows: list[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
         out = np.full((len(rows), width), vocab.specials.pad, dtype=np.int64)

@@ -9,6 +9,11 @@ generator weights (``learner.generator``: all of them, or the LoRA adapters) wri
 ``ckpt_<iteration:08d>.safetensors`` — the format Hugging Face tools read — and the ``.pt`` holds the rest with
 ``learner.generator = {"safetensors": <file name>}``; :func:`load_checkpoint` puts the weights back. The
 ``.safetensors`` is written first, so a ``.pt`` never exists without its weights.
+
+An exported built-in generator (``python -m rayseq.export``: ``config.json`` with ``format`` :data:`EXPORT_FORMAT`,
+``vocab.json``, ``model.safetensors``) loads as a checkpoint too: :func:`resolve_checkpoint` of its folder names its
+``config.json`` and :func:`load_checkpoint` assembles what serving reads (task spec, model config, weights, what
+produced them).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from rayseq.storage import RunStore
 
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
 CKPT_DIR = "checkpoints"
+EXPORT_FORMAT = "rayseq-export-v1"  # config.json of an exported built-in generator (rayseq.export)
 
 
 def _store(run_dir: str | os.PathLike | RunStore) -> RunStore:
@@ -60,6 +66,8 @@ def resolve_checkpoint(location: str | os.PathLike) -> str:
     """A checkpoint file, a run directory (its latest checkpoint) or a run's ``checkpoints/`` folder."""
     loc = str(location).rstrip("/")
     parent, _, name = loc.rpartition("/")
+    if name == "config.json" and _is_export(RunStore(parent or ".")):
+        return loc
     if name.endswith(".pt"):
         if not RunStore(parent or ".").exists(name):
             raise FileNotFoundError(f"checkpoint not found: {loc}")
@@ -68,6 +76,8 @@ def resolve_checkpoint(location: str | os.PathLike) -> str:
     store = RunStore(run_dir)
     if not store.exists():
         raise FileNotFoundError(f"checkpoint not found: {loc}")
+    if _is_export(store):
+        return store.display("config.json")
     found = list_checkpoints(store)
     if not found:
         raise FileNotFoundError(f"no checkpoint in {loc} (expected {store.display(CKPT_DIR)}/ckpt_*.pt)")
@@ -79,6 +89,8 @@ def load_checkpoint(location: str | os.PathLike, map_location="cpu") -> dict:
     path = resolve_checkpoint(location)
     parent, _, name = path.rpartition("/")
     store = RunStore(parent or ".")
+    if name == "config.json":
+        return _load_export(store, map_location)
     ck = torch.load(io.BytesIO(store.read_bytes(name)), map_location=map_location, weights_only=True)
     generator = ck.get("learner", {}).get("generator") if isinstance(ck.get("learner"), dict) else None
     if isinstance(generator, dict) and set(generator) == {"safetensors"}:
@@ -88,3 +100,31 @@ def load_checkpoint(location: str | os.PathLike, map_location="cpu") -> dict:
         device = torch.device(map_location) if isinstance(map_location, (str, torch.device)) else None
         ck["learner"]["generator"] = {k: v.to(device) for k, v in weights.items()} if device else weights
     return ck
+
+
+def _is_export(store: RunStore) -> bool:
+    """Whether a folder holds an exported built-in generator (its config.json names :data:`EXPORT_FORMAT`)."""
+    import json
+
+    if not store.exists("config.json"):
+        return False
+    try:
+        return json.loads(store.read_bytes("config.json")).get("format") == EXPORT_FORMAT
+    except (ValueError, AttributeError):
+        return False
+
+
+def _load_export(store: RunStore, map_location) -> dict:
+    """An exported generator as the parts of a checkpoint serving reads."""
+    import json
+
+    from safetensors.torch import load
+
+    config = json.loads(store.read_bytes("config.json"))
+    task = {**config["task"], "vocab": json.loads(store.read_bytes("vocab.json"))}
+    weights = load(store.read_bytes("model.safetensors"))
+    if isinstance(map_location, (str, torch.device)):
+        weights = {k: v.to(torch.device(map_location)) for k, v in weights.items()}
+    return {"task": task, "config": {"model": config["model"], "algo": {"name": config["algo"]},
+                                     "train": {"pretrain_iters": config["pretrain_iters"]}},
+            "driver": config["driver"], "learner": {"generator": weights}}

@@ -55,6 +55,7 @@ LAYERS = {
     "rayseq.train": ENTRY,
     "rayseq.tune": ENTRY,
     "rayseq.serve": ENTRY,
+    "rayseq.export": ENTRY,  # python -m rayseq.export: a trained policy as a Hugging Face / safetensors folder
     "rayseq.data.__main__": ENTRY,  # python -m rayseq.data
 }
 

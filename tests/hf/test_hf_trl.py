@@ -111,3 +111,11 @@ def test_conversational_prompts_use_the_chat_template(tmp_path, hf_dir, chat_hf_
     model = ChatModel(tmp_path / "run")
     assert model.prompt_text(messages) == rendered
     assert model.encode(model.prompt_text(messages))[0] == task.train.src[0, : task.train.src_len[0]].tolist()
+    # the exported folder carries the template: TRL-side tools render the same prompt
+    from transformers import AutoTokenizer
+
+    from rayseq.export import main as export_main
+
+    assert export_main([str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "hf"), local_files_only=True)
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == rendered

@@ -119,3 +119,36 @@ def test_conversational_prompts_use_the_chat_template(tmp_path, hf_dir, chat_hf_
     assert export_main([str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "hf"), local_files_only=True)
     assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == rendered
+
+
+def test_readme_coming_from_trl(tmp_path, hf_dir, monkeypatch):
+    """README's "Coming from TRL": its files and its three commands, run as written but for the model (the tiny
+    GPT-2), a 2-iteration budget and in-process rollouts."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from rayseq.config import build_config
+    from rayseq.data.__main__ import main as data_main
+    from rayseq.export import main as export_main
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Coming from TRL\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
+    (tmp_path / "math.jsonl").write_text(next(b for lang, b in blocks if lang == "json"), encoding="utf-8")
+    (tmp_path / "math_rewards.py").write_text(next(b for lang, b in blocks if lang == "python"), encoding="utf-8")
+    prep, train, export = [shlex.split(line) for line in
+                           next(b for lang, b in blocks if lang == "bash").replace("\\\n", " ").splitlines()]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert prep[:3] == ["python", "-m", "rayseq.data"] and data_main([*prep[3:], "--quiet"]) == 0
+    assert train[:3] == ["python", "-m", "rayseq.train"]
+    overrides = [a if not a.startswith("model.path=") else f"model.path={hf_dir}" for a in train[3:]]
+    cfg = build_config(None, [*overrides, "train.iters=2", "rollout.num_workers=0", "progress=false"])
+    summary = Trainer(cfg).run()
+    rows = [r for r in pq.read_table(tmp_path / "runs" / "math" / "metrics.parquet").to_pylist()
+            if r["stage"] == "train"]
+    assert len(rows) == 2 and all(r["reward/accuracy_reward"] is not None for r in rows)
+    assert "test/reward" in summary["metrics"]
+    assert export[:3] == ["python", "-m", "rayseq.export"] and export_main(export[3:]) == 0
+    assert (tmp_path / "exported" / "math" / "config.json").is_file()

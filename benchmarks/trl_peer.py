@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -147,7 +148,8 @@ def run_rayseq(model: Path, data: Path, batch: int, seed: int, steps: int, work:
 
 def one(method: str, batch: int, seed: int, steps: int, root: Path) -> dict:
     work = root / f"{method}-b{batch}-s{seed}"
-    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # a fresh run directory each time
+    work.mkdir(parents=True)
     model, data = setup(root)
     if method == "trl":
         out = run_trl(model, data, batch, seed, steps, work)

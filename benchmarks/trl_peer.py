@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                         return 1
                     path.write_text(proc.stdout.strip().splitlines()[-1] + "\n")
                     print(f"{method:10s} batch {batch:3d} seed {seed}: {time.time() - t0:.0f} s", file=sys.stderr)
-                results.append(json.loads(path.read_text()))
+                if path.is_file():  # --report-only: the runs finished so far
+                    results.append(json.loads(path.read_text()))
     load = load or [float("nan")]
     summary = summarise(results, args.warmup)
     write_report(args.out, name, table(summary, results, args.warmup, load),

@@ -15,7 +15,7 @@ from rayseq.export import main as export_main
 from rayseq.serving.model import ChatModel, GenRequest
 
 
-@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+@pytest.mark.parametrize("arch", ["rnn", pytest.param("transformer", marks=pytest.mark.slow)])
 def test_builtin_export_serves_like_the_run(tmp_path, arch, capsys):
     run = tmp_path / "run"
     Trainer(build_config(None, [f"model.arch={arch}", "model.hidden_dim=16", "model.emb_dim=8", "model.ff_dim=16",

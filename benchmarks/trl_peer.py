@@ -6,6 +6,7 @@ Run book (from the repository root; needs the peers extra: pip install -e ".[hf,
   python benchmarks/trl_peer.py --quick              # smoke test: seed 0, batch 8, 6 steps, *_quick files
   python benchmarks/trl_peer.py --steps 300 --seeds 0 1 2
   python benchmarks/trl_peer.py --report-only        # tables and plot again from runs/trl_peer/*.json
+Finished runs (runs/trl_peer/trl_peer-<method>-b<batch>-s<seed>.json) are reused; --fresh reruns them.
 
 What is the same for the three: the model (a 2-layer GPT-2, hidden 32, with a byte-level BPE tokenizer of 400
 tokens, both built here as tests/hf_fixtures.py builds them: nothing is downloaded), the training prompts (the
@@ -245,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--runs", type=Path, default=REPO / "runs" / "trl_peer")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--fresh", action="store_true", help="rerun runs whose results exist")
     ap.add_argument("--one", nargs=3, metavar=("METHOD", "BATCH", "SEED"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -261,14 +263,17 @@ def main(argv: list[str] | None = None) -> int:
         for batch in args.batches:
             for method in args.methods:
                 path = args.runs / f"{name}-{method}-b{batch}-s{seed}.json"
-                if not args.report_only:
+                if not args.report_only and not (path.is_file() and not args.fresh):  # finished runs are reused
                     load.append(os.getloadavg()[0])
                     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                            "TOKENIZERS_PARALLELISM": "false"}
                     t0 = time.time()
-                    proc = subprocess.run([sys.executable, __file__, "--one", method, str(batch), str(seed),
-                                           "--steps", str(args.steps), "--runs", str(args.runs)],
-                                          capture_output=True, text=True, env=env, cwd=REPO)
+                    for _attempt in range(2):  # once more if Ray's node did not start on an overloaded machine
+                        proc = subprocess.run([sys.executable, __file__, "--one", method, str(batch), str(seed),
+                                               "--steps", str(args.steps), "--runs", str(args.runs)],
+                                              capture_output=True, text=True, env=env, cwd=REPO)
+                        if "timed out during startup" not in proc.stderr:
+                            break
                     if proc.returncode:
                         print(proc.stderr[-4000:], file=sys.stderr)
                         return 1

@@ -217,7 +217,7 @@ class PairsTask(Task):
     def rewards(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
         """BLEU-2 of each reply against all references of its input."""
         if key is None:
-            raise ValueError(f"{self.name} rewards need PromptBatch.key (the input's reference group)")
+            raise ValueError(f"{self.name} rewards need PromptBatch.key (the input's row: its references)")
         refs = self.references(key)
         if any(len(r) == 0 for r in refs):
             raise DataError(f"task.data={self.cfg.data}: an input without a reference reply (a prompt-only row) has "

@@ -27,7 +27,7 @@ class PromptBatch:
     src_len: np.ndarray  # (B,) int64 source lengths (>= 1)
     tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, MIXER prefixes), right-padded
     tgt_len: np.ndarray | None = None  # (B,) int64 reference lengths
-    key: np.ndarray | None = None  # (B,) int64 the task's id of the input (pairs, chitchat: its row, naming its references and columns)
+    key: np.ndarray | None = None  # (B,) int64 the task's id of the input (pairs, chitchat: its row)
 
     def __len__(self) -> int:
         return int(self.src.shape[0])

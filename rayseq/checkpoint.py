@@ -15,6 +15,11 @@ each checkpoint's SHA-256 (and its ``.safetensors``') is recorded in ``ckpt_<ite
 ``sha256sum``, so ``sha256sum -c`` checks it too), written before the ``.pt``, and verified before the file is
 unpickled. Loading a run directory takes its newest checkpoint that loads: a damaged one is named in a warning and
 the previous one is tried (:func:`load_latest`); when none loads, one line names every file tried.
+
+An exported built-in generator (``python -m rayseq.export``: ``config.json`` with ``format`` :data:`EXPORT_FORMAT`,
+``vocab.json``, ``model.safetensors``) loads as a checkpoint too: :func:`resolve_checkpoint` of its folder names its
+``config.json`` and :func:`load_checkpoint` assembles what serving reads (task spec, model config, weights, what
+produced them).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from rayseq.storage import RunStore
 
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
 CKPT_DIR = "checkpoints"
+EXPORT_FORMAT = "rayseq-export-v1"  # config.json of an exported built-in generator (rayseq.export)
 
 
 class CheckpointError(ValueError):
@@ -88,6 +94,8 @@ def resolve_checkpoint(location: str | os.PathLike) -> str:
     """A checkpoint file, a run directory (its latest checkpoint) or a run's ``checkpoints/`` folder."""
     loc = str(location).rstrip("/")
     parent, _, name = loc.rpartition("/")
+    if name == "config.json" and _is_export(RunStore(parent or ".")):
+        return loc
     if name.endswith(".pt"):
         if not RunStore(parent or ".").exists(name):
             raise FileNotFoundError(f"checkpoint not found: {loc}")
@@ -96,6 +104,8 @@ def resolve_checkpoint(location: str | os.PathLike) -> str:
     store = RunStore(run_dir)
     if not store.exists():
         raise FileNotFoundError(f"checkpoint not found: {loc}")
+    if _is_export(store):
+        return store.display("config.json")
     found = list_checkpoints(store)
     if not found:
         raise FileNotFoundError(f"no checkpoint in {loc} (expected {store.display(CKPT_DIR)}/ckpt_*.pt)")
@@ -130,6 +140,8 @@ def _load_file(path: str, map_location="cpu") -> dict:
     """One checkpoint file, its recorded SHA-256 checked before it is unpickled. Raises CheckpointError."""
     parent, _, name = path.rpartition("/")
     store = RunStore(parent or ".")
+    if name == "config.json":
+        return _load_export(store, map_location)
     recorded = _recorded_digests(store, name)
     data = _read_verified(store, name, recorded)
     try:
@@ -168,7 +180,7 @@ def _newest_that(location, check, verb: str):
     is); each damaged newer one is named in a warning. Raises FileNotFoundError or CheckpointError (one line)."""
     newest = resolve_checkpoint(location)
     loc = str(location).rstrip("/")
-    if loc.endswith(".pt"):
+    if loc.endswith(".pt") or newest.endswith("/config.json"):  # a file as it is; an exported generator
         return newest, check(newest)
     tried = []
     for path in reversed(list_checkpoints(newest.rsplit("/", 2)[0])):
@@ -265,3 +277,31 @@ def init_from_differences(ours: dict, task_spec: dict, ck: dict) -> list[str]:
     if bool(their_task.get("conditional", True)) != bool(task_spec["conditional"]):
         diff.append(f"task.name ({their_task.get('name')} there, {task_spec['name']} here: one model reads an input)")
     return diff
+
+
+def _is_export(store: RunStore) -> bool:
+    """Whether a folder holds an exported built-in generator (its config.json names :data:`EXPORT_FORMAT`)."""
+    import json
+
+    if not store.exists("config.json"):
+        return False
+    try:
+        return json.loads(store.read_bytes("config.json")).get("format") == EXPORT_FORMAT
+    except (ValueError, AttributeError):
+        return False
+
+
+def _load_export(store: RunStore, map_location) -> dict:
+    """An exported generator as the parts of a checkpoint serving reads."""
+    import json
+
+    from safetensors.torch import load
+
+    config = json.loads(store.read_bytes("config.json"))
+    task = {**config["task"], "vocab": json.loads(store.read_bytes("vocab.json"))}
+    weights = load(store.read_bytes("model.safetensors"))
+    if isinstance(map_location, (str, torch.device)):
+        weights = {k: v.to(torch.device(map_location)) for k, v in weights.items()}
+    return {"task": task, "config": {"model": config["model"], "algo": {"name": config["algo"]},
+                                     "train": {"pretrain_iters": config["pretrain_iters"]}},
+            "driver": config["driver"], "learner": {"generator": weights}}

@@ -591,6 +591,7 @@ class RunConfig(_Section):
     def _check_task_algo(self) -> RunConfig:
         algo, task = self.algorithm, self.task_class
         algo.check_config(self)  # the algorithm's own checks across sections (ValueError naming the keys)
+        getattr(task, "check_config", lambda cfg: None)(self)  # the task's (e.g. a prompt-only dataset: no MLE)
         if self.algo.kl_target is not None and self.algo.kl_coef == 0:
             raise ValueError("algo.kl_target needs algo.kl_coef > 0: the controller starts from kl_coef")
         if algo.needs_task_reward and not task.has_reward:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import importlib
 import inspect
 
+from rayseq import reward_protocol
+
 ALGORITHMS: dict[str, str] = {
     "mle": "rayseq.algos.mle:MLE",
     "reinforce": "rayseq.algos.reinforce:Reinforce",
@@ -154,7 +156,9 @@ def model_class(name: str):
 def reward_function(name: str, kwargs: dict | None = None, *, check_kwargs: bool = True):
     """The function a reward name (a key of :data:`REWARDS` or ``package.module:function``) names, checked to take
     ``(prompts, replies, references)`` and the keyword arguments ``kwargs`` (``check_kwargs=False``: only the three
-    positional arguments; what ``kwargs`` must give is left to a later call): ValueError saying what is wrong."""
+    positional arguments; what ``kwargs`` must give is left to a later call), or, written to TRL's keyword protocol
+    (:mod:`rayseq.reward_protocol`), ``prompts=``, ``completions=``, ``completion_ids=`` and ``kwargs`` (the dataset
+    columns it needs are checked at the first batch): ValueError saying what is wrong."""
     fn, attr = _import("reward function", REWARDS, name)
     if isinstance(fn, type) or not callable(fn):
         raise ValueError(f"{name}: {attr} is not a function (a reward is fn(prompts, replies, references) -> "
@@ -162,6 +166,14 @@ def reward_function(name: str, kwargs: dict | None = None, *, check_kwargs: bool
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: it will be called and checked
+        return fn
+    if reward_protocol.is_keyword(fn):  # TRL's f(prompts=, completions=, completion_ids=, **columns)
+        try:
+            reward_protocol.check_keyword(fn, kwargs if check_kwargs else None)
+        except TypeError as exc:
+            given = "".join(f", {k}=..." for k in kwargs or {}) if check_kwargs else ""
+            raise ValueError(f"{name}: {attr} cannot be called as {attr}(prompts=..., completions=..., "
+                             f"completion_ids=...{given}, **columns) (TRL's reward protocol): {exc}") from None
         return fn
     try:
         if check_kwargs:

@@ -27,7 +27,7 @@ class PromptBatch:
     src_len: np.ndarray  # (B,) int64 source lengths (>= 1)
     tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, MIXER prefixes), right-padded
     tgt_len: np.ndarray | None = None  # (B,) int64 reference lengths
-    key: np.ndarray | None = None  # (B,) int64 the task's id of the input (chitchat: its reference group)
+    key: np.ndarray | None = None  # (B,) int64 the task's id of the input (pairs, chitchat: its row)
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
@@ -84,7 +84,7 @@ class Rollout:
     version: int = 0  # weights version the rollout was sampled with
     info: dict = field(default_factory=dict)  # worker id, timings
     returns: np.ndarray | None = None  # (B, T) float32 R_t given directly (SeqGAN's Q); else Σ γ^k r_{t+k}
-    key: np.ndarray | None = None  # (B,) int64 PromptBatch.key (reference group of each input)
+    key: np.ndarray | None = None  # (B,) int64 PromptBatch.key (the task's id of each input)
     greedy_tokens: np.ndarray | None = None  # (B, T') int64 SCST: the greedy reply to the same input
     greedy_mask: np.ndarray | None = None  # (B, T') float32 its real tokens
     baseline_score: np.ndarray | None = None  # (B,) float32 SCST: the greedy reply's reward r(ŷ^g)

@@ -37,3 +37,62 @@ def two_args(prompts, replies):
 
 
 NOT_A_FUNCTION = 3
+
+
+# -- TRL's keyword protocol, in the shapes of TRL's documentation (GRPOTrainer reward_funcs) ------------------------
+
+
+def _text(completion):
+    """A completion's text: TRL gives [{"role": "assistant", "content": ...}] after a conversational prompt."""
+    return completion[0]["content"] if isinstance(completion, list) else completion
+
+
+def trl_length(completions, **kwargs):
+    """TRL's length reward: −|20 − characters|."""
+    return [-abs(20 - len(_text(c))) for c in completions]
+
+
+def trl_accuracy(completions, solution, **kwargs):
+    """TRL's accuracy reward reading the dataset's ``solution`` column: 1 when the completion contains it."""
+    return [1.0 if str(s) in _text(c) else 0.0 for c, s in zip(completions, solution)]
+
+
+async def trl_async(prompts, completions, completion_ids, **kwargs):
+    """An ``async def`` reward (TRL awaits them): the number of tokens over 10."""
+    import asyncio
+
+    await asyncio.sleep(0)
+    return [len(ids) / 10 for ids in completion_ids]
+
+
+def trl_none_for_easy(completions, difficulty, **kwargs):
+    """None (not judged) for difficulty-0 rows, else 1 for a non-empty completion."""
+    return [None if d == 0 else float(len(_text(c)) > 0) for c, d in zip(completions, difficulty)]
+
+
+def trl_logged(prompts, completions, completion_ids, solution, *, log, **kwargs):
+    """Appends what it receives to ``log`` (JSON lines, with the pid), returns the accuracy reward."""
+    import json
+
+    with open(log, "a") as f:
+        for p, c, ids, s in zip(prompts, completions, completion_ids, solution):
+            f.write(json.dumps({"pid": os.getpid(), "prompt": p, "completion": c, "ids": ids, "solution": s,
+                                "columns": sorted(kwargs)}) + "\n")
+    return trl_accuracy(completions, solution)
+
+
+def trl_short(completions, **kwargs):
+    """Wrong: one value fewer than completions."""
+    return [0.0] * (len(completions) - 1)
+
+
+def trl_nan(completions, **kwargs):
+    return [float("nan")] * len(completions)
+
+
+def trl_needs_missing(completions, answer_key, **kwargs):
+    return [0.0] * len(completions)
+
+
+def trl_positional_only(completions, /, **kwargs):
+    return [0.0] * len(completions)

@@ -1,6 +1,6 @@
-"""The hf extra is optional: without transformers, tokenizers, safetensors and peft every module of rayseq imports and
-a default run's config builds; model.arch=hf says which extra to install. (Runs with the packages hidden, so it
-checks this on an install that has them too.)"""
+"""The hf and peers extras are optional: without transformers, tokenizers, safetensors and peft (hf), trl and datasets
+(peers) every module of rayseq imports and a default run's config builds; model.arch=hf says which extra to install.
+(Runs with the packages hidden, so it checks this on an install that has them too.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import importlib, pkgutil, sys
 
 class Hidden:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("transformers", "tokenizers", "safetensors", "peft"):
+        if name.split(".")[0] in ("transformers", "tokenizers", "safetensors", "peft", "trl", "datasets"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
@@ -29,7 +29,8 @@ try:
     build_config(None, ["task.name=pairs", "model.arch=hf", "model.path=."])
 except ConfigError as e:
     print("ERROR", e)
-print("LOADED", sorted(k for k in sys.modules if k.split(".")[0] in ("transformers", "peft", "safetensors")))
+print("LOADED", sorted(k for k in sys.modules if k.split(".")[0] in ("transformers", "peft", "safetensors", "trl",
+                                                                   "datasets")))
 """
 
 

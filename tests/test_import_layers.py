@@ -37,6 +37,7 @@ LAYERS = {
     "rayseq.types": FOUNDATIONS,
     "rayseq.checkpoint": FOUNDATIONS,
     "rayseq.registry": FOUNDATIONS,
+    "rayseq.reward_protocol": FOUNDATIONS,  # the two reward-function protocols (rayseq's, TRL's): registry checks them
     "rayseq.seeding": FOUNDATIONS,
     "rayseq.storage": FOUNDATIONS,  # RunStore: run directories on local disk or pyarrow.fs URIs
     "rayseq.runlog": FOUNDATIONS,  # metrics.parquet and JSON of a run, written through storage
@@ -54,6 +55,7 @@ LAYERS = {
     "rayseq.train": ENTRY,
     "rayseq.tune": ENTRY,
     "rayseq.serve": ENTRY,
+    "rayseq.export": ENTRY,  # python -m rayseq.export: a trained policy as a Hugging Face / safetensors folder
     "rayseq.data.__main__": ENTRY,  # python -m rayseq.data
 }
 
@@ -63,6 +65,7 @@ SIDEWAYS = {
     ("rayseq.checkpoint", "rayseq.config"),  # train.init_from compares configs as this version reads them
     ("rayseq.runlog", "rayseq.storage"),
     ("rayseq.config", "rayseq.registry"),  # configs validate algorithm, task and reward names
+    ("rayseq.registry", "rayseq.reward_protocol"),  # reward functions are checked against their protocol
     ("rayseq.tasks", "rayseq.data"),  # pairs/chitchat read prepared datasets, tokenize, detokenize
     ("rayseq.tasks", "rayseq.models"),  # the oracle task samples its oracle LSTM
     ("rayseq.tasks", "rayseq.rewards"),  # task rewards, BLEU, the configured reward

@@ -15,6 +15,11 @@ Run book (times on the 2-core project machine):
     # prompt<TAB>reply[<TAB>conv_id]; rows with the same prompt are its references (train with task.name=pairs)
     python -m rayseq.data prepare jsonl:pairs.jsonl --out data/mine
     python -m rayseq.data prepare tsv:pairs.tsv --out data/mine --overwrite
+    # data as TRL users have it: parquet, csv or a datasets.save_to_disk folder; "completion" is a reply; rows
+    # without a reply are prompt-only (RL with model.arch=hf); prompts may be {role, content} message lists; every
+    # other column is kept and reaches reward functions (TRL's keyword protocol)
+    python -m rayseq.data prepare parquet:train.parquet --out data/math --max-src-len 200
+    python -m rayseq.data prepare hf:my_dataset --out data/math --prompt-column question --reply-column answer
     # longer context: the previous 2 utterances, the last 40 tokens of them
     python -m rayseq.data prepare chitchat --out data/chitchat-k2 --context-turns 2 --max-src-len 40
 
@@ -60,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--valid-frac", type=float, default=d.valid_frac, help="fraction of conversations in valid")
     q.add_argument("--test-frac", type=float, default=d.test_frac, help="fraction of conversations in test")
     q.add_argument("--shard-size", type=int, default=d.shard_size, help="rows per Parquet file")
+    q.add_argument("--prompt-column", default=None, metavar="NAME",
+                   help="the prompt column of jsonl/parquet/csv/hf rows (default: prompt, or input)")
+    q.add_argument("--reply-column", default=None, metavar="NAME",
+                   help="the reply column (default: reply, or completion); rows without one are prompt-only")
     q.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     q.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
@@ -90,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  warning: {s} is empty ({why}); training needs valid and test inputs: add prompts, or raise "
                   "--valid-frac / --test-frac", file=sys.stderr)
     print(f"  vocab {m['vocab']['size']}  dropped {m['dropped']}  truncated {m['truncated']}")
+    if m.get("columns"):
+        print(f"  columns kept for rewards: {', '.join(m['columns'])}")
+    prompt_only = sum(n.get("prompt_only", 0) for n in c.values())
+    if prompt_only:
+        print(f"  {prompt_only} prompt-only rows (no reply): RL only, train.pretrain_iters=0 with model.arch=hf")
     return 0
 
 

@@ -22,12 +22,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rayseq.data.preparation import FORMAT_VERSION, SPLITS, DataError, prepare_command
+from rayseq.data.preparation import EXTRA_PREFIX, FORMAT_VERSION, SPLITS, DataError, prepare_command
 from rayseq.data.text import tokenize
 from rayseq.vocab import Vocab
 
 # formats whose held-out splits were not cleaned of training inputs: refused with the command that re-prepares
 LEAKY_VERSIONS = ("rayseq-dialogue-v1",)
+READABLE_VERSIONS = ("rayseq-dialogue-v2", FORMAT_VERSION)  # v2: no prompt-only rows, no kept columns
 
 
 def encode_text(text: str, vocab: Vocab, tokenizer: dict, max_len: int) -> np.ndarray:
@@ -45,11 +46,14 @@ class DialogueSplit:
     src: np.ndarray  # (n, S) int64 input ids, right-padded with 0 (<pad>), S = max_src_len
     src_len: np.ndarray  # (n,) int64, >= 1
     tgt: np.ndarray  # (n, T) int64 reply ids, right-padded with 0, no bos/eos, T = max_tgt_len
-    tgt_len: np.ndarray  # (n,) int64, >= 1
+    tgt_len: np.ndarray  # (n,) int64, >= 1; 0 for a prompt-only row
     group: np.ndarray  # (n,) int64 group of the input, 0..G-1: rows of one group have the same src
     src_text: list[str]  # tokenised (truncated) input joined by spaces
     tgt_text: list[str]
     conv_id: list[str]
+    prompts: list | None = None  # per row, the prompt as written: text, or a list of {role, content} messages (v3)
+    replies: list | None = None  # per row, the reply as written; None for a prompt-only row (v3)
+    columns: dict[str, list] | None = None  # the source's other columns: name -> per-row values (v3)
 
     def __len__(self) -> int:
         return len(self.src_len)
@@ -62,8 +66,14 @@ class DialogueSplit:
         """Per group g (index g), the unpadded reply id arrays of its rows, in row order."""
         refs: list[list[np.ndarray]] = [[] for _ in range(self.num_groups)]
         for i, g in enumerate(self.group.tolist()):
-            refs[g].append(self.tgt[i, : self.tgt_len[i]])
+            if self.tgt_len[i]:  # a prompt-only row has no reply to add
+                refs[g].append(self.tgt[i, : self.tgt_len[i]])
         return refs
+
+    def group_rows(self) -> np.ndarray:
+        """(G,) the first row of each group (the row :meth:`group_inputs` takes the input of)."""
+        _, first = np.unique(self.group, return_index=True)
+        return first
 
     def group_inputs(self) -> tuple[np.ndarray, np.ndarray]:
         """((G, S) src, (G,) src_len): the input of each group, row g for group g."""
@@ -71,14 +81,14 @@ class DialogueSplit:
         return self.src[first], self.src_len[first]
 
 
-def _padded(col: pa.ChunkedArray, width: int, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """list<int32> column -> ((n, width) int64 right-padded with 0, (n,) int64 lengths)."""
+def _padded(col: pa.ChunkedArray, width: int, name: str, least: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """list<int32> column -> ((n, width) int64 right-padded with 0, (n,) int64 lengths in [least, width])."""
     col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     lens = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
     values = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.int64)
     n = len(lens)
-    if n and (lens.min() < 1 or lens.max() > width):
-        raise DataError(f"{name}: lengths must be in [1, {width}] (got {lens.min()}..{lens.max()})")
+    if n and (lens.min() < least or lens.max() > width):
+        raise DataError(f"{name}: lengths must be in [{least}, {width}] (got {lens.min()}..{lens.max()})")
     out = np.zeros((n, width), dtype=np.int64)
     rows = np.repeat(np.arange(n), lens)
     starts = np.cumsum(lens) - lens
@@ -86,7 +96,7 @@ def _padded(col: pa.ChunkedArray, width: int, name: str) -> tuple[np.ndarray, np
     return out, lens
 
 
-def _read_split(dir_: Path, max_src_len: int, max_tgt_len: int, vocab_size: int) -> DialogueSplit:
+def _read_split(dir_: Path, max_src_len: int, max_tgt_len: int, vocab_size: int, manifest: dict) -> DialogueSplit:
     shards = sorted(dir_.glob("part-*.parquet"))
     if not shards:
         raise DataError(f"{dir_}: no part-*.parquet shard (not a prepared dataset?)")
@@ -98,10 +108,24 @@ def _read_split(dir_: Path, max_src_len: int, max_tgt_len: int, vocab_size: int)
     if missing:
         raise DataError(f"{dir_}: shards lack the columns {sorted(missing)}")
     src, src_len = _padded(table.column("src"), max_src_len, f"{dir_}/src")
-    tgt, tgt_len = _padded(table.column("tgt"), max_tgt_len, f"{dir_}/tgt")
+    v3 = "prompt" in table.column_names
+    tgt, tgt_len = _padded(table.column("tgt"), max_tgt_len, f"{dir_}/tgt", least=0 if v3 else 1)
     for name, ids in (("src", src), ("tgt", tgt)):
         if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
             raise DataError(f"{dir_}/{name}: token ids outside the vocabulary of {vocab_size}")
+    prompts = replies = columns = None
+    if v3:
+        conversational = manifest.get("prompt_format") == "conversational"
+        prompts = [json.loads(p) if conversational else p for p in table.column("prompt").to_pylist()]
+        replies = table.column("reply").to_pylist()
+        kinds = manifest.get("columns") or {}
+        columns = {}
+        for name in table.column_names:
+            if name.startswith(EXTRA_PREFIX):
+                key = name[len(EXTRA_PREFIX):]
+                values = table.column(name).to_pylist()
+                columns[key] = ([None if v is None else json.loads(v) for v in values] if kinds.get(key) == "json"
+                                else values)
     return DialogueSplit(
         src=src,
         src_len=src_len,
@@ -111,6 +135,9 @@ def _read_split(dir_: Path, max_src_len: int, max_tgt_len: int, vocab_size: int)
         src_text=table.column("src_text").to_pylist(),
         tgt_text=table.column("tgt_text").to_pylist(),
         conv_id=table.column("conv_id").to_pylist(),
+        prompts=prompts,
+        replies=replies,
+        columns=columns,
     )
 
 
@@ -150,7 +177,7 @@ class DialogueData:
                 f"valid and test splits may contain training inputs (held-out scores would partly measure "
                 f"recall of training replies); re-prepare it ({FORMAT_VERSION!r}) with: {command}"
             )
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise DataError(f"{path / 'manifest.json'}: format_version {version!r}, expected {FORMAT_VERSION!r}")
         try:
             vocab = Vocab.from_spec(spec)
@@ -162,8 +189,23 @@ class DialogueData:
         for s in SPLITS:
             if not (path / s).is_dir():
                 raise DataError(f"{path}: not a prepared dialogue dataset (missing {s}/)")
-            splits[s] = _read_split(path / s, max_src_len, max_tgt_len, len(vocab))
+            splits[s] = _read_split(path / s, max_src_len, max_tgt_len, len(vocab), manifest)
         return cls(vocab, tokenizer, max_src_len, max_tgt_len, manifest, splits)
+
+    @property
+    def prompt_only_rows(self) -> int:
+        """Rows without a reply, over the splits."""
+        return sum(int((s.tgt_len == 0).sum()) for s in self.splits.values())
+
+    @property
+    def column_names(self) -> list[str]:
+        """The source's other columns kept beside the prompts (manifest ``columns``)."""
+        return list(self.manifest.get("columns") or {})
+
+    @property
+    def conversational(self) -> bool:
+        """Whether the prompts are lists of {role, content} messages."""
+        return self.manifest.get("prompt_format") == "conversational"
 
     def encode(self, text: str) -> np.ndarray:
         """A prompt's input ids, as ``encode_text`` with this dataset's settings."""

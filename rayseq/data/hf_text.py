@@ -12,6 +12,12 @@ positions log-prob 0, so a pad that were also the end token would erase every re
 prompt and reply (rayseq's ``bos``) is the tokenizer's BOS, or its EOS when it has none (GPT-2's
 ``<|endoftext|>``); ``unk`` falls back to pad (byte-level tokenizers have no unknown token).
 
+Prompts and replies are encoded as the dataset wrote them (format v3 keeps them; an older dataset's tokenised text
+is detokenised). A conversational prompt (a list of ``{role, content}`` messages) is rendered with the tokenizer's
+chat template, ``apply_chat_template(messages, add_generation_prompt=True)`` (:meth:`HFVocab.render`), and serving
+renders ``/v1/chat/completions`` messages with the same template; a tokenizer without a template is an error
+naming the model.
+
 Math/data layer: numpy and transformers (imported when a vocabulary is built).
 """
 
@@ -83,6 +89,15 @@ class HFVocab:
         """What a checkpoint stores: the tokenizer's directory (serving loads it from there)."""
         return {"hf_tokenizer": self.path}
 
+    def render(self, messages: list[dict]) -> str:
+        """A conversation as the text the model reads: the chat template with the assistant's turn opened."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"{self.path}: the tokenizer has no chat template, and the prompts are conversations "
+                             "({role, content} lists); give it one (tokenizer.chat_template = ...; save_pretrained) "
+                             "or give the prompts as text")
+        return self.tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False,
+                                                  add_generation_prompt=True)
+
 
 class HFJoiner:
     """Incremental decoding by token id, as :class:`rayseq.data.text.Joiner` for words: :meth:`push` a token, get the
@@ -114,17 +129,32 @@ class HFJoiner:
 
 def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
     """A :class:`rayseq.data.dataset.DialogueData` with its text re-tokenised by ``vocab``: every row's input and
-    reply (the prepared word tokens, detokenised) encoded again; rows, groups and splits unchanged, so the references
-    of an input are the same replies. The length caps become the longest encoded input and reply."""
+    reply (as written, or the prepared word tokens detokenised) encoded again; rows, groups and splits unchanged, so
+    the references of an input are the same replies. The length caps become the longest encoded input and reply (a
+    prompt-only dataset: its prepared ``max_tgt_len``)."""
     kind = data.tokenizer.get("kind", "words")
+    conversational = bool(getattr(data, "conversational", False))
 
-    def encode(texts: list[str]) -> list[np.ndarray]:
-        out = [vocab.encode_text(detokenize(t.split(), kind), 1 << 30) for t in texts]
-        return [o if len(o) else np.array([vocab.specials.unk], dtype=np.int64) for o in out]
+    def text(written, tokens: str) -> str:
+        """What to encode of a row: as written (a conversation rendered), else the prepared tokens detokenised."""
+        if written is None:
+            return detokenize(tokens.split(), kind)
+        return vocab.render(written) if isinstance(written, list) else written
 
-    encoded = {name: (encode(s.src_text), encode(s.tgt_text)) for name, s in data.splits.items()}
+    def encode(texts: list[str], empty: list[bool] | None = None) -> list[np.ndarray]:
+        out = [vocab.encode_text(t, 1 << 30) for t in texts]
+        return [np.zeros(0, dtype=np.int64) if empty is not None and empty[i] else
+                o if len(o) else np.array([vocab.specials.unk], dtype=np.int64) for i, o in enumerate(out)]
+
+    encoded = {}
+    for name, s in data.splits.items():
+        prompts = s.prompts if s.prompts is not None else [None] * len(s)
+        replies = s.replies if s.replies is not None else [None] * len(s)
+        encoded[name] = (encode([text(p, t) for p, t in zip(prompts, s.src_text)]),
+                         encode([text(r, t) for r, t in zip(replies, s.tgt_text)], empty=(s.tgt_len == 0).tolist()))
     max_src = max(len(x) for src, _ in encoded.values() for x in src)
-    max_tgt = max(len(x) for _, tgt in encoded.values() for x in tgt)
+    # the longest reply; a prompt-only dataset has none: its prepared cap (--max-tgt-len), in this tokenizer's tokens
+    max_tgt = max((len(x) for _, tgt in encoded.values() for x in tgt), default=0) or data.max_tgt_len
 
     def pad(rows: list[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
         out = np.full((len(rows), width), vocab.specials.pad, dtype=np.int64)
@@ -137,4 +167,5 @@ def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
         src, src_len = pad(encoded[name][0], max_src)
         tgt, tgt_len = pad(encoded[name][1], max_tgt)
         splits[name] = dataclasses.replace(s, src=src, src_len=src_len, tgt=tgt, tgt_len=tgt_len)
-    return DialogueData(vocab, {"kind": HFVocab.kind, "path": vocab.path}, max_src, max_tgt, data.manifest, splits)
+    tokenizer = {"kind": HFVocab.kind, "path": vocab.path, **({"chat_template": True} if conversational else {})}
+    return DialogueData(vocab, tokenizer, max_src, max_tgt, data.manifest, splits)

@@ -34,10 +34,23 @@ Sources (``SOURCE`` of ``python -m rayseq.data prepare``):
   utterance a line, blank lines end a conversation; ``.gz`` works too;
 - ``cornell:DIR``: Cornell Movie-Dialogs (Danescu-Niculescu-Mizil & Lee, 2011), ``movie_lines.txt``
   and ``movie_conversations.txt``;
-- ``jsonl:PATH`` (``{"prompt", "reply", "conv_id"?}`` a line; ``input`` is the same as ``prompt``) and
-  ``tsv:PATH`` (prompt, reply, conv id?). Several rows with the same prompt are its references. A row without a
-  conversation id belongs to the conversation of its prompt (:func:`prompt_conversation`), so the split keeps
-  every reply to a prompt together.
+- ``jsonl:PATH`` (``{"prompt", "reply", "conv_id"?, ...}`` a line), ``parquet:PATH``, ``csv:PATH`` (a header
+  row; types inferred by pyarrow) and ``hf:DIR`` (a ``datasets.Dataset.save_to_disk`` folder, every split of a
+  ``DatasetDict`` in order; needs ``datasets``, the ``peers`` extra): rows with a prompt column (``prompt``, or
+  ``input``; ``--prompt-column``) and a reply column (``reply``, or ``completion`` as TRL names it;
+  ``--reply-column``), and ``tsv:PATH`` (prompt, reply, conv id?). Several rows with the same prompt are its
+  references. A row without a conversation id belongs to the conversation of its prompt
+  (:func:`prompt_conversation`), so the split keeps every reply to a prompt together.
+
+  Data as TRL users have it: a row without a reply (the column absent, or null) is a prompt-only row, which RL
+  trains on and MLE cannot (it samples only rows with a reply); a prompt may be a conversation, a list of
+  ``{"role", "content"}`` messages (the word tokenizer reads their contents joined by a space; ``model.arch=hf``
+  renders them with the tokenizer's chat template, :mod:`rayseq.data.hf_text`), and a reply given as such a list
+  is the text of its messages. **Every other column is kept**: written beside the prompts as
+  ``extra.<name>`` Parquet columns (Arrow types inferred over the whole file; a column whose values have no common
+  type is kept as JSON text), listed in ``manifest.json`` (``columns``), and given to reward functions per row
+  (TRL's keyword protocol, :mod:`rayseq.rewards.reward`). Each row also keeps its prompt and reply as written
+  (``prompt``: the text, or the messages as JSON; ``reply``: null for a prompt-only row).
 
 Math/data layer: numpy, pyarrow, tqdm (and PyYAML for chatterbot); never Ray.
 """
@@ -68,11 +81,16 @@ from rayseq.data.text import tokenize
 from rayseq.vocab import SPECIAL_TOKENS, Vocab
 
 # v2: valid/test hold no training input (v1 held-out splits did; DialogueData.load refuses v1)
-FORMAT_VERSION = "rayseq-dialogue-v2"
+# v3: prompts and replies as written, prompt-only rows (an empty tgt), the source's other columns (extra.<name>)
+FORMAT_VERSION = "rayseq-dialogue-v3"
+EXTRA_PREFIX = "extra."  # the Parquet name of a kept column of the source
 SPLITS = ("train", "valid", "test")
 HELD_OUT = ("valid", "test")
 TOKENIZER = {"kind": "words", "lowercase": True}
-SOURCES = ("chitchat", "chatterbot", "opensubtitles:PATH", "cornell:DIR", "jsonl:PATH", "tsv:PATH")
+SOURCES = ("chitchat", "chatterbot", "opensubtitles:PATH", "cornell:DIR", "jsonl:PATH", "parquet:PATH", "csv:PATH",
+           "hf:DIR", "tsv:PATH")
+PROMPT_COLUMNS = ("prompt", "input")  # the prompt column's names (one of them), unless --prompt-column
+REPLY_COLUMNS = ("reply", "completion")  # the reply column's names (TRL's "completion"), unless --reply-column
 SCHEMA = pa.schema(
     [
         ("conv_id", pa.string()),
@@ -81,6 +99,8 @@ SCHEMA = pa.schema(
         ("tgt", pa.list_(pa.int32())),  # reply token ids, no bos/eos
         ("src_text", pa.string()),  # the (truncated) tokenised input joined by spaces
         ("tgt_text", pa.string()),
+        ("prompt", pa.string()),  # the prompt as written: its text, or its messages as JSON (prompt_format)
+        ("reply", pa.string()),  # the reply as written; null for a prompt-only row
     ]
 )
 _CORNELL_SEP = " +++$+++ "
@@ -119,6 +139,10 @@ class PrepareOptions:
     """fraction of conversations in test (at least 1 when there are >= 3 conversations)"""
     shard_size: int = 100_000
     """rows per Parquet file"""
+    prompt_column: str | None = None
+    """the prompt column of jsonl/parquet/csv/hf rows (default: ``prompt``, or ``input``)"""
+    reply_column: str | None = None
+    """the reply column of jsonl/parquet/csv/hf rows (default: ``reply``, or ``completion``)"""
     overwrite: bool = False
     """replace a non-empty output directory (atomically)"""
     quiet: bool = False
@@ -141,14 +165,17 @@ class PrepareOptions:
 
 class RawPair(NamedTuple):
     conv_id: str
-    input: str
-    reply: str
+    input: str  # the prompt's text (a conversation's: its messages' contents joined by a space)
+    reply: str | None  # None: a prompt-only row
+    messages: list[dict] | None = None  # a conversational prompt as written ({role, content} dicts)
+    columns: dict | None = None  # the source's other columns of this row
 
 
 class Pair(NamedTuple):
     conv_id: str
     src: list[str]  # tokens, truncated to max_src_len (last ones kept)
-    tgt: list[str]  # tokens, at most max_tgt_len
+    tgt: list[str]  # tokens, at most max_tgt_len; empty for a prompt-only row
+    raw: RawPair | None = None  # the row as read (its prompt and reply as written, its other columns)
 
 
 # ----------------------------------------------------------------------------------------- reading
@@ -336,8 +363,7 @@ def load_cornell(root: Path, opts: PrepareOptions) -> tuple[list[RawPair], list[
     return pairs, [lines_path, convs_path]
 
 
-def load_jsonl(path: Path, opts: PrepareOptions) -> list[RawPair]:
-    pairs: list[RawPair] = []
+def _jsonl_records(path: Path, opts: PrepareOptions) -> Iterator[tuple[str, dict]]:
     for lineno, line in _progress(read_lines(path), opts.quiet, path.name, unit="line"):
         if not line.strip():
             continue
@@ -348,23 +374,101 @@ def load_jsonl(path: Path, opts: PrepareOptions) -> list[RawPair]:
             raise DataError(f"{where}: bad JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(obj, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        if "prompt" in obj and "input" in obj:
-            raise DataError(f"{where}: both 'prompt' and 'input' (they name the same field; keep one)")
-        name = "input" if "input" in obj else "prompt"
-        for field in (name, "reply"):
-            if field not in obj:
-                raise DataError(f"{where}: missing field {field!r}" + (" (or 'input')" if field == "prompt" else ""))
-            if not isinstance(obj[field], str):
-                raise DataError(f"{where}: field {field!r} must be a string, got {type(obj[field]).__name__}")
+        yield where, obj
+
+
+def _table_records(table: pa.Table, name: str, opts: PrepareOptions) -> Iterator[tuple[str, dict]]:
+    for i, obj in enumerate(_progress(table.to_pylist(), opts.quiet, name, unit="row")):
+        yield f"{name}: row {i + 1}", obj
+
+
+def _read_table(kind: str, path: Path) -> pa.Table:
+    """The rows of a ``parquet:``, ``csv:`` or ``hf:`` source as one Arrow table."""
+    try:
+        if kind == "parquet":
+            return pq.read_table(_require(path))
+        if kind == "csv":
+            import pyarrow.csv as pa_csv
+
+            return pa_csv.read_csv(_require(path))
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: cannot read as {kind} ({e})") from None
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("source hf:DIR needs the datasets package: pip install datasets (or pip install -e "
+                        '".[peers]")') from None
+    _require(path, "directory")
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, OSError, ValueError) as e:
+        raise DataError(f"{path}: not a datasets.save_to_disk folder ({e})") from None
+    parts = list(ds.values()) if isinstance(ds, datasets.DatasetDict) else [ds]  # every split, in order
+    return pa.concat_tables([p.with_format("arrow")[:] for p in parts], promote_options="default")
+
+
+def _text_of_messages(value, where: str, field: str) -> list[dict]:
+    """``value`` checked to be a list of {"role", "content"} messages with string contents."""
+    if not value or not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"),
+                                                                                                  str) for m in value):
+        raise DataError(f"{where}: field {field!r} must be a string or a list of {{role, content}} messages with "
+                        "string contents")
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def _column(obj: dict, where: str, given: str | None, names: tuple[str, ...], required: bool) -> str | None:
+    """The name of the row's prompt (or reply) column: ``given``, or the one of ``names`` it has."""
+    if given is not None:
+        if required and given not in obj:
+            raise DataError(f"{where}: missing field {given!r} (--prompt-column)")
+        return given
+    present = [n for n in names if n in obj]
+    if len(present) > 1:
+        raise DataError(f"{where}: both {present[0]!r} and {present[1]!r} (they name the same field; keep one)")
+    if not present and required:
+        raise DataError(f"{where}: missing field {names[0]!r}" + "".join(f" (or {n!r})" for n in names[1:]))
+    return present[0] if present else None
+
+
+def records_to_pairs(records: Iterable[tuple[str, dict]], opts: PrepareOptions) -> list[RawPair]:
+    """Rows ``(where, {column: value})`` -> pairs (module docstring: the prompt and reply columns, prompt-only rows,
+    conversations, every other column kept); DataError naming the row for a bad one."""
+    pairs: list[RawPair] = []
+    conversational = None  # whether the prompts are conversations: the first row says, the others must agree
+    for where, obj in records:
+        name = _column(obj, where, opts.prompt_column, PROMPT_COLUMNS, required=True)
+        reply_name = _column(obj, where, opts.reply_column, REPLY_COLUMNS, required=False)
+        prompt, messages = obj[name], None
+        if isinstance(prompt, list):
+            messages = _text_of_messages(prompt, where, name)
+            prompt = " ".join(m["content"] for m in messages)
+        elif not isinstance(prompt, str):
+            raise DataError(f"{where}: field {name!r} must be a string or a list of {{role, content}} messages, got "
+                            f"{type(prompt).__name__}")
+        if conversational is None:
+            conversational = messages is not None
+        elif conversational != (messages is not None):
+            raise DataError(f"{where}: field {name!r} is {'a conversation' if messages else 'text'}, earlier rows' "
+                            f"{'are text' if messages else 'are conversations'}; give every prompt the same way")
+        reply = obj.get(reply_name) if reply_name else None
+        if isinstance(reply, list):  # TRL's conversational completion: [{"role": "assistant", "content": ...}]
+            reply = " ".join(m["content"] for m in _text_of_messages(reply, where, reply_name))
+        elif reply is not None and not isinstance(reply, str):
+            raise DataError(f"{where}: field {reply_name!r} must be a string, got {type(reply).__name__}")
         conv_id = obj.get("conv_id")
         if conv_id is None:
-            conv_id = prompt_conversation(obj[name], opts)
+            conv_id = prompt_conversation(prompt, opts)
         elif isinstance(conv_id, (str, int)) and not isinstance(conv_id, bool):
             conv_id = str(conv_id)
         else:
             raise DataError(f"{where}: field 'conv_id' must be a string or an integer, got {type(conv_id).__name__}")
-        pairs.append(RawPair(conv_id, obj[name], obj["reply"]))
+        columns = {k: v for k, v in obj.items() if k not in (name, reply_name, "conv_id")}
+        pairs.append(RawPair(conv_id, prompt, reply, messages, columns or None))
     return pairs
+
+
+def load_jsonl(path: Path, opts: PrepareOptions) -> list[RawPair]:
+    return records_to_pairs(_jsonl_records(path, opts), opts)
 
 
 def prompt_conversation(prompt: str, opts: PrepareOptions) -> str:
@@ -402,6 +506,11 @@ def load_source(source: str, opts: PrepareOptions) -> tuple[list[RawPair], list[
     if sep and arg and kind in loaders:
         path = Path(arg).expanduser()
         return loaders[kind](path, opts), [path], 0
+    if sep and arg and kind in ("parquet", "csv", "hf"):
+        path = Path(arg).expanduser()
+        table = _read_table(kind, path)
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        return records_to_pairs(_table_records(table, path.name, opts), opts), files, 0
     if sep and arg and kind == "cornell":
         return (*load_cornell(Path(arg).expanduser(), opts), 0)
     raise DataError(f"unknown source {source!r} (known: {', '.join(SOURCES)})")
@@ -424,6 +533,15 @@ def tokenize_pairs(raw: list[RawPair], opts: PrepareOptions) -> tuple[list[Pair]
     truncated = {"inputs": 0, "replies": 0}
     pairs: list[Pair] = []
     for p in _progress(raw, opts.quiet, "tokenise", unit="pair"):
+        if p.reply is None:  # a prompt-only row: RL trains on it, MLE does not
+            src = tok(p.input)
+            if not src:
+                dropped["empty_input"] += 1
+                continue
+            if len(src) > opts.max_src_len:
+                truncated["inputs"] += 1
+            pairs.append(Pair(p.conv_id, src[-opts.max_src_len :], [], p))
+            continue
         src, tgt = tok(p.input), tok(p.reply)
         if not src:
             dropped["empty_input"] += 1
@@ -440,7 +558,7 @@ def tokenize_pairs(raw: list[RawPair], opts: PrepareOptions) -> tuple[list[Pair]
         if len(src) > opts.max_src_len:
             truncated["inputs"] += 1
             src = src[-opts.max_src_len :]  # the end of the context matters most
-        pairs.append(Pair(p.conv_id, src, tgt))
+        pairs.append(Pair(p.conv_id, src, tgt, p))
     return pairs, dropped, truncated
 
 
@@ -526,16 +644,39 @@ def _list_array(seqs: Sequence[Sequence[int]]) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
 
 
-def encode_split(pairs: list[Pair], vocab: Vocab) -> pa.Table:
+def column_types(pairs: list[Pair]) -> dict[str, pa.DataType | None]:
+    """The kept columns of the source (in order of first appearance) -> their Arrow type over every row, or None when
+    the values have no common type (they are written as JSON text)."""
+    names: dict[str, None] = {}
+    for p in pairs:
+        for k in (p.raw.columns or {}) if p.raw else {}:
+            names.setdefault(k)
+    types = {}
+    for k in names:
+        try:
+            types[k] = pa.array([(p.raw.columns or {}).get(k) for p in pairs]).type
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            types[k] = None
+    return types
+
+
+def _raw_prompt(p: Pair) -> str:
+    if p.raw is None:
+        return " ".join(p.src)
+    return json.dumps(p.raw.messages, ensure_ascii=False) if p.raw.messages is not None else p.raw.input
+
+
+def encode_split(pairs: list[Pair], vocab: Vocab, columns: dict[str, pa.DataType | None] | None = None) -> pa.Table:
     """Rows of one split with ``group`` ids: pairs whose encoded input is identical share a group
-    (0..G-1 in order of first appearance); the group's replies are that input's references."""
+    (0..G-1 in order of first appearance); the group's replies are that input's references. ``columns``
+    (:func:`column_types`) are the source's other columns, written as ``extra.<name>``."""
     stoi, unk = vocab.stoi, vocab.specials.unk
     src = [encode_input(p.src, vocab) for p in pairs]
     tgt = [[stoi.get(t, unk) for t in p.tgt] for p in pairs]
     # by ids, not text: inputs the model cannot tell apart (<unk>) must share their references
     groups: dict[tuple[int, ...], int] = {}
     group = np.fromiter((groups.setdefault(s, len(groups)) for s in src), dtype=np.int64, count=len(src))
-    return pa.Table.from_arrays(
+    table = pa.Table.from_arrays(
         [
             pa.array([p.conv_id for p in pairs], pa.string()),
             pa.array(group, pa.int64()),
@@ -543,9 +684,17 @@ def encode_split(pairs: list[Pair], vocab: Vocab) -> pa.Table:
             _list_array(tgt),
             pa.array([" ".join(p.src) for p in pairs], pa.string()),
             pa.array([" ".join(p.tgt) for p in pairs], pa.string()),
+            pa.array([_raw_prompt(p) for p in pairs], pa.string()),
+            pa.array([p.raw.reply if p.raw else " ".join(p.tgt) for p in pairs], pa.string()),
         ],
         schema=SCHEMA,
     )
+    for name, type_ in (columns or {}).items():
+        values = [(p.raw.columns or {}).get(name) if p.raw else None for p in pairs]
+        if type_ is None:  # no common Arrow type: JSON text
+            values, type_ = [None if v is None else json.dumps(v, ensure_ascii=False) for v in values], pa.string()
+        table = table.append_column(EXTRA_PREFIX + name, pa.array(values, type_))
+    return table
 
 
 def _split_stats(table: pa.Table, unk: int) -> dict:
@@ -557,6 +706,7 @@ def _split_stats(table: pa.Table, unk: int) -> dict:
     return {
         "conversations": len(set(table.column("conv_id").to_pylist())),
         "pairs": table.num_rows,
+        "prompt_only": int(table.column("reply").null_count),
         "groups": int(np.max(table.column("group").to_numpy())) + 1 if table.num_rows else 0,
         "unk_rate": round(n_unk / n_tokens, 6) if n_tokens else 0.0,
     }
@@ -637,7 +787,8 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
     dropped_seen = {}
     for s in HELD_OUT:
         by_split[s], dropped_seen[s] = drop_seen_inputs(by_split[s], vocab, train_inputs)
-    tables = {s: encode_split(by_split[s], vocab) for s in SPLITS}  # groups of what is left
+    columns = column_types(pairs)
+    tables = {s: encode_split(by_split[s], vocab, columns) for s in SPLITS}  # groups of what is left
     counts = {s: _split_stats(tables[s], vocab.specials.unk) for s in SPLITS}
     train_texts = set(tables["train"].column("src_text").to_pylist())
     for s in HELD_OUT:
@@ -653,6 +804,9 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
         "options": {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "quiet")},
         "seed": opts.seed,
         "tokenizer": dict(TOKENIZER),
+        "prompt_format": "conversational" if any(p.raw and p.raw.messages is not None for p in pairs) else "text",
+        # the source's other columns, written as extra.<name>: "arrow" (typed) or "json" (JSON text)
+        "columns": {k: "json" if t is None else "arrow" for k, t in columns.items()},
         "raw_conversations": len(split_of),  # with at least one pair, before the length caps
         "raw_pairs": len(raw),
         "counts": counts,

@@ -12,8 +12,16 @@ into text with the task's vocabulary and tokenizer (:func:`rayseq.data.text.deco
 values for logging (``reward/<name>``). ``task`` and ``bleu`` skip the text: they run on the token ids (the task's
 own reward; the vectorised BLEU, :func:`rayseq.rewards.bleu.sentence_bleu_padded`).
 
-A function that raises, or returns the wrong number of values or a NaN / infinite one, stops the run at the first
-batch with a :class:`RewardError` naming the function, the batch size and what came back.
+A function may be written to rayseq's positional protocol or to TRL's keyword one (``f(prompts=, completions=,
+completion_ids=, **columns)``, :mod:`rayseq.reward_protocol`), told apart by its signature; a keyword function
+gets the dataset's own columns of each row (``task.column_values(key)``) and its prompts as written
+(``task.prompt_values(key)``), from tasks that keep them (pairs). ``None`` for a reply means "not judged", as in
+TRL: the term's value is NaN in ``term_scores``, left out of the sum (it adds 0) and of ``reward/<name>`` (the mean
+over the judged replies; NaN when a batch has none); ``async def`` functions are awaited.
+
+A function that raises, or returns the wrong number of values or a NaN / infinite one, or needs a dataset column the
+data does not have, stops the run at the first batch with a :class:`RewardError` naming the function, the batch
+size and what came back.
 
 Math layer: numpy only; never Ray.
 """
@@ -26,6 +34,7 @@ from functools import cached_property
 
 import numpy as np
 
+from rayseq import reward_protocol
 from rayseq.data.text import decode_ids
 from rayseq.rewards import library
 from rayseq.rewards.bleu import sentence_bleu_padded
@@ -41,10 +50,15 @@ class Term:
     """One f_k of the sum."""
 
     name: str  # logged as reward/<name>
-    fn: Callable  # fn(prompts, replies, references, **kwargs) -> Sequence[float]
+    fn: Callable  # fn(prompts, replies, references, **kwargs) or fn(prompts=, completions=, ...) -> Sequence[float]
     weight: float = 1.0  # w_k
     kwargs: dict = field(default_factory=dict)
     label: str = ""  # how errors name it, e.g. "reward.fn=my_reward:polite"
+
+    @cached_property
+    def keyword(self) -> bool:
+        """Written to TRL's keyword protocol (rayseq.reward_protocol)."""
+        return reward_protocol.is_keyword(self.fn)
 
 
 class Reward:
@@ -65,10 +79,12 @@ class Reward:
         self._prompt_text: dict[int, str] = {}  # key -> its input as text (a key names one input)
 
     def scores(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
-        """score (B,) float32 = Σ_k w_k f_k, and term_scores (B, K) float32: each f_k, unweighted."""
+        """score (B,) float32 = Σ_k w_k f_k over the terms that judged each reply, and term_scores (B, K) float32:
+        each f_k, unweighted, NaN where it returned None (not judged)."""
         batch = _Batch(self, src, src_len, tokens, token_mask, key)
         term_scores = np.stack([self._term(t, batch) for t in self.terms], axis=1)  # (B, K) float64
-        return (term_scores @ self.weights).astype(np.float32), term_scores.astype(np.float32)
+        score = np.where(np.isnan(term_scores), 0.0, term_scores) @ self.weights  # TRL's nansum
+        return score.astype(np.float32), term_scores.astype(np.float32)
 
     def __call__(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
         """The task's ``rewards`` contract: per-token rewards (B, T), R on each reply's last token, and R (B,)."""
@@ -76,8 +92,13 @@ class Reward:
         return terminal_rewards(score, token_mask), score
 
     def metrics(self, term_scores: np.ndarray) -> dict[str, float]:
-        """``reward/<name>``: each term's mean over a batch (term_scores (B, K) of :meth:`scores`)."""
-        return {f"reward/{n}": float(term_scores[:, k].mean()) for k, n in enumerate(self.names)}
+        """``reward/<name>``: each term's mean over a batch (term_scores (B, K) of :meth:`scores`), over the replies
+        it judged (NaN when it judged none: logged, not an error)."""
+        out = {}
+        for k, n in enumerate(self.names):
+            judged = term_scores[:, k][~np.isnan(term_scores[:, k])]
+            out[f"reward/{n}"] = float(judged.mean()) if len(judged) else float("nan")
+        return out
 
     # -- one term ---------------------------------------------------------------------------------
     def _term(self, term: Term, b: _Batch) -> np.ndarray:
@@ -89,22 +110,48 @@ class Reward:
         if term.fn is library.bleu:  # the vectorised path, on ids
             return self._checked(term, sentence_bleu_padded(b.tokens, b.lengths, b.reference_ids, **term.kwargs), B,
                                  b, 0)
+        if term.keyword:
+            self._check_columns(term, b)
         step = self.batch_size or max(B, 1)
         parts = []
         for a in range(0, B, step):
             rows = slice(a, min(a + step, B))
-            args = (b.prompts[rows], b.replies[rows], b.references[rows])
+            n = rows.stop - rows.start
             try:
-                out = term.fn(*args, **term.kwargs)
+                if term.keyword:  # TRL's protocol: keywords, the dataset's columns among them
+                    given = {"prompts": b.prompt_values[rows], "completions": b.completions[rows],
+                             "completion_ids": b.completion_ids[rows],
+                             **{c: v[rows] for c, v in b.columns.items()}}
+                    out = term.fn(**{k: given[k] for k in reward_protocol.accepted(term.fn, given)
+                                     if k not in term.kwargs}, **term.kwargs)
+                else:
+                    out = term.fn(b.prompts[rows], b.replies[rows], b.references[rows], **term.kwargs)
+                out = reward_protocol.resolve(out)  # an async def function's coroutine
             except Exception as exc:  # the user's code: say which term and on what, then its own message
-                raise RewardError(f"{term.label} raised {type(exc).__name__} on a batch of {len(args[1])} replies: "
+                raise RewardError(f"{term.label} raised {type(exc).__name__} on a batch of {n} replies: "
                                   f"{exc}") from exc
-            parts.append(self._checked(term, out, len(args[1]), b, a))
+            parts.append(self._checked(term, out, n, b, a))
         return np.concatenate(parts) if parts else np.zeros(0)
 
     @staticmethod
+    def _check_columns(term: Term, b: _Batch) -> None:
+        """A keyword function's required parameters must be dataset columns (or its kwargs): else say which."""
+        missing = [c for c in reward_protocol.required_columns(term.fn, term.kwargs) if c not in b.columns]
+        if missing:
+            have = ", ".join(sorted(b.columns)) or "none besides the prompt and reply"
+            why = (" (TRL's trainer passes it; rayseq has no TRL trainer state: give it a default)"
+                   if missing[0] in reward_protocol.TRL_ONLY else "")
+            raise RewardError(f"{term.label} needs the dataset column {missing[0]!r}{why}; the dataset's columns: "
+                              f"{have} (python -m rayseq.data prepare keeps every column of the source)")
+
+    @staticmethod
     def _checked(term: Term, out, n: int, b: _Batch, first: int) -> np.ndarray:
-        """``out`` as (n,) float64 if it is n finite numbers, else a RewardError saying what came back."""
+        """``out`` as (n,) float64 if it is n finite numbers or None (not judged: NaN), else a RewardError saying
+        what came back."""
+        judged = None
+        if isinstance(out, (list, tuple)) and any(v is None for v in out):
+            judged = np.array([v is not None for v in out])
+            out = [np.nan if v is None else v for v in out]
         try:
             values = np.asarray(out, dtype=np.float64)
         except (TypeError, ValueError):
@@ -112,7 +159,7 @@ class Reward:
         if values is None or values.shape != (n,):
             raise RewardError(f"{term.label} returned {_describe(out)} for a batch of {n} replies; a reward function "
                               f"returns one float per reply ({n} here)")
-        bad = np.flatnonzero(~np.isfinite(values))
+        bad = np.flatnonzero(~np.isfinite(values) & (True if judged is None else judged))
         if len(bad):
             i = int(bad[0])
             raise RewardError(f"{term.label} returned {values[i]} for reply {i} of a batch of {n} "
@@ -149,6 +196,35 @@ class _Batch:
     @cached_property
     def replies(self) -> list[str]:
         return [self._text(self.tokens[i, : self.lengths[i]]) for i in range(len(self.lengths))]
+
+    # -- what TRL's keyword protocol passes ---------------------------------------------------------
+    @cached_property
+    def prompt_values(self) -> list:
+        """The prompts as the dataset wrote them (a string, or a list of {role, content} messages) when the task
+        keeps them (``task.prompt_values(key)``), else as the model saw them."""
+        values = getattr(self.reward.task, "prompt_values", None)
+        if self.key is None or values is None:
+            return self.prompts
+        return values(self.key)
+
+    @cached_property
+    def completions(self) -> list:
+        """The replies as TRL gives them: text, or [{"role": "assistant", "content": text}] after a conversation."""
+        return [[{"role": "assistant", "content": r}] if isinstance(p, list) else r
+                for p, r in zip(self.prompt_values, self.replies)]
+
+    @cached_property
+    def completion_ids(self) -> list[list[int]]:
+        """Each reply's token ids, without its end token."""
+        return [self.tokens[i, : self.lengths[i]].tolist() for i in range(len(self.lengths))]
+
+    @cached_property
+    def columns(self) -> dict[str, list]:
+        """The dataset's other columns of each reply's prompt row (``task.column_values(key)``; none without)."""
+        values = getattr(self.reward.task, "column_values", None)
+        if self.key is None or values is None:
+            return {}
+        return values(self.key)
 
     @cached_property
     def reference_ids(self) -> list[list[np.ndarray]]:

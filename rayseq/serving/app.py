@@ -198,7 +198,8 @@ class ChatDeployment:
     @api.post("/v1/chat", response_model=ChatResponse)
     async def chat(self, body: ChatRequest, request: Request) -> ChatResponse:
         self._check_key(request)
-        g = self._gen_request(body.message, body.temperature, body.top_k, body.max_tokens,
+        g = self._gen_request(self.model.prompt_text([{"role": "user", "content": body.message}]), body.temperature,
+                              body.top_k, body.max_tokens,
                               body.num_replies, body.seed)
         r = await self._generate(g)
         return ChatResponse(
@@ -212,7 +213,8 @@ class ChatDeployment:
     async def chat_completions(self, body: ChatCompletionRequest, request: Request):
         self._check_key(request)
         temperature = 1.0 if body.temperature is None else body.temperature  # OpenAI's default
-        g = self._gen_request(body.messages[-1].content, temperature, body.top_k or 0,
+        messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        g = self._gen_request(self.model.prompt_text(messages), temperature, body.top_k or 0,
                               body.max_completion_tokens or body.max_tokens, body.n or 1, body.seed,
                               top_p=1.0 if body.top_p is None else body.top_p, stop=body.stop_strings(),
                               logprobs=(body.top_logprobs or 0) if body.logprobs else None)

@@ -103,6 +103,8 @@ class ChatModel:
         self.vocab = HFVocab(task["vocab"]["hf_tokenizer"]) if hf else Vocab.from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)
+        # trained on conversations rendered with the tokenizer's chat template: requests are rendered the same way
+        self.chat_template = hf and bool(tok.get("chat_template"))
         self.truecase = self.tokenizer_kind == "words" and self.lowercase  # "i'm fine" -> "I'm fine"
         self.max_src_len = int(task.get("max_src_len", 50))
         self.max_tgt_len = int(task.get("max_tgt_len", 20))
@@ -132,6 +134,13 @@ class ChatModel:
         if isinstance(self.vocab, HFVocab):
             return HFJoiner(self.vocab)
         return _WordJoiner(Joiner(self.tokenizer_kind, self.truecase), self.vocab.itos)
+
+    def prompt_text(self, messages: list[dict]) -> str:
+        """What the model reads of a conversation: the chat template's rendering (``self.chat_template``, as the
+        training prompts were; rayseq.data.hf_text), else the last message's content."""
+        if self.chat_template:
+            return self.vocab.render([{"role": m["role"], "content": m["content"] or ""} for m in messages])
+        return messages[-1]["content"]
 
     def encode(self, text: str) -> tuple[list[int], list[str], int]:
         """Token ids of ``text`` (its last ``max_src_len``: the model's input length), the words that were unknown

@@ -49,7 +49,8 @@ class Task:
     besides <pad>/<bos>), traits ``has_reward``, ``has_references``, ``scored_remotely`` (see rayseq.registry),
     ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``fields`` (``task.*`` keys of its own:
     key -> (type, pydantic Field), validated, documented and printed with the rest, as an algorithm's ``fields``;
-    no edit of rayseq.config), ``prepare_data(task_cfg)`` (called once
+    no edit of rayseq.config), ``check_config(run_cfg)`` (checks of the whole run's config, e.g. against the task's
+    data), ``prepare_data(task_cfg)`` (called once
     by the driver before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints).
     """
 
@@ -67,6 +68,10 @@ class Task:
     reward = None  # a configured reward.* other than the task's own (rayseq.rewards.reward.Reward), by make_task
     defaults: dict = {}
     fields: dict = {}  # task.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them
+
+    @classmethod
+    def check_config(cls, run_cfg) -> None:
+        """Checks of a whole run's config against this task (its data, say); ValueError naming the key."""
 
     @classmethod
     def prepare_data(cls, cfg) -> bool:

@@ -13,8 +13,17 @@ of Tuan et al. (2018, Sec. 5.2) for their chatbot, vectorised (:func:`rayseq.rew
 equal to sacrebleu's ``sentence_score`` with effective order) and given at the reply's last token; computed on
 ScorerActors. ``reward.fn`` / ``reward.terms`` replace it (:mod:`rayseq.rewards.reward`).
 
-Inputs have keys (``PromptBatch.key``) that name their reference group across the splits: training groups are
-0..G−1, the validation groups follow, then the test groups, so the reward scores a reply to any input.
+Inputs have keys (``PromptBatch.key``) that name their row across the splits: training rows are 0..N−1, the
+validation inputs (one per input group) follow, then the test inputs, so the reward scores a reply to any input:
+:meth:`PairsTask.references` gives the replies of the key's input group, :meth:`PairsTask.prompt_values` its prompt
+as written and :meth:`PairsTask.column_values` the dataset's other columns of its row (what a reward function on
+TRL's keyword protocol receives; a held-out input's are its group's first row's).
+
+Prompt-only data (rows without a reply, ``python -m rayseq.data prepare``) trains with RL only: MLE samples rows
+with a reply, and a dataset with none refuses ``train.pretrain_iters`` > 0 when the run is configured
+(:meth:`PairsTask.check_config`), naming the missing column; inputs without a reference reply have no BLEU (the
+task's own reward is then an error: configure ``reward.fn`` / ``reward.terms``), and the BLEU metrics below are
+over the inputs that have references (NaN when none has).
 
 Evaluation on the first ``val_size`` prompts (input groups) of the prepared ``valid`` split (``val/*``, every
 ``train.eval_every`` iterations: what selects, e.g. ERPO interpolation's annealing and Tune) and on the first
@@ -42,7 +51,7 @@ import torch
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.hf_text import HFVocab, retokenize
 from rayseq.data.preparation import DataError
-from rayseq.data.text import decode_ids
+from rayseq.data.text import decode_ids, detokenize
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
 from rayseq.tasks.base import Task, sampled_reward, task_spec
 from rayseq.types import PromptBatch
@@ -80,7 +89,9 @@ class PairsTask(Task):
         self.max_tgt_len = self.data.max_tgt_len + 1  # + EOS
         self.train = self.data.splits["train"]
         self.train_refs = self.train.references()  # per training group: its replies (the BLEU references)
-        self._refs = list(self.train_refs)  # per key: the references of every split's groups, train first
+        self._refs = [self.train_refs[g] for g in self.train.group.tolist()]  # per key: its input group's references
+        self._key_rows = [("train", i) for i in range(len(self.train))]  # per key: (prepared split, row)
+        self._reply_rows = np.flatnonzero(self.train.tgt_len > 0)  # the rows MLE samples
         self._held_out = {}  # split -> (inputs (n, S), lengths (n,), references of each input, keys (n,))
         for split, size in (("val", cfg.val_size), ("test", cfg.test_size)):
             part = self.data.splits[HELD_OUT[split]]
@@ -94,6 +105,7 @@ class PairsTask(Task):
             refs = part.references()[:n]
             keys = np.arange(len(self._refs), len(self._refs) + n, dtype=np.int64)
             self._refs += refs
+            self._key_rows += [(HELD_OUT[split], int(r)) for r in part.group_rows()[:n]]
             self._held_out[split] = (src[:n], src_len[:n], refs, keys)
 
     def split(self, split: str) -> tuple[np.ndarray, np.ndarray, list]:
@@ -105,6 +117,33 @@ class PairsTask(Task):
     def spec(self) -> dict:
         """What serving needs to rebuild inputs and outputs (stored in checkpoints)."""
         return task_spec(self, self.data.tokenizer)
+
+    @classmethod
+    def check_config(cls, run_cfg) -> None:
+        """Checks of a run on this task's prepared data (when ``task.data`` holds it): a prompt-only dataset has no
+        reply to pretrain on (ValueError naming the missing column)."""
+        manifest = Path(run_cfg.task.data or "") / "manifest.json"
+        if not run_cfg.task.data or not manifest.is_file():
+            return
+        import json
+
+        try:
+            m = json.loads(manifest.read_text(encoding="utf-8"))
+            counts = m["counts"]["train"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # DialogueData.load says what is wrong with it
+        if counts.get("prompt_only", 0) < counts.get("pairs", 0) or not counts.get("pairs"):
+            return
+        column = (m.get("options") or {}).get("reply_column") or "reply"
+        if run_cfg.train.pretrain_iters > 0:
+            raise ValueError(f"train.pretrain_iters={run_cfg.train.pretrain_iters}: task.data={run_cfg.task.data} has "
+                             f"no {column!r} column (prompt-only rows, source {m.get('source')}), and MLE pretraining "
+                             "learns replies; set train.pretrain_iters=0 (RL only, e.g. model.arch=hf) or prepare "
+                             "data with replies (--reply-column)")
+        if run_cfg.model.arch != "hf":
+            raise ValueError(f"model.arch={run_cfg.model.arch}: task.data={run_cfg.task.data} has no {column!r} column "
+                             "(prompt-only rows), and a model trained from scratch needs replies to learn from; use "
+                             "a pretrained policy (model.arch=hf model.path=DIR) or data with replies")
 
     @classmethod
     def prepare_data(cls, cfg) -> bool:
@@ -122,10 +161,17 @@ class PairsTask(Task):
 
     # -- data -------------------------------------------------------------------------------------
     def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> PromptBatch:
-        """``n`` training pairs drawn uniformly; ``key`` = the input's reference group; targets end in EOS."""
-        idx = rng.integers(0, len(self.train), size=n)
+        """``n`` training rows drawn uniformly (with targets: rows with a reply); ``key`` = the row; targets end in
+        EOS."""
         s = self.train
-        batch = PromptBatch(s.src[idx], s.src_len[idx], key=s.group[idx])
+        if with_targets:
+            if not len(self._reply_rows):
+                raise DataError(f"task.data={self.cfg.data}: no training row has a reply (a prompt-only dataset), and "
+                                "this stage learns replies (MLE); set train.pretrain_iters=0 and an RL algorithm")
+            idx = self._reply_rows[rng.integers(0, len(self._reply_rows), size=n)]
+        else:
+            idx = rng.integers(0, len(s), size=n)
+        batch = PromptBatch(s.src[idx], s.src_len[idx], key=idx.astype(np.int64))
         if with_targets:
             tgt = np.full((n, self.max_tgt_len), self.specials.pad, dtype=np.int64)
             tgt[:, : s.tgt.shape[1]] = s.tgt[idx]
@@ -138,6 +184,25 @@ class PairsTask(Task):
         """The reference replies (id arrays, no EOS) of each input in ``key`` (a training group, or a held-out
         input's key from :meth:`split_keys`): the reward's references."""
         return [self._refs[int(k)] for k in key]
+
+    def prompt_values(self, key) -> list:
+        """The prompt of each input in ``key`` as the dataset wrote it: text, or a list of {role, content}
+        messages (a dataset prepared before rayseq kept them: its tokenised text, detokenised)."""
+        out = []
+        for k in key:
+            split, row = self._key_rows[int(k)]
+            part = self.data.splits[split]
+            kind = self.data.tokenizer.get("kind", "words")
+            out.append(part.prompts[row] if part.prompts is not None else
+                       detokenize(part.src_text[row].split(), "words" if kind == "hf" else kind))
+        return out
+
+    def column_values(self, key) -> dict[str, list]:
+        """The dataset's other columns (``python -m rayseq.data prepare`` keeps them) of each input in ``key``:
+        name -> one value per key."""
+        rows = [self._key_rows[int(k)] for k in key]
+        return {c: [(self.data.splits[s].columns or {}).get(c, [None] * len(self.data.splits[s]))[r]
+                    for s, r in rows] for c in self.data.column_names}
 
     def split_keys(self, split: str) -> np.ndarray:
         """(n,) the keys of the ``val`` or ``test`` inputs of :meth:`split` (their references for the reward)."""
@@ -152,8 +217,11 @@ class PairsTask(Task):
     def rewards(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
         """BLEU-2 of each reply against all references of its input."""
         if key is None:
-            raise ValueError(f"{self.name} rewards need PromptBatch.key (the input's reference group)")
+            raise ValueError(f"{self.name} rewards need PromptBatch.key (the input's row: its references)")
         refs = self.references(key)
+        if any(len(r) == 0 for r in refs):
+            raise DataError(f"task.data={self.cfg.data}: an input without a reference reply (a prompt-only row) has "
+                            "no BLEU-2, the task's own reward; configure one: reward.fn=... or reward.terms=[...]")
         score = sentence_bleu_padded(tokens, self.reply_lengths(tokens, token_mask), refs, max_order=2)
         score = score.astype(np.float32)
         return terminal_rewards(score, token_mask), score
@@ -240,9 +308,16 @@ class PairsTask(Task):
     @staticmethod
     def _metrics(split: str, replies: list[np.ndarray], refs: list) -> dict:
         padded, lens = _pad(replies)
+        judged = [i for i, r in enumerate(refs) if len(r)]  # BLEU needs references (prompt-only inputs have none)
+        if judged:
+            bleu2 = 100.0 * corpus_bleu([replies[i] for i in judged], [refs[i] for i in judged], max_order=2)
+            sentence = float(sentence_bleu_padded(padded[judged], lens[judged], [refs[i] for i in judged],
+                                                  max_order=2).mean())
+        else:
+            bleu2 = sentence = float("nan")
         metrics = {
-            "bleu2": 100.0 * corpus_bleu(replies, refs, max_order=2),
-            "sentence_bleu2": float(sentence_bleu_padded(padded, lens, refs, max_order=2).mean()),
+            "bleu2": bleu2,
+            "sentence_bleu2": sentence,
             "distinct1": distinct_n(replies, 1),
             "distinct2": distinct_n(replies, 2),
             "self_bleu2": self_bleu(replies[:SELF_BLEU_REPLIES]),

@@ -131,7 +131,8 @@ def test_jsonl_prompt_field_and_its_errors(tmp_path):
     assert raw == [RawPair("prompt:hi !", "Hi!", "Hello"), RawPair("prompt:hi !", "hi !", "Hey")]
     for row, msg in (({"prompt": "a", "input": "a", "reply": "b"}, "both 'prompt' and 'input'"),
                      ({"reply": "b"}, "missing field 'prompt' (or 'input')"),
-                     ({"prompt": "a"}, "missing field 'reply'")):
+                     ({"prompt": "a", "reply": "b", "completion": "c"}, "both 'reply' and 'completion'"),
+                     ({"prompt": "a", "reply": 3}, "field 'reply' must be a string")):
         with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'bad.jsonl'}:1: {msg}")):
             load_source(f"jsonl:{write_jsonl(tmp_path / 'bad.jsonl', [row])}", opts())
 
@@ -172,7 +173,8 @@ def test_identical_inputs_share_a_group_and_its_references(tmp_path):
     src, src_len = train.group_inputs()
     assert src.shape == (3, data.max_src_len) and src_len.tolist() == [2, 4, 1]
     assert data.vocab.decode(src[0]) == ["hi", "!"]
-    assert data.manifest["counts"]["train"] == {"conversations": 2, "pairs": 4, "groups": 3, "unk_rate": 0.0}
+    assert data.manifest["counts"]["train"] == {"conversations": 2, "pairs": 4, "prompt_only": 0, "groups": 3,
+                                                "unk_rate": 0.0}
 
 
 def test_inputs_equal_after_unk_share_a_group(tmp_path):
@@ -364,7 +366,7 @@ def test_v1_dataset_is_refused_with_the_command_that_re_prepares_it(tmp_path, ca
 SEP = " +++$+++ "
 BAD_FILES = {
     "bad json": ("jsonl", "p.jsonl", b'{"input": "a", "reply": "b"}\n{"input": \n', "p.jsonl:2: bad JSON"),
-    "missing field": ("jsonl", "p.jsonl", b'\n{"input": "a"}\n', "p.jsonl:2: missing field 'reply'"),
+    "missing field": ("jsonl", "p.jsonl", b'\n{"reply": "a"}\n', "p.jsonl:2: missing field 'prompt' (or 'input')"),
     "wrong type": ("jsonl", "p.jsonl", b'{"input": 3, "reply": "b"}\n', "p.jsonl:1: field 'input' must be a string"),
     "not an object": ("jsonl", "p.jsonl", b'["a", "b"]\n', "p.jsonl:1: expected a JSON object"),
     "tsv without tab": ("tsv", "p.tsv", b"a\tb\nno tab here\n", "p.tsv:2: no tab"),
@@ -397,7 +399,9 @@ def test_bad_cornell_files(tmp_path):
         load_source(f"cornell:{root}", opts())
     with pytest.raises(DataError, match="no such directory"):
         load_source(f"cornell:{tmp_path / 'nope'}", opts())
-    with pytest.raises(DataError, match="unknown source 'csv:x'"):
+    with pytest.raises(DataError, match="unknown source 'xls:x'"):
+        load_source("xls:x", opts())
+    with pytest.raises(DataError, match="x: no such file"):
         load_source("csv:x", opts())
 
 

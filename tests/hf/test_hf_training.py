@@ -15,7 +15,6 @@ from rayseq.checkpoint import load_checkpoint
 from rayseq.config import ConfigError, build_config
 from rayseq.data.dataset import DialogueData
 from rayseq.data.hf_text import HFVocab
-from rayseq.data.text import detokenize
 from rayseq.distributed.driver import Interrupted, Trainer
 from rayseq.tasks import make_task
 
@@ -51,15 +50,16 @@ def test_config(corpus, hf_dir, tmp_path):
 
 
 def test_task_is_retokenised_by_the_model_tokenizer(corpus, hf_dir):
-    """Every input and reply of the prepared data, in the tokenizer's ids: decoding gives the prepared text back;
-    the references of an input are its replies; BLEU-2 (the task reward) of a reference itself is 1."""
+    """Every input and reply of the prepared data, in the tokenizer's ids: decoding gives the text as the dataset
+    wrote it back (not the word tokenizer's lower-cased tokens); the references of an input are its replies; BLEU-2
+    (the task reward) of a reference itself is 1."""
     task = make_task(hf_config(corpus, hf_dir).task)
     words = DialogueData.load(corpus)
     assert isinstance(task.vocab, HFVocab) and len(task.vocab) == 400
     tr = task.train
     for i in range(0, len(tr), 7):
-        assert task.reply_text(tr.src[i, : tr.src_len[i]]) == detokenize(words.splits["train"].src_text[i].split())
-        assert task.reply_text(tr.tgt[i, : tr.tgt_len[i]]) == detokenize(words.splits["train"].tgt_text[i].split())
+        assert task.reply_text(tr.src[i, : tr.src_len[i]]) == words.splits["train"].prompts[i]
+        assert task.reply_text(tr.tgt[i, : tr.tgt_len[i]]) == words.splits["train"].replies[i]
     assert task.max_src_len == int(max(s.src_len.max() for s in task.data.splits.values()))
     b = task.sample_prompts(np.random.default_rng(0), 4, with_targets=True)
     assert (b.tgt[np.arange(4), b.tgt_len - 1] == task.specials.eos).all()
@@ -91,7 +91,7 @@ def test_trains_with_kl_to_the_initial_model_and_a_user_reward(corpus, hf_dir, t
     assert abs(rows[0]["kl/per_reply"]) < 1e-4 and all(r["kl/coef"] == 0.05 for r in rows)
     assert max(abs(r["kl/per_reply"]) for r in rows[1:]) > 1e-6  # the policy moved away from the reference
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    prompts = {detokenize(t.split()) for s in DialogueData.load(corpus).splits.values() for t in s.src_text}
+    prompts = {p for s in DialogueData.load(corpus).splits.values() for p in s.prompts}
     assert calls and all(c["prompt"] in prompts and isinstance(c["reply"], str) for c in calls)
     assert not any("Ġ" in c["reply"] or "<eos>" in c["reply"] for c in calls)  # decoded, not token strings
     ck_dir = tmp_path / algo / "checkpoints"

@@ -33,10 +33,10 @@ def test_prompts_rewards_and_references(corpus):
     b = task.sample_prompts(np.random.default_rng(0), 16, with_targets=True)
     rows = np.arange(16)
     assert (b.tgt[rows, b.tgt_len - 1] == task.specials.eos).all()  # MLE targets end in EOS
-    # a group's references are every reply given to that input in the training split
+    # a key names the training row; its references are every reply given to its input in the training split
     for k, s, sl in zip(b.key, b.src, b.src_len):
-        inp = task.train.src_text[int(np.nonzero(task.train.group == k)[0][0])]
-        assert " ".join(task.vocab.decode(s[:sl])) == inp
+        assert " ".join(task.vocab.decode(s[:sl])) == task.train.src_text[int(k)]
+        assert task.references([k])[0] is task.train_refs[int(task.train.group[k])]
     # reward = sacrebleu sentence BLEU-2 (effective order) of the reply (EOS excluded) vs all references
     tokens = np.concatenate([b.tgt[:, :-1], np.zeros((16, 1), np.int64)], 1)  # the references themselves + pad
     tokens[0, :3] = [4, 5, task.specials.eos]  # and one made-up two-token reply
@@ -46,7 +46,7 @@ def test_prompts_rewards_and_references(corpus):
     lens = task.reply_lengths(tokens, mask)
     for i in rows:
         hyp = " ".join(map(str, tokens[i, : lens[i]]))
-        refs = [" ".join(map(str, r)) for r in task.train_refs[int(b.key[i])]]
+        refs = [" ".join(map(str, r)) for r in task.train_refs[int(task.train.group[b.key[i]])]]
         assert score[i] == pytest.approx(bleu.sentence_score(hyp, refs).score / 100, abs=1e-6)
         assert rewards[i].sum() == pytest.approx(score[i]) and rewards[i, int(mask[i].sum()) - 1] == score[i]
     assert (score[1:] == 1.0).all()  # a reference scores 1 against a set that contains it

@@ -1,0 +1,122 @@
+"""python -m rayseq.export — a trained policy as a folder other tools load.
+
+Run book
+  python -m rayseq.export runs/<run> --out exported/           # the run's latest checkpoint
+  python -m rayseq.export runs/<run>/checkpoints/ckpt_00000200.pt --out exported/ --overwrite
+  python -m rayseq.export runs/<lora run> --out adapters/ --lora adapters   # LoRA: the adapters alone (peft)
+
+``model.arch=hf``: a Hugging Face folder — ``save_pretrained`` of the trained causal LM (LoRA adapters merged into
+the weights by default; ``--lora adapters`` saves only the adapters, which ``peft.PeftModel.from_pretrained`` puts
+on ``model.path``'s base model) and of its tokenizer (chat template included). ``AutoModelForCausalLM
+.from_pretrained(DIR)`` loads it with the trained policy's logits. rayseq's policy reads ``prompt <sep> reply``,
+the separator being the tokenizer's BOS (its EOS when it has none; ``rayseq_export.json`` names it): generate from
+``prompt_ids + [sep]`` to get the replies rayseq trained.
+
+The built-in GRU / Transformer: ``model.safetensors`` (the generator's weights), ``config.json`` (rayseq's model
+config, the task spec and what produced the weights: ``format`` rayseq-export-v1) and ``vocab.json`` (the
+vocabulary and tokenizer settings); ``python -m rayseq.serve --checkpoint DIR`` serves it.
+
+The output folder is written into a temporary folder beside it and renamed into place; a non-empty one is an
+error without ``--overwrite``. Exit code 2 and one line on a bad checkpoint or output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from rayseq.checkpoint import EXPORT_FORMAT, load_checkpoint, resolve_checkpoint
+from rayseq.config import ModelConfig
+from rayseq.data.preparation import DataError, write_atomically
+from rayseq.models.factory import generator_from_parts
+from rayseq.vocab import Vocab
+
+
+def policy_of(ck: dict):
+    """The generator of a loaded checkpoint with its trained weights, and its vocabulary."""
+    task = ck["task"]
+    if "hf_tokenizer" in task["vocab"]:
+        from rayseq.data.hf_text import HFVocab
+
+        vocab = HFVocab(task["vocab"]["hf_tokenizer"])
+    else:
+        vocab = Vocab.from_spec(task["vocab"])
+    generator = generator_from_parts(ModelConfig(**ck["config"]["model"]), vocab, vocab.specials,
+                                     conditional=task.get("conditional", True),
+                                     banned_ids=tuple(task.get("banned_ids", ())))
+    generator.load_state_dict(ck["learner"]["generator"])
+    return generator.eval(), vocab
+
+
+def export_hf(generator, vocab, out: Path, lora: str = "merged") -> None:
+    """A Hugging Face folder of an :class:`rayseq.models.hf.HFCausalLM` (module docstring) written into ``out``."""
+    model = generator.model
+    if generator.lora and lora == "merged":
+        import copy
+
+        model = copy.deepcopy(model).merge_and_unload()  # W + (alpha / r) B A, the adapters gone
+    model.save_pretrained(out)
+    vocab.tokenizer.save_pretrained(out)
+    sep = vocab.specials.bos
+    (out / "rayseq_export.json").write_text(json.dumps({
+        "format": "rayseq-hf-export-v1", "lora": lora if generator.lora else None, "base_model": generator.path,
+        "separator_token_id": sep, "separator_token": vocab.tokenizer.convert_ids_to_tokens(sep),
+        "note": "rayseq's policy reads prompt ids, then the separator, then the reply",
+    }, indent=2) + "\n", encoding="utf-8")
+
+
+def export_builtin(generator, ck: dict, out: Path) -> None:
+    """The built-in generator's weights, config and vocabulary (module docstring) written into ``out``."""
+    from safetensors.torch import save_file
+
+    weights = {k: v.detach().cpu().contiguous().clone() for k, v in generator.state_dict().items()}
+    save_file(weights, str(out / "model.safetensors"))
+    task = {k: v for k, v in ck["task"].items() if k != "vocab"}
+    d = ck["driver"]
+    config = {"format": EXPORT_FORMAT, "model": ck["config"]["model"], "algo": ck["config"]["algo"]["name"],
+              "pretrain_iters": int(ck["config"]["train"]["pretrain_iters"]), "task": task,
+              "driver": {"stage": d["stage"], "stage_iter": int(d.get("stage_iter", 0)),
+                         "iteration": int(d["iteration"])}}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (out / "vocab.json").write_text(json.dumps(ck["task"]["vocab"], indent=2) + "\n", encoding="utf-8")
+
+
+def export(checkpoint: str, out: str, *, lora: str = "merged", overwrite: bool = False) -> Path:
+    """Export ``checkpoint`` (a run directory, a checkpoint file or a URI) into the folder ``out``; returns it."""
+    ck = load_checkpoint(checkpoint)
+    generator, vocab = policy_of(ck)
+    out = Path(out).expanduser()
+    hf = "hf_tokenizer" in ck["task"]["vocab"]
+
+    def write(tmp: Path) -> None:
+        with torch.no_grad():
+            (export_hf(generator, vocab, tmp, lora) if hf else export_builtin(generator, ck, tmp))
+
+    write_atomically(out, overwrite, write)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rayseq.export", description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint", metavar="RUN", help="a run directory, a checkpoint file, or a URI")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created atomically)")
+    p.add_argument("--lora", choices=("merged", "adapters"), default="merged",
+                   help="model.lora_r > 0: merge the adapters into the weights, or save the adapters alone")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    args = p.parse_args(argv)
+    try:
+        where = resolve_checkpoint(args.checkpoint)
+        out = export(args.checkpoint, args.out, lora=args.lora, overwrite=args.overwrite)
+    except (FileNotFoundError, DataError, ValueError, KeyError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{where} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,9 +20,9 @@ import torch
 from rayseq.checkpoint import load_checkpoint, resolve_checkpoint
 from rayseq.config import ModelConfig
 from rayseq.data.hf_text import HFJoiner, HFVocab
+from rayseq.data.subword import BPEJoiner, BPEVocab, vocab_from_spec
 from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
 from rayseq.models.factory import generator_from_parts
-from rayseq.vocab import Vocab
 
 
 def task_help(task: dict, max_src_len: int) -> str:
@@ -94,10 +94,10 @@ class ChatModel:
             raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "
                              "reply to; serve a chat (or counting) checkpoint")
         hf = "hf_tokenizer" in task["vocab"]  # model.arch=hf: the model's own tokenizer (rayseq.data.hf_text)
-        self.vocab = HFVocab(task["vocab"]["hf_tokenizer"]) if hf else Vocab.from_spec(task["vocab"])
+        self.vocab = HFVocab(task["vocab"]["hf_tokenizer"]) if hf else vocab_from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)
-        self.truecase = self.tokenizer_kind == "words" and self.lowercase  # "i'm fine" -> "I'm fine"
+        self.truecase = self.tokenizer_kind in ("words", "bpe") and self.lowercase  # "i'm fine" -> "I'm fine"
         self.max_src_len = int(task.get("max_src_len", 50))
         self.max_tgt_len = int(task.get("max_tgt_len", 20))
         # replies of a fixed length, without an end token: complete, finish_reason "stop", at that length
@@ -123,12 +123,19 @@ class ChatModel:
         """Incremental detokeniser of a reply by token id: ``push(id)`` -> the text it adds, ``peek(id)``."""
         if isinstance(self.vocab, HFVocab):
             return HFJoiner(self.vocab)
+        if isinstance(self.vocab, BPEVocab):
+            return BPEJoiner(self.vocab, self.truecase)
         return _WordJoiner(Joiner(self.tokenizer_kind, self.truecase), self.vocab.itos)
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
         """Token ids of ``text`` (truncated to the model's input length) and the words that were unknown."""
         if isinstance(self.vocab, HFVocab):  # a subword tokenizer: no word is unknown
             return self.vocab.encode_text(text, self.max_src_len).tolist(), []
+        if isinstance(self.vocab, BPEVocab):  # a word is unknown only with a character training never saw
+            ids = self.vocab.encode_text(text, self.max_src_len)
+            words = tokenize(text, "words", self.lowercase)
+            unknown = [w for w in words if self.vocab.specials.unk in self.vocab.encode_words([w])]
+            return ids.tolist(), unknown
         words = tokenize(text, self.tokenizer_kind, self.lowercase)[-self.max_src_len :]
         ids = self.vocab.encode(words).tolist()
         unknown = [w for w, i in zip(words, ids) if i == self.vocab.specials.unk]

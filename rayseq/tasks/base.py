@@ -8,8 +8,8 @@ from __future__ import annotations
 
 def task_spec(task, tokenizer: dict) -> dict:
     """What serving needs to rebuild a task's inputs and outputs (stored in checkpoints): name, vocabulary,
-    length caps, tokenizer settings, whether the model reads an input, a fixed reply length (replies without an
-    end token, complete at that length) and what a good reply is (the chat page's help)."""
+    length caps, tokenizer settings, whether the model reads an input, the ids it never emits, a fixed reply length
+    (replies without an end token, complete at that length) and what a good reply is (the chat page's help)."""
     return {
         "name": task.name,
         "vocab": task.vocab.to_spec(),
@@ -17,6 +17,7 @@ def task_spec(task, tokenizer: dict) -> dict:
         "max_tgt_len": task.max_tgt_len,
         "tokenizer": dict(tokenizer),
         "conditional": bool(getattr(task, "conditional", True)),
+        "banned_ids": [int(i) for i in getattr(task, "banned_ids", ())],
         "fixed_reply_length": getattr(task, "fixed_reply_length", None),
         "about": getattr(task, "about", ""),
     }

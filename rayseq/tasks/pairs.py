@@ -13,6 +13,11 @@ of Tuan et al. (2018, Sec. 5.2) for their chatbot, vectorised (:func:`rayseq.rew
 equal to sacrebleu's ``sentence_score`` with effective order) and given at the reply's last token; computed on
 ScorerActors. ``reward.fn`` / ``reward.terms`` replace it (:mod:`rayseq.rewards.reward`).
 
+With a subword vocabulary (``task.tokenizer=bpe``: the dataset prepared with ``--tokenizer bpe``,
+:mod:`rayseq.data.subword`) the model reads and writes BPE pieces and never emits ``<unk>`` (``banned_ids``: no
+training reply has it), while BLEU-2 (reward and evaluation), distinct-n, Self-BLEU and ``reply_len`` count the
+words the pieces spell, as on a word-level dataset.
+
 Inputs have keys (``PromptBatch.key``) that name their reference group across the splits: training groups are
 0..G−1, the validation groups follow, then the test groups, so the reward scores a reply to any input.
 
@@ -27,7 +32,7 @@ training inputs. The same metrics on each, of greedy replies unless said:
 - ``distinct1``, ``distinct2``: distinct uni/bigrams over all replies / their count (Li et al. 2016);
 - ``self_bleu2``: mean BLEU-2 of a reply against the other replies (Zhu et al. 2018; lower = more
   diverse), on up to 500 replies;
-- ``reply_len``: mean reply length in tokens (EOS excluded);
+- ``reply_len``: mean reply length in words (EOS excluded);
 - in the summary's ``details`` (test only): sample replies with their references, and replies to the task's
   ``example_prompts`` (chitchat: the inputs of the paper's Supplement Table 2).
 """
@@ -41,7 +46,8 @@ import torch
 
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.hf_text import HFVocab, retokenize
-from rayseq.data.preparation import DataError
+from rayseq.data.preparation import DataError, PrepareOptions
+from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
 from rayseq.tasks.base import Task, task_spec
@@ -53,7 +59,8 @@ HELD_OUT = {"val": "valid", "test": "test"}  # evaluation split -> prepared spli
 
 class PairsTask(Task):
     name = "pairs"
-    params = ("data", "source", "prepare", "test_size", "val_size", "test_seed", "val_seed", "hf_tokenizer")
+    params = ("data", "source", "prepare", "tokenizer", "prepare_vocab_size", "test_size", "val_size", "test_seed",
+              "val_seed", "hf_tokenizer")
     has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
     scored_remotely = True  # against all references of an input: worth the scorer actors
     example_prompts: tuple[str, ...] = ()  # replies to these are in the test details
@@ -72,6 +79,16 @@ class PairsTask(Task):
                 f"`python -m rayseq.data prepare {source} --out {cfg.data}` (or set task.source and task.prepare=true)"
             )
         self.data = DialogueData.load(cfg.data)
+        kind = self.data.tokenizer.get("kind", "words")
+        if cfg.tokenizer and cfg.tokenizer != kind:
+            raise DataError(f"task.data={cfg.data} was prepared with the {kind} tokenizer, task.tokenizer="
+                            f"{cfg.tokenizer}: prepare it with `python -m rayseq.data prepare {cfg.source or 'SOURCE'} "
+                            f"--tokenizer {cfg.tokenizer} --out DIR` and set task.data=DIR")
+        # words of a subword model's replies for BLEU, distinct-n and lengths (None: the tokens are words)
+        self.words = WordIds(self.data.vocab) if isinstance(self.data.vocab, BPEVocab) else None
+        self._word_refs: dict[int, list[np.ndarray]] = {}  # key -> its references as word ids (subword vocabulary)
+        if self.words is not None:
+            self.banned_ids = (self.data.vocab.specials.unk,)  # no training reply has <unk>: never emit it
         if cfg.hf_tokenizer:  # a Hugging Face tokenizer's tokens replace the prepared vocabulary (model.arch=hf)
             self.data = retokenize(self.data, HFVocab(cfg.hf_tokenizer))
         self.vocab = self.data.vocab
@@ -115,9 +132,10 @@ class PairsTask(Task):
         if not cfg.source:
             raise ValueError(f"task.prepare=true: set task.source (what to prepare into task.data={cfg.data}, e.g. "
                              "jsonl:pairs.jsonl)")
-        from rayseq.data.preparation import PrepareOptions, prepare
+        from rayseq.data.preparation import prepare
 
-        prepare(cfg.source, cfg.data, PrepareOptions(quiet=True))
+        opts = {k: v for k, v in (("tokenizer", cfg.tokenizer), ("vocab_size", cfg.prepare_vocab_size)) if v}
+        prepare(cfg.source, cfg.data, PrepareOptions(quiet=True, **opts))
         return True
 
     # -- data -------------------------------------------------------------------------------------
@@ -139,6 +157,25 @@ class PairsTask(Task):
         input's key from :meth:`split_keys`): the reward's references."""
         return [self._refs[int(k)] for k in key]
 
+    def word_references(self, key) -> list[list[np.ndarray]]:
+        """:meth:`references` as word ids (the same arrays for a word-level vocabulary)."""
+        if self.words is None:
+            return self.references(key)
+        out = []
+        for k in key:
+            k = int(k)
+            if k not in self._word_refs:
+                self._word_refs[k] = [self.words(r) for r in self._refs[k]]
+            out.append(self._word_refs[k])
+        return out
+
+    def bleu_inputs(self, tokens: np.ndarray, lengths: np.ndarray, key) -> tuple[np.ndarray, np.ndarray, list]:
+        """Replies (B, T) with (B,) lengths (EOS excluded) and their inputs' keys -> what BLEU counts: the replies'
+        words (B, W), their word counts (B,) and each input's references as words (module docstring)."""
+        if self.words is None:
+            return tokens, lengths, self.references(key)
+        return (*self.words.padded(tokens, lengths), self.word_references(key))
+
     def split_keys(self, split: str) -> np.ndarray:
         """(n,) the keys of the ``val`` or ``test`` inputs of :meth:`split` (their references for the reward)."""
         return self._held_out[split][3]
@@ -153,8 +190,8 @@ class PairsTask(Task):
         """BLEU-2 of each reply against all references of its input."""
         if key is None:
             raise ValueError(f"{self.name} rewards need PromptBatch.key (the input's reference group)")
-        refs = self.references(key)
-        score = sentence_bleu_padded(tokens, self.reply_lengths(tokens, token_mask), refs, max_order=2)
+        words, lengths, refs = self.bleu_inputs(tokens, self.reply_lengths(tokens, token_mask), key)
+        score = sentence_bleu_padded(words, lengths, refs, max_order=2)
         score = score.astype(np.float32)
         return terminal_rewards(score, token_mask), score
 
@@ -209,10 +246,15 @@ class PairsTask(Task):
         was_training = generator.training
         generator.eval()
         replies = self.greedy_replies(generator, src, src_len, device)
+        if self.words is not None:  # BLEU, distinct-n, Self-BLEU and lengths count words
+            refs = self.word_references(self.split_keys(split))
+            replies_w = [self.words(r) for r in replies]
+        else:
+            replies_w = replies
         sampled, sampled_mask = self.decode(generator, src, src_len, device,
                                             seed=self.cfg.val_seed if split == "val" else self.cfg.test_seed)
         _, reward = self.rewards(src, src_len, sampled, sampled_mask, key=self.split_keys(split))
-        metrics = {**self._metrics(split, replies, refs), f"{split}/reward": float(np.mean(reward))}
+        metrics = {**self._metrics(split, replies_w, refs), f"{split}/reward": float(np.mean(reward))}
         if split != "test":
             generator.train(was_training)
             return metrics, {}
@@ -220,7 +262,7 @@ class PairsTask(Task):
             "test_samples": [
                 {"input": self.reply_text(src[i, : src_len[i]]),
                  "reply": self.reply_text(replies[i]),
-                 "references": [self.reply_text(r) for r in refs[i][:3]]}
+                 "references": [self.reply_text(r) for r in self._held_out[split][2][i][:3]]}
                 for i in range(min(8, len(replies)))
             ],
         }

@@ -35,6 +35,13 @@ def task_help(task: dict, max_src_len: int) -> str:
     return about
 
 
+# decoding defaults a chat API applies unless a request says otherwise (a task's spec "decoding"): none for tasks
+# whose replies repeat by design (counting: "1 1 1"); for chat (pairs, chitchat, PairsTask.decoding) the settings
+# that keep a small model from looping ("i'm not sure. i'm not sure.")
+NO_DEFAULTS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "presence_penalty": 0.0,
+               "frequency_penalty": 0.0, "top_p": 1.0}
+_OLD_DECODING = {"chitchat": "pairs", "pairs": "pairs"}  # checkpoints written before specs carried "decoding"
+
 # checkpoints written before the task spec carried `about`, `fixed_reply_length` and `conditional`
 _OLD_HELP = {
     "counting": "Counting task (Tuan et al. 2018): send 1 to {n} digits x1 … xN, e.g. 9 2 3. A correct reply is "
@@ -65,12 +72,17 @@ class GenRequest:
     text: str  # the message the model answers
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = whole vocabulary
-    top_p: float = 1.0  # nucleus sampling: the most likely tokens holding this probability mass; 1 = all
+    top_p: float | None = None  # nucleus sampling: the most likely tokens holding this mass; 1 = all; None = default
     max_tokens: int = 20  # reply length cap (the HTTP layer enforces its own maximum)
     n: int = 1  # replies to sample
     seed: int | None = None  # reply i uses seed + i
     stop: tuple[str, ...] = ()  # a reply ends before the first of these strings (finish_reason "stop")
     logprobs: int | None = None  # None: no log-probs; k: each token's, with its k most likely alternatives
+    # against repetition (StepDecoding.generate); None = the model's default (ChatModel.decoding)
+    repetition_penalty: float | None = None  # θ ≥ 1: a token already in the reply has its logit divided by θ
+    no_repeat_ngram_size: int | None = None  # n: no n-gram twice in a reply (0 = off)
+    presence_penalty: float | None = None  # OpenAI's: logit − p for a token already in the reply
+    frequency_penalty: float | None = None  # OpenAI's: logit − f · its count in the reply
 
 
 @dataclass
@@ -108,6 +120,15 @@ class ChatModel:
                                               banned_ids=tuple(task.get("banned_ids", ())))
         self.generator.load_state_dict(ck["learner"]["generator"])
         self.generator.to(self.device).eval()
+        if "decoding" in task:
+            given = task["decoding"]
+        else:
+            from rayseq.tasks.pairs import PairsTask  # serving reads tasks' specs, not tasks; only for old ones
+
+            given = PairsTask.decoding if task["name"] in _OLD_DECODING else {}
+        self.decoding = {**NO_DEFAULTS, **given}
+        # never reply with <unk> ("…"); a Hugging Face tokenizer's unk is its pad, banned anyway
+        self.banned_ids = () if hf else (self.vocab.specials.unk,)
         by, its = produced_by(ck)
         self.model_id = f"rayseq-{task['name']}-{by}-it{its}"
         d = ck["driver"]
@@ -116,6 +137,7 @@ class ChatModel:
             "stage": d["stage"], "stage_iteration": int(d.get("stage_iter", 0)), "iteration": d["iteration"],
             "about": task_help(task, self.max_src_len),
             "checkpoint": self.checkpoint, "vocab_size": len(self.vocab), "device": str(self.device),
+            "decoding": dict(self.decoding),
             "load_s": round(time.perf_counter() - t0, 3),
         }
 
@@ -157,12 +179,17 @@ class ChatModel:
         dev = self.device
         cap = [min(r.max_tokens, self.max_tgt_len) if self.fixed_length else r.max_tokens for _, r, _ in rows]
         src, src_len = src.to(dev), torch.tensor([len(ids) for ids, _, _ in rows], device=dev)
+        def per_row(name, kind=float):
+            return torch.tensor([kind(self._setting(r, name)) for _, r, _ in rows], device=dev)
+
         out = self.generator.generate(
             src, src_len, torch.tensor(cap, device=dev),
             torch.tensor([float(r.temperature) for _, r, _ in rows], device=dev),
             torch.tensor([int(r.top_k) for _, r, _ in rows], device=dev),
             [torch.Generator(device=dev).manual_seed(seed % 2**63) for _, _, seed in rows],
-            top_p=torch.tensor([float(r.top_p) for _, r, _ in rows], device=dev),
+            top_p=per_row("top_p"), repetition_penalty=per_row("repetition_penalty"),
+            presence_penalty=per_row("presence_penalty"), frequency_penalty=per_row("frequency_penalty"),
+            no_repeat_ngram_size=per_row("no_repeat_ngram_size", int), banned_ids=self.banned_ids,
         )
         tokens, lengths = out.tokens.cpu().tolist(), out.token_mask.sum(1).long().cpu().tolist()
         logp = self._scores(src, src_len, out.tokens, [i for i, (_, r, _) in enumerate(rows) if r.logprobs is not None])
@@ -179,6 +206,11 @@ class ChatModel:
                 row += 1
             results.append(res)
         return results
+
+    def _setting(self, r: GenRequest, name: str):
+        """A request's decoding setting, or the model's default when it gave none."""
+        value = getattr(r, name)
+        return self.decoding[name] if value is None else value
 
     def _scores(self, src, src_len, tokens, rows: list[int]) -> dict[int, torch.Tensor]:
         """log π_θ(· | x, y_<t) over the vocabulary at every reply position, (T, V) per row asked for (one

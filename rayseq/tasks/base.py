@@ -9,7 +9,8 @@ from __future__ import annotations
 def task_spec(task, tokenizer: dict) -> dict:
     """What serving needs to rebuild a task's inputs and outputs (stored in checkpoints): name, vocabulary,
     length caps, tokenizer settings, whether the model reads an input, the ids it never emits, a fixed reply length
-    (replies without an end token, complete at that length) and what a good reply is (the chat page's help)."""
+    (replies without an end token, complete at that length), what a good reply is (the chat page's help) and the
+    decoding defaults a chat server applies (``decoding``)."""
     return {
         "name": task.name,
         "vocab": task.vocab.to_spec(),
@@ -20,6 +21,7 @@ def task_spec(task, tokenizer: dict) -> dict:
         "banned_ids": [int(i) for i in getattr(task, "banned_ids", ())],
         "fixed_reply_length": getattr(task, "fixed_reply_length", None),
         "about": getattr(task, "about", ""),
+        "decoding": dict(getattr(task, "decoding", {})),
     }
 
 
@@ -48,6 +50,7 @@ class Task:
     tokenizer = {"kind": "words", "lowercase": True}  # how serving turns text into this task's tokens
     fixed_reply_length: int | None = None  # replies of exactly this many tokens, no end token (counting: 3)
     about = ""  # for the chat page: what the model was trained to do and what a good reply is
+    decoding: dict = {}  # serving's defaults against repetition (rayseq.serving.model.GenRequest's fields); {} = off
     reward = None  # a configured reward.* other than the task's own (rayseq.rewards.reward.Reward), by make_task
     defaults: dict = {}
 

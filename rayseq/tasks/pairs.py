@@ -64,6 +64,9 @@ class PairsTask(Task):
     has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
     scored_remotely = True  # against all references of an input: worth the scorer actors
     example_prompts: tuple[str, ...] = ()  # replies to these are in the test details
+    # what a chat server applies unless a request says otherwise: a small model's greedy reply loops ("i'm not sure.
+    # i'm not sure."); no 3-gram twice and a mild CTRL penalty stop that, and sampling keeps the top 90% of the mass
+    decoding = {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2, "top_p": 0.9}
     about = ("A sequence-to-sequence model trained on prompt and reply pairs, then on a reward: send a prompt and it "
              "replies, without memory of earlier turns.")
 

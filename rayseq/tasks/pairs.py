@@ -33,6 +33,9 @@ training inputs. The same metrics on each, of greedy replies unless said:
 - ``self_bleu2``: mean BLEU-2 of a reply against the other replies (Zhu et al. 2018; lower = more
   diverse), on up to 500 replies;
 - ``reply_len``: mean reply length in words (EOS excluded);
+- ``distinct_replies``: distinct greedy replies / inputs (1: a different reply to every input; a model that answers
+  everything with two templates scores 2/n);
+- ``unk_replies``: the fraction of greedy replies with an ``<unk>`` (shown as ``…``): 0 for a subword model;
 - in the summary's ``details`` (test only): sample replies with their references, and replies to the task's
   ``example_prompts`` (chitchat: the inputs of the paper's Supplement Table 2).
 """
@@ -240,7 +243,7 @@ class PairsTask(Task):
     @classmethod
     def metric_names(cls, cfg, split: str) -> list[str]:
         return [f"{split}/{k}" for k in ("bleu2", "sentence_bleu2", "reward", "distinct1", "distinct2", "self_bleu2",
-                                          "reply_len")]
+                                          "reply_len", "distinct_replies", "unk_replies")]
 
     @torch.no_grad()
     def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
@@ -257,7 +260,9 @@ class PairsTask(Task):
         sampled, sampled_mask = self.decode(generator, src, src_len, device,
                                             seed=self.cfg.val_seed if split == "val" else self.cfg.test_seed)
         _, reward = self.rewards(src, src_len, sampled, sampled_mask, key=self.split_keys(split))
-        metrics = {**self._metrics(split, replies_w, refs), f"{split}/reward": float(np.mean(reward))}
+        metrics = {**self._metrics(split, replies_w, refs), f"{split}/reward": float(np.mean(reward)),
+                   f"{split}/distinct_replies": len({r.tobytes() for r in replies}) / max(len(replies), 1),
+                   f"{split}/unk_replies": float(np.mean([self.specials.unk in r for r in replies]))}
         if split != "test":
             generator.train(was_training)
             return metrics, {}

@@ -2,8 +2,8 @@
 
     R(x, y) = Σ_k w_k · f_k(prompts, replies, references)        (``reward.terms``; ``reward.fn`` is one term, w = 1)
 
-Each f_k is a built-in (:mod:`rayseq.rewards.library`: ``task``, ``bleu``, ``chrf``, ``length``, ``novelty``) or a user's
-``package.module:function`` with the contract in that module's docstring. :class:`Reward` has the task's
+Each f_k is a built-in (:mod:`rayseq.rewards.library`: ``task``, ``bleu``, ``chrf``, ``length``, ``novelty``) or a
+user's ``package.module:function`` with the contract in that module's docstring. :class:`Reward` has the task's
 ``rewards(src, src_len, tokens, token_mask, key)`` contract, so :func:`rayseq.tasks.make_task` installs it as the
 task's reward: rollout scoring (on the ScorerActors, which may hold a GPU), SCST's greedy baseline, RAML's
 weights, ERPO interpolation's validation reward and ``val/reward`` / ``test/reward`` all use it. It turns token ids

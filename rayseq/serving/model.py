@@ -40,7 +40,8 @@ def task_help(task: dict, max_src_len: int) -> str:
 # that keep a small model from looping ("i'm not sure. i'm not sure.")
 NO_DEFAULTS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "presence_penalty": 0.0,
                "frequency_penalty": 0.0, "top_p": 1.0}
-_OLD_DECODING = {"chitchat": "pairs", "pairs": "pairs"}  # checkpoints written before specs carried "decoding"
+_CHAT = {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2, "top_p": 0.9}  # PairsTask.decoding when written
+_OLD_DECODING = {"chitchat": _CHAT, "pairs": _CHAT}  # checkpoints written before specs carried "decoding"
 
 # checkpoints written before the task spec carried `about`, `fixed_reply_length` and `conditional`
 _OLD_HELP = {
@@ -120,13 +121,7 @@ class ChatModel:
                                               banned_ids=tuple(task.get("banned_ids", ())))
         self.generator.load_state_dict(ck["learner"]["generator"])
         self.generator.to(self.device).eval()
-        if "decoding" in task:
-            given = task["decoding"]
-        else:
-            from rayseq.tasks.pairs import PairsTask  # serving reads tasks' specs, not tasks; only for old ones
-
-            given = PairsTask.decoding if task["name"] in _OLD_DECODING else {}
-        self.decoding = {**NO_DEFAULTS, **given}
+        self.decoding = {**NO_DEFAULTS, **task.get("decoding", _OLD_DECODING.get(task["name"], {}))}
         # never reply with <unk> ("…"); a Hugging Face tokenizer's unk is its pad, banned anyway
         self.banned_ids = () if hf else (self.vocab.specials.unk,)
         by, its = produced_by(ck)

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             m = r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
             for k in KEYS:
                 vals[k].append(m.get(k))
-            replies = everyday_replies(d, pretrained=algo == "pretrained")
+            replies = everyday_replies(d)
             vals["everyday_distinct"].append(len(set(replies)))
             vals["everyday_unk"].append(sum("…" in x for x in replies))
             everyday.setdefault(algo, replies)
@@ -113,17 +113,15 @@ def main(argv: list[str] | None = None) -> int:
 TEST_INPUTS = 1000  # tune_configs/chitchat_quick.yaml's task.test_size
 
 
-def everyday_replies(run_dir: Path, *, pretrained: bool) -> list[str]:
-    """A run's greedy replies to :data:`EVERYDAY`, decoded as the model has it (no repetition penalty, no n-gram
-    ban: the serving defaults that would hide a template are off); from its first checkpoint after MLE for the
-    pretrained row."""
+def everyday_replies(run_dir: Path) -> list[str]:
+    """A run's greedy replies to :data:`EVERYDAY` from its last checkpoint (the pretraining run's: the MLE model),
+    decoded as the model has it: no repetition penalty, no n-gram ban (serving's defaults would hide a template)."""
     import torch
 
     from rayseq.serving.model import ChatModel, GenRequest
 
     torch.set_num_threads(1)
-    ck = run_dir / "checkpoints"
-    model = ChatModel(sorted(ck.glob("ckpt_*.pt"))[0] if pretrained else run_dir)
+    model = ChatModel(run_dir)
     off = dict(temperature=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0, max_tokens=model.max_tgt_len)
     return [r.replies[0] for r in model.generate([GenRequest(m, **off) for m in EVERYDAY])]
 

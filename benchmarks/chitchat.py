@@ -5,7 +5,7 @@ MIXER 26.53, scheduled sampling 26.76, interpolation 27.82). Other data, so comp
 over MLE.
 
 Run book (from the repository root)
-  python benchmarks/chitchat.py                      # quick schedule, every algorithm, 2 seeds
+  python benchmarks/chitchat.py                      # quick schedule, every algorithm, 3 seeds
   python benchmarks/chitchat.py --algos raml spg     # some algorithms (finished runs are reused)
   python benchmarks/chitchat.py --seeds 0 1 2 train.iters=600
   python benchmarks/chitchat.py --report-only
@@ -37,14 +37,27 @@ ALGOS = ["mle", "raml", "spg", "mixer", "scheduled_sampling", "erpo_interpolatio
 PAPER = {"pretrained": 9.62, "reinforce": 14.29, "ppo": 14.12, "ppo_dynamic": 14.73}  # Tuan et al. Table 2, BLEU-2
 ERPO = {"pretrained": 26.44, "raml": 27.22, "spg": 26.62, "mixer": 26.53, "scheduled_sampling": 26.76,
         "erpo_interpolation": 27.82}  # Tan et al. Table 1 (IWSLT'14 BLEU; their MLE is trained to convergence)
-KEYS = ["test/bleu2", "test/sentence_bleu2", "test/distinct1", "test/distinct2", "test/self_bleu2", "test/reply_len"]
+KEYS = ["test/bleu2", "test/sentence_bleu2", "test/distinct1", "test/distinct2", "test/self_bleu2", "test/reply_len",
+        "test/distinct_replies", "test/unk_replies"]
+# 20 varied everyday messages (issue 31's goal: at least 15 distinct greedy replies to them)
+EVERYDAY = (
+    "Hi! How was your weekend?", "I'm thinking of making pasta for dinner tonight.",
+    "My cat keeps waking me up at 5am, any advice?", "Do you like rainy days?",
+    "I just finished a really long week at work.", "What music have you been listening to lately?",
+    "I failed my driving test today.", "Can you recommend a good book?", "It's my birthday tomorrow!",
+    "I'm so tired, I barely slept last night.", "Where would you go on vacation if you could go anywhere?",
+    "My sister is getting married next month.", "Do you play any sports?", "I think I'm catching a cold.",
+    "What's your favourite movie?", "We adopted a puppy yesterday.", "I have a job interview on Monday.",
+    "The traffic this morning was terrible.", "Are you a morning person or a night owl?",
+    "I started learning to play the guitar.",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="tune_configs/chitchat_quick.yaml")
     ap.add_argument("--algos", nargs="+", default=ALGOS)
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--report-only", action="store_true")
@@ -58,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, curves, samples, payload = [], {}, {}, {"config": args.config, "overrides": overrides, "runs": {}}
     mle_bleu = None
     summary: dict[str, dict[str, list]] = {}
+    everyday: dict[str, list[str]] = {}  # algo -> seed 0's greedy replies to EVERYDAY
     for algo in ["pretrained", *args.algos]:
-        vals = {k: [] for k in KEYS}
+        vals = {k: [] for k in [*KEYS, "everyday_distinct", "everyday_unk"]}
         for s in args.seeds:
             d = runs_dir / (f"pretrain-s{s}" if algo == "pretrained" else f"{algo}-s{s}")
             if not (d / "summary.json").is_file():
@@ -68,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
             m = r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
             for k in KEYS:
                 vals[k].append(m.get(k))
+            replies = everyday_replies(d)
+            vals["everyday_distinct"].append(len(set(replies)))
+            vals["everyday_unk"].append(sum("…" in x for x in replies))
+            everyday.setdefault(algo, replies)
+            payload["runs"][f"{algo}-s{s}-everyday"] = replies
             curves.setdefault(algo, []).append(r["curve"]["val/bleu2"])
             if s == args.seeds[0] and algo != "pretrained":
                 samples[algo] = r["summary"]["details"]
@@ -77,14 +96,34 @@ def main(argv: list[str] | None = None) -> int:
         if algo == "pretrained" and b:
             mle_bleu = statistics.mean(b)
         gain = f"{statistics.mean(b) - mle_bleu:+.2f}" if b and mle_bleu is not None and algo != "pretrained" else "-"
+        n_test = [round(x * TEST_INPUTS) for x in vals["test/distinct_replies"] if x is not None]
         rows.append((algo, mean_std(b), gain, _paper(PAPER, algo), _paper(ERPO, algo),
-                     mean_std(vals["test/sentence_bleu2"]), mean_std(vals["test/distinct2"]),
-                     mean_std(vals["test/self_bleu2"]), mean_std(vals["test/reply_len"]), str(len(b))))
-    table = _table(rows, args, samples)
+                     mean_std(vals["test/sentence_bleu2"]), mean_std(vals["test/distinct1"]),
+                     mean_std(vals["test/distinct2"]), mean_std(vals["test/self_bleu2"]),
+                     mean_std([float(x) for x in n_test]), mean_std([float(x) for x in vals["everyday_distinct"]]),
+                     str(sum(vals["everyday_unk"])) + " / " + mean_std(vals["test/unk_replies"]),
+                     mean_std(vals["test/reply_len"]), str(len(b))))
+    table = _table(rows, args, samples, everyday)
     _plot(curves, args.out / "chitchat_curves.png")
     _plot_summary(summary, args.out / "chitchat_algorithms.png")
     write_report(args.out, "chitchat", table, payload)
     return 0
+
+
+TEST_INPUTS = 1000  # tune_configs/chitchat_quick.yaml's task.test_size
+
+
+def everyday_replies(run_dir: Path) -> list[str]:
+    """A run's greedy replies to :data:`EVERYDAY` from its last checkpoint (the pretraining run's: the MLE model),
+    decoded as the model has it: no repetition penalty, no n-gram ban (serving's defaults would hide a template)."""
+    import torch
+
+    from rayseq.serving.model import ChatModel, GenRequest
+
+    torch.set_num_threads(1)
+    model = ChatModel(run_dir)
+    off = dict(temperature=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0, max_tokens=model.max_tgt_len)
+    return [r.replies[0] for r in model.generate([GenRequest(m, **off) for m in EVERYDAY])]
 
 
 def _prepare(config: str, overrides: list[str]) -> None:
@@ -101,10 +140,11 @@ def _paper(table: dict, algo: str) -> str:
     return f"{table[algo]:.2f}" + ("" if algo == "pretrained" else f" ({table[algo] - table['pretrained']:+.2f})")
 
 
-def _table(rows, args, samples) -> str:
+def _table(rows, args, samples, everyday) -> str:
     head = ("algorithm", "BLEU-2 (ours)", "gain over pretrained MLE", "Tuan et al. Table 2 (gain)",
-            "ERPO Table 1 (gain)",
-            "sentence BLEU-2 (the reward)", "distinct-2", "Self-BLEU-2", "reply length", "seeds")
+            "ERPO Table 1 (gain)", "sentence BLEU-2 (the reward)", "distinct-1", "distinct-2", "Self-BLEU-2",
+            f"distinct greedy replies / {TEST_INPUTS} test inputs", f"distinct replies / {len(EVERYDAY)} everyday "
+            "messages", "replies with <unk>: everyday (all seeds) / test (fraction)", "reply length (words)", "seeds")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", f"Schedule: `{args.config}`; seeds {args.seeds}; corpus BLEU-2 (sacrebleu) of greedy replies on "
@@ -113,6 +153,10 @@ def _table(rows, args, samples) -> str:
               "budget, so an algorithm's gain over `mle` is what it adds beyond more training. Papers: Tuan et "
               "al. Table 2 (OpenSubtitles, BLEU-2), Tan et al. (ERPO) Table 1 (IWSLT'14 de-en, BLEU-4, attention LSTM, "
               "beam 5).", ""]
+    lines += [f"Greedy replies (seed {args.seeds[0]}, no repetition penalty) to {len(EVERYDAY)} everyday messages:", "",
+              "| message | " + " | ".join(everyday) + " |", "|" + "---|" * (len(everyday) + 1)]
+    lines += ["| " + " | ".join([m, *(everyday[a][i] for a in everyday)]) + " |" for i, m in enumerate(EVERYDAY)]
+    lines.append("")
     for algo, det in samples.items():
         lines.append(f"Replies of `{algo}` (seed {args.seeds[0]}) to the paper's Supplement Table 2 inputs:")
         lines.append("")

@@ -80,6 +80,13 @@ class TaskConfig(_Section):
     prepare: bool = Field(
         False, description="Pairs: prepare task.source into task.data first if it holds no dataset."
     )
+    tokenizer: Literal["words", "bpe"] | None = Field(
+        None, description="Pairs: the vocabulary task.prepare prepares with (words: the most frequent words, others "
+        "<unk>; bpe: subword pieces learned on the training split, never <unk> in a reply), and the one task.data must "
+        "have been prepared with; None = prepare's default (words) and whatever task.data holds.")
+    prepare_vocab_size: int | None = Field(
+        None, ge=5, description="Pairs: vocabulary size (words or bpe pieces, the 4 specials included) task.prepare "
+        "prepares with; None = prepare's default (4000).")
     hf_tokenizer: str | None = Field(
         None, description="Pairs: a local Hugging Face tokenizer directory whose tokens replace the prepared "
         "vocabulary (the dataset's text is re-tokenised with it); set from model.path when model.arch=hf.")

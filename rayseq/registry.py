@@ -73,6 +73,7 @@ REWARDS: dict[str, str] = {
     "bleu": "rayseq.rewards.library:bleu",
     "chrf": "rayseq.rewards.library:chrf",
     "length": "rayseq.rewards.library:length",
+    "novelty": "rayseq.rewards.library:novelty",
     "hf_classifier": "rayseq.rewards.hf_classifier:hf_classifier",  # a local Hugging Face classifier (hf extra)
 }
 REWARD_ARGS = ("prompts", "replies", "references")  # what a reward function is called with, in this order

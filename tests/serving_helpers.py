@@ -32,6 +32,23 @@ def train_counting_checkpoint(run_dir: Path) -> Path:
     return run_dir
 
 
+def train_chat_checkpoint(run_dir: Path) -> Path:
+    """A tiny chatbot on a BPE vocabulary (the conftest corpus prepared with --tokenizer bpe), 40 MLE iterations:
+    replies of real pieces, with the chat decoding defaults in its task spec."""
+    from rayseq.config import build_config
+    from rayseq.data.preparation import PrepareOptions, prepare
+    from tests.conftest import write_corpus
+
+    data = run_dir.parent / "bpe-data"
+    prepare(f"jsonl:{write_corpus(run_dir.parent / 'pairs.jsonl')}", data,
+            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, tokenizer="bpe", vocab_size=60))
+    Trainer(build_config(None, [
+        "task.name=chitchat", f"task.data={data}", "task.test_size=100", "model.emb_dim=16", "model.hidden_dim=32",
+        "train.pretrain_iters=40", "train.pretrain_batch_size=32", "train.pretrain_lr=1e-2", "train.iters=0",
+        "algo.name=reinforce", "rollout.num_workers=0", "progress=false", f"run_dir={run_dir}"])).run()
+    return run_dir
+
+
 def start_serve(apps: dict[str, dict], port: int) -> str:
     """``serve.start`` on 127.0.0.1:port and deploy ``{route_prefix: build_app args}`` side by side
     (``run_many`` starts the replicas in parallel). Returns the base URL."""

@@ -4,6 +4,9 @@ Run book (times on the 2-core project machine):
 
     # the default corpus (pip package chitchat-dataset, a dependency): 7,168 conversations, ~6 s
     python -m rayseq.data prepare chitchat --out data/chitchat
+    # the same with a subword (BPE) vocabulary of 4,000 pieces learned on its training split: no reply needs <unk>
+    # (what tune_configs/chitchat*.yaml train on)
+    python -m rayseq.data prepare chitchat --out data/chitchat-bpe --tokenizer bpe --vocab-size 4000
     # ChatterBot's YAML corpus (pip install -e ".[chatterbot]"), ~2 s
     python -m rayseq.data prepare chatterbot --out data/chatterbot --language english
     # OPUS OpenSubtitles monolingual text (one utterance a line; .gz is fine). Without blank lines the
@@ -59,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--max-src-len", type=int, default=d.max_src_len, help="input tokens kept (the last ones)")
     q.add_argument("--max-tgt-len", type=int, default=d.max_tgt_len, help="longer replies are dropped")
     q.add_argument("--truncate-replies", action="store_true", help="truncate long replies instead of dropping")
-    q.add_argument("--vocab-size", type=int, default=d.vocab_size, help="including <pad> <bos> <eos> <unk>")
+    q.add_argument("--tokenizer", default=d.tokenizer, help="words (a word vocabulary) or bpe (subword pieces)")
+    q.add_argument("--vocab-size", type=int, default=d.vocab_size, help="words or bpe pieces, including <pad> <bos> "
+                   "<eos> <unk>")
     q.add_argument("--min-count", type=int, default=d.min_count, help="train occurrences to enter the vocabulary")
     q.add_argument("--seed", type=int, default=d.seed, help="seed of the conversation-level split")
     q.add_argument("--valid-frac", type=float, default=d.valid_frac, help="fraction of conversations in valid")

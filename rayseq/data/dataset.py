@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rayseq.data.preparation import EXTRA_PREFIX, FORMAT_VERSION, SPLITS, DataError, prepare_command
+from rayseq.data.subword import vocab_from_spec
 from rayseq.data.text import tokenize
 from rayseq.vocab import Vocab
 
@@ -180,7 +181,7 @@ class DialogueData:
         if version not in READABLE_VERSIONS:
             raise DataError(f"{path / 'manifest.json'}: format_version {version!r}, expected {FORMAT_VERSION!r}")
         try:
-            vocab = Vocab.from_spec(spec)
+            vocab = vocab_from_spec(spec)
             tokenizer = dict(spec["tokenizer"])
             max_src_len, max_tgt_len = int(spec["max_src_len"]), int(spec["max_tgt_len"])
         except (KeyError, TypeError, ValueError) as e:

@@ -11,7 +11,11 @@ for Sequence Generation") rewards a reply with BLEU-2 against *all* replies to t
    matters), drops (or truncates) replies over ``max_tgt_len`` tokens, drops empty ones;
 3. splits by CONVERSATION (no dialogue in two splits) with a seeded permutation of the sorted ids, so
    the split depends only on the seed and the set of conversations, not on the length options;
-4. builds the vocabulary from the train split only (most frequent first, ties alphabetical);
+4. builds the vocabulary from the train split only: ``--tokenizer words`` (the default) its ``vocab_size`` most
+   frequent words (ties alphabetical), the rest <unk>; ``--tokenizer bpe`` a byte-pair encoding of at most
+   ``vocab_size`` pieces learned on those words (:mod:`rayseq.data.subword`), with which no training word is
+   <unk>. The length caps count words in both cases (the same pairs are kept); a bpe dataset's ``vocab.json``
+   stores the longest encoded input and reply in pieces;
 5. drops from valid and test every pair whose ENCODED input (ids after tokenisation, truncation to
    ``max_src_len`` and vocabulary lookup, so unknown words are <unk>) is also a training input: the
    conversation split alone leaves "hi" or "how are you ?" of other conversations in all three splits
@@ -74,9 +78,11 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
+from rayseq.data.subword import BPEVocab, train_bpe
 from rayseq.data.text import tokenize
 from rayseq.vocab import SPECIAL_TOKENS, Vocab
 
@@ -87,6 +93,7 @@ EXTRA_PREFIX = "extra."  # the Parquet name of a kept column of the source
 SPLITS = ("train", "valid", "test")
 HELD_OUT = ("valid", "test")
 TOKENIZER = {"kind": "words", "lowercase": True}
+TOKENIZERS = ("words", "bpe")  # --tokenizer: word-level vocabulary, or subword pieces of the words
 SOURCES = ("chitchat", "chatterbot", "opensubtitles:PATH", "cornell:DIR", "jsonl:PATH", "parquet:PATH", "csv:PATH",
            "hf:DIR", "tsv:PATH")
 PROMPT_COLUMNS = ("prompt", "input")  # the prompt column's names (one of them), unless --prompt-column
@@ -127,8 +134,11 @@ class PrepareOptions:
     """reply length in tokens: longer replies are dropped (or truncated, ``truncate_replies``)"""
     truncate_replies: bool = False
     """keep the first ``max_tgt_len`` tokens of a long reply instead of dropping the pair"""
+    tokenizer: str = "words"
+    """vocabulary: ``words`` (the most frequent words, others <unk>) or ``bpe`` (subword pieces learned on the
+    training split: no training word is <unk>, :mod:`rayseq.data.subword`)"""
     vocab_size: int = 4000
-    """vocabulary cap, including the 4 special tokens <pad> <bos> <eos> <unk>"""
+    """vocabulary cap (words, or bpe pieces), including the 4 special tokens <pad> <bos> <eos> <unk>"""
     min_count: int = 1
     """train-split occurrences a token needs to enter the vocabulary"""
     seed: int = 0
@@ -154,6 +164,8 @@ class PrepareOptions:
                 raise DataError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.max_conv_turns != 0 and self.max_conv_turns < 2:
             raise DataError(f"max_conv_turns must be 0 (never cut) or >= 2 (got {self.max_conv_turns})")
+        if self.tokenizer not in TOKENIZERS:
+            raise DataError(f"tokenizer must be one of {', '.join(TOKENIZERS)} (got {self.tokenizer!r})")
         if self.vocab_size <= len(SPECIAL_TOKENS):
             raise DataError(f"vocab_size must be > {len(SPECIAL_TOKENS)} (the special tokens; got {self.vocab_size})")
         for name in ("valid_frac", "test_frac"):
@@ -598,8 +610,39 @@ def build_vocab(token_lists: Iterable[list[str]], vocab_size: int, min_count: in
     return Vocab(ranked[: vocab_size - len(SPECIAL_TOKENS)]), counts
 
 
+def piece_caps(opts: PrepareOptions) -> tuple[int, int]:
+    """(input, reply) caps in bpe pieces: 1.5 × the word caps (a word is 1.1 pieces on average; a word of 100 letters
+    typed as a joke would otherwise set every reply's length cap)."""
+    return opts.max_src_len * 3 // 2, opts.max_tgt_len * 3 // 2
+
+
+def cap_pieces(by_split: dict[str, list[Pair]], vocab: BPEVocab, opts: PrepareOptions
+               ) -> tuple[dict[str, list[Pair]], int, int]:
+    """bpe: the pairs whose reply has at most the reply cap of pieces (:func:`piece_caps`), with inputs cut to their
+    last words that fit the input cap; how many pairs were dropped and inputs cut. Encodes every text once
+    (remembered by the vocabulary for what follows)."""
+    src_cap, tgt_cap = piece_caps(opts)
+    out, n_dropped, n_cut = {}, 0, 0
+    for s, pairs in by_split.items():
+        vocab.encode_many([p.src for p in pairs] + [p.tgt for p in pairs])
+        kept = []
+        for p in pairs:
+            src = p.src
+            while len(src) > 1 and len(vocab.encode_words(src)) > src_cap:
+                src = src[1:]  # the end of the context matters most
+            if len(vocab.encode_words(p.tgt)) > tgt_cap or len(vocab.encode_words(src)) > src_cap:
+                n_dropped += 1  # a reply too long, or an input whose last word alone is
+                continue
+            n_cut += src is not p.src
+            kept.append(p._replace(src=src))
+        out[s] = kept
+    return out, n_dropped, n_cut
+
+
 def encode_input(src: list[str], vocab: Vocab) -> tuple[int, ...]:
     """An input's ids as the model sees them (unknown words -> <unk>): the key of grouping and of the drop."""
+    if isinstance(vocab, BPEVocab):
+        return tuple(vocab.encode_words(src).tolist())
     stoi, unk = vocab.stoi, vocab.specials.unk
     return tuple(stoi.get(t, unk) for t in src)
 
@@ -670,9 +713,13 @@ def encode_split(pairs: list[Pair], vocab: Vocab, columns: dict[str, pa.DataType
     """Rows of one split with ``group`` ids: pairs whose encoded input is identical share a group
     (0..G-1 in order of first appearance); the group's replies are that input's references. ``columns``
     (:func:`column_types`) are the source's other columns, written as ``extra.<name>``."""
-    stoi, unk = vocab.stoi, vocab.specials.unk
-    src = [encode_input(p.src, vocab) for p in pairs]
-    tgt = [[stoi.get(t, unk) for t in p.tgt] for p in pairs]
+    if isinstance(vocab, BPEVocab):
+        src = [tuple(x.tolist()) for x in vocab.encode_many([p.src for p in pairs])]
+        tgt = [x.tolist() for x in vocab.encode_many([p.tgt for p in pairs])]
+    else:
+        stoi, unk = vocab.stoi, vocab.specials.unk
+        src = [encode_input(p.src, vocab) for p in pairs]
+        tgt = [[stoi.get(t, unk) for t in p.tgt] for p in pairs]
     # by ids, not text: inputs the model cannot tell apart (<unk>) must share their references
     groups: dict[tuple[int, ...], int] = {}
     group = np.fromiter((groups.setdefault(s, len(groups)) for s in src), dtype=np.int64, count=len(src))
@@ -781,7 +828,14 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
     for p in pairs:
         by_split[split_of[p.conv_id]].append(p)
     train_tokens = (toks for p in by_split["train"] for toks in (p.src, p.tgt))
-    vocab, _ = build_vocab(train_tokens, opts.vocab_size, opts.min_count)
+    if opts.tokenizer == "bpe":
+        try:
+            vocab = train_bpe(train_tokens, opts.vocab_size)
+        except ValueError as exc:
+            raise DataError(f"{source}: {exc}") from None
+        by_split, dropped["too_many_pieces"], truncated["inputs_pieces"] = cap_pieces(by_split, vocab, opts)
+    else:
+        vocab, _ = build_vocab(train_tokens, opts.vocab_size, opts.min_count)
     # identical inputs ("hi") sit in other conversations of train: held out, they would score recall
     train_inputs = {encode_input(p.src, vocab) for p in by_split["train"]}
     dropped_seen = {}
@@ -790,6 +844,13 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
     columns = column_types(pairs)
     tables = {s: encode_split(by_split[s], vocab, columns) for s in SPLITS}  # groups of what is left
     counts = {s: _split_stats(tables[s], vocab.specials.unk) for s in SPLITS}
+    if opts.tokenizer == "bpe" and counts["train"]["unk_rate"] > 0:  # the merges start from every training character
+        raise AssertionError(f"bpe: {counts['train']['unk_rate']} of the training tokens are <unk>")
+    tokenizer = {**TOKENIZER, "kind": "bpe"} if opts.tokenizer == "bpe" else dict(TOKENIZER)
+    max_len = {"src": opts.max_src_len, "tgt": opts.max_tgt_len}
+    if opts.tokenizer == "bpe":  # the caps count words; the model reads pieces: the longest encoded ones
+        max_len = {c: max(int(pc.max(pc.list_value_length(tables[s].column(c))).as_py() or 1) for s in SPLITS)
+                   for c in max_len}
     train_texts = set(tables["train"].column("src_text").to_pylist())
     for s in HELD_OUT:
         counts[s]["dropped_seen_in_train"] = dropped_seen[s]
@@ -803,7 +864,7 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
         "input_files": [{"path": str(f.resolve()), "bytes": f.stat().st_size} for f in files],
         "options": {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "quiet")},
         "seed": opts.seed,
-        "tokenizer": dict(TOKENIZER),
+        "tokenizer": tokenizer,
         "prompt_format": "conversational" if any(p.raw and p.raw.messages is not None for p in pairs) else "text",
         # the source's other columns, written as extra.<name>: "arrow" (typed) or "json" (JSON text)
         "columns": {k: "json" if t is None else "arrow" for k, t in columns.items()},
@@ -822,10 +883,10 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
         _write_json(
             tmp / "vocab.json",
             {
-                "itos": vocab.itos,
-                "tokenizer": dict(TOKENIZER),
-                "max_src_len": opts.max_src_len,
-                "max_tgt_len": opts.max_tgt_len,
+                **vocab.to_spec(),
+                "tokenizer": tokenizer,
+                "max_src_len": max_len["src"],
+                "max_tgt_len": max_len["tgt"],
             },
         )
         _write_json(tmp / "manifest.json", manifest)  # last: its presence means the rest is there

@@ -207,6 +207,12 @@ class StepDecoding:
         top_k: torch.Tensor,
         generators: list[torch.Generator | None],
         top_p: torch.Tensor | None = None,
+        *,
+        repetition_penalty: torch.Tensor | None = None,
+        presence_penalty: torch.Tensor | None = None,
+        frequency_penalty: torch.Tensor | None = None,
+        no_repeat_ngram_size: torch.Tensor | None = None,
+        banned_ids: tuple[int, ...] = (),
     ) -> SampleOutput:
         """Serving-time decoding with per-row settings, batched across requests.
 
@@ -217,6 +223,14 @@ class StepDecoding:
         from row ``i``'s own ``generators[i]``: a row's tokens depend only on its input and its generator,
         never on which other requests share the batch (reproducible replies per seed). ``logp`` is
         log π_θ(y_t) at temperature 1, whatever the row's sampling settings.
+
+        What a chat API offers against repetition, per row, applied to the logits before temperature, top-k, top-p
+        and the greedy argmax (:func:`penalize`), counting the tokens of the reply so far (not the input):
+        ``repetition_penalty`` (B,) θ ≥ 1 (Keskar et al. 2019, CTRL: a token already in the reply has its logit
+        divided by θ when positive, multiplied when negative; 1 = off), ``presence_penalty`` / ``frequency_penalty``
+        (B,) (OpenAI's: logit − presence·[count > 0] − frequency·count; 0 = off), ``no_repeat_ngram_size`` (B,) n
+        (no n-gram occurs twice in a reply: a token that would complete an n-gram already in it is banned; 0 =
+        off). ``banned_ids``: never emitted here (serving bans ``<unk>``).
         """
         B = src.shape[0]
         dev = src.device
@@ -230,6 +244,8 @@ class StepDecoding:
         k = top_k.clamp(min=0, max=self.vocab_size)
         use_top_k = bool((k > 0).any())
         p_cut = None if top_p is None or not bool((top_p < 1).any()) else top_p.unsqueeze(1)  # (B, 1)
+        penalties = _Penalties(B, self.vocab_size, dev, repetition_penalty, presence_penalty, frequency_penalty,
+                               no_repeat_ngram_size, banned_ids)
         tokens, token_mask, logps = [], [], []
         for t in range(T):
             # row i's t-th V uniforms from its own generator, only while t < max_len_i (so a row's draws do not
@@ -244,6 +260,7 @@ class StepDecoding:
                 break
             logits, _, state = self.decode_step(tok, state)
             logp_all = torch.log_softmax(logits, dim=-1)
+            logits = penalties(logits, tokens)
             scaled = logits / temp
             if use_top_k:
                 kth = scaled.sort(dim=-1, descending=True).values.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
@@ -274,4 +291,66 @@ class StepDecoding:
         return self.sample(src, src_len, max_len, greedy=True).tokens
 
 
-__all__ = ["GeneratorOutput", "SampleOutput", "StepDecoding", "state_cat", "state_index"]
+def penalize(logits: torch.Tensor, counts: torch.Tensor, repetition: torch.Tensor, presence: torch.Tensor,
+             frequency: torch.Tensor) -> torch.Tensor:
+    """Repetition penalties on logits (B, V) given counts (B, V) of each token in the reply so far, and per-row
+    repetition θ (B,), presence and frequency (B,) (:meth:`StepDecoding.generate`):
+    z' = (z / θ if z > 0 else z·θ) where count > 0, then z' − presence·[count > 0] − frequency·count."""
+    seen = counts > 0
+    theta = repetition.unsqueeze(1)
+    z = torch.where(seen, torch.where(logits > 0, logits / theta, logits * theta), logits)
+    return z - presence.unsqueeze(1) * seen - frequency.unsqueeze(1) * counts
+
+
+def repeated_ngram_bans(reply: torch.Tensor, n: int) -> list[list[int]]:
+    """Per row of ``reply`` (B, t): the tokens that would complete an ``n``-gram already in it (the next token after
+    each earlier occurrence of its last n − 1 tokens); empty when t < n (no complete n-gram yet) or n < 1."""
+    B, t = reply.shape
+    if n < 1 or t < n:
+        return [[] for _ in range(B)]
+    if n == 1:
+        return [sorted(set(row)) for row in reply.tolist()]
+    windows = reply.unfold(1, n, 1)  # (B, t − n + 1, n) every n-gram so far
+    match = (windows[:, :, : n - 1] == reply[:, t - n + 1 :].unsqueeze(1)).all(-1)  # its first n − 1 = the last n − 1
+    return [windows[b, match[b], n - 1].tolist() for b in range(B)]
+
+
+class _Penalties:
+    """The repetition settings of a :meth:`StepDecoding.generate` batch, applied step by step."""
+
+    def __init__(self, B, V, dev, repetition, presence, frequency, ngram, banned_ids):
+        zeros = torch.zeros(B, device=dev)
+        self.repetition = torch.ones(B, device=dev) if repetition is None else repetition.to(dev, torch.float32)
+        self.presence = zeros if presence is None else presence.to(dev, torch.float32)
+        self.frequency = zeros if frequency is None else frequency.to(dev, torch.float32)
+        self.ngram = [0] * B if ngram is None else [int(n) for n in ngram.tolist()]
+        self.counted = bool((self.repetition != 1).any() or (self.presence != 0).any() or (self.frequency != 0).any())
+        self.counts = torch.zeros(B, V, device=dev) if self.counted else None
+        self.banned = list(banned_ids)
+
+    def __call__(self, logits: torch.Tensor, tokens: list[torch.Tensor]) -> torch.Tensor:
+        """logits (B, V) of the next token, after the reply's ``tokens`` (one (B,) tensor per step so far)."""
+        if self.banned:
+            logits = logits.index_fill(1, torch.tensor(self.banned, device=logits.device), float("-inf"))
+        if self.counted:
+            if tokens:  # count the last token (pad after a reply's end is never a candidate, so its count is moot)
+                last = tokens[-1][:, None]
+                self.counts.scatter_add_(1, last, torch.ones_like(last, dtype=self.counts.dtype))
+            logits = penalize(logits, self.counts, self.repetition, self.presence, self.frequency)
+        if tokens and any(self.ngram):
+            reply = torch.stack(tokens, 1)
+            rows, cols = [], []
+            for n in set(self.ngram) - {0}:
+                idx = [b for b, m in enumerate(self.ngram) if m == n]
+                for b, bans in zip(idx, repeated_ngram_bans(reply[idx], n)):
+                    rows += [b] * len(bans)
+                    cols += bans
+            if rows:
+                logits = logits.index_put((torch.tensor(rows, device=logits.device),
+                                           torch.tensor(cols, device=logits.device)),
+                                          torch.tensor(float("-inf"), device=logits.device))
+        return logits
+
+
+__all__ = ["GeneratorOutput", "SampleOutput", "StepDecoding", "penalize", "repeated_ngram_bans", "state_cat",
+           "state_index"]

@@ -19,6 +19,10 @@ Built-ins (also importable to build your own: ``from rayseq.rewards.library impo
   path; the same numbers, since tokenising detokenised text gives its tokens back);
 - ``chrf``: sentence chrF (Popović 2015) against the references, as sacrebleu's ``CHRF.sentence_score`` / 100 (the
   best-matching reference), in [0, 1]; kwargs ``char_order`` (6), ``word_order`` (0; 2 = chrF++), ``beta`` (2);
+- ``novelty``: 1 − sentence BLEU-``max_order`` (default 2) of a reply against the OTHER replies of its batch, in
+  [0, 1], 0 for an empty reply: a reply the policy gives to many inputs (a template) scores near 0, one unlike the
+  rest near 1. A distinct-n term for RL on a chatbot (issue 31): with ``task`` it rewards being right and being
+  different; it needs the batch (``reward.batch_size`` unset: the whole scored batch);
 - ``length``: −|n − target| / target, n the reply's tokens (words and punctuation marks, the word tokenizer's
   tokens, what a pairs model emits): 0 at ``target`` tokens, −1 for an empty reply or one twice as long.
 
@@ -77,6 +81,23 @@ def _check_chrf(char_order: int = 6, word_order: int = 0, beta: int = 2) -> None
 
 
 chrf.check_kwargs = _check_chrf
+
+
+def novelty(prompts: list[str], replies: list[str], references: list[list[str]], *, max_order: int = 2
+            ) -> np.ndarray:
+    """1 − sentence BLEU-``max_order`` of each reply against the other replies of the batch (module docstring)."""
+    ids: dict[str, int] = {}
+    enc = [[ids.setdefault(t, len(ids)) for t in tokenize(r, "words")] for r in replies]
+    if len(enc) < 2:
+        return np.array([float(bool(e)) for e in enc])
+    others = [[e for j, e in enumerate(enc) if j != i] for i in range(len(enc))]
+    # an empty "other" reply is no reference (sacrebleu needs tokens); an empty reply is no novelty
+    others = [[e for e in refs if e] or [[-1]] for refs in others]
+    score = 1.0 - sentence_bleu(enc, others, max_order=max_order)
+    return np.where([len(e) > 0 for e in enc], score, 0.0)
+
+
+novelty.check_kwargs = _check_bleu
 
 
 def length(prompts: list[str], replies: list[str], references: list[list[str]], *, target: int) -> np.ndarray:

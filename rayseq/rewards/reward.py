@@ -2,8 +2,8 @@
 
     R(x, y) = Σ_k w_k · f_k(prompts, replies, references)        (``reward.terms``; ``reward.fn`` is one term, w = 1)
 
-Each f_k is a built-in (:mod:`rayseq.rewards.library`: ``task``, ``bleu``, ``chrf``, ``length``) or a user's
-``package.module:function`` with the contract in that module's docstring. :class:`Reward` has the task's
+Each f_k is a built-in (:mod:`rayseq.rewards.library`: ``task``, ``bleu``, ``chrf``, ``length``, ``novelty``) or a
+user's ``package.module:function`` with the contract in that module's docstring. :class:`Reward` has the task's
 ``rewards(src, src_len, tokens, token_mask, key)`` contract, so :func:`rayseq.tasks.make_task` installs it as the
 task's reward: rollout scoring (on the ScorerActors, which may hold a GPU), SCST's greedy baseline, RAML's
 weights, ERPO interpolation's validation reward and ``val/reward`` / ``test/reward`` all use it. It turns token ids
@@ -107,9 +107,13 @@ class Reward:
         if term.fn is library.task:
             return self._checked(term, self._task_rewards(b.src, b.src_len, b.tokens, b.token_mask, key=b.key)[1], B,
                                  b, 0)
-        if term.fn is library.bleu:  # the vectorised path, on ids
-            return self._checked(term, sentence_bleu_padded(b.tokens, b.lengths, b.reference_ids, **term.kwargs), B,
-                                 b, 0)
+        if term.fn is library.bleu:  # the vectorised path, on ids (of words: a subword task's bleu_inputs)
+            words = getattr(self.task, "bleu_inputs", None)
+            if words is not None and b.key is not None:
+                tokens, lengths, refs = words(b.tokens, b.lengths, b.key)
+            else:
+                tokens, lengths, refs = b.tokens, b.lengths, b.reference_ids
+            return self._checked(term, sentence_bleu_padded(tokens, lengths, refs, **term.kwargs), B, b, 0)
         if term.keyword:
             self._check_columns(term, b)
         step = self.batch_size or max(B, 1)

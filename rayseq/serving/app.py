@@ -186,7 +186,8 @@ class ChatDeployment:
     @api.get("/healthz")
     async def healthz(self):
         return {"status": "ok", "model": self.model.model_id, "batching": self.batching,
-                "task": self.model.info["task"], "about": self.model.info["about"]}
+                "task": self.model.info["task"], "about": self.model.info["about"],
+                "decoding": self.model.info["decoding"]}
 
     @api.get("/v1/models")
     async def models(self, request: Request):
@@ -199,8 +200,9 @@ class ChatDeployment:
     async def chat(self, body: ChatRequest, request: Request) -> ChatResponse:
         self._check_key(request)
         g = self._gen_request(self.model.prompt_text([{"role": "user", "content": body.message}]), body.temperature,
-                              body.top_k, body.max_tokens,
-                              body.num_replies, body.seed)
+                              body.top_k, body.max_tokens, body.num_replies, body.seed, top_p=body.top_p,
+                              stop=tuple(body.stop or ()), repetition_penalty=body.repetition_penalty,
+                              no_repeat_ngram_size=body.no_repeat_ngram_size)
         r = await self._generate(g)
         return ChatResponse(
             reply=r.replies[0], replies=r.replies if body.num_replies > 1 else None, model=self.model.model_id,
@@ -216,7 +218,9 @@ class ChatDeployment:
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
         g = self._gen_request(self.model.prompt_text(messages), temperature, body.top_k or 0,
                               body.max_completion_tokens or body.max_tokens, body.n or 1, body.seed,
-                              top_p=1.0 if body.top_p is None else body.top_p, stop=body.stop_strings(),
+                              top_p=body.top_p, stop=body.stop_strings(), presence_penalty=body.presence_penalty,
+                              frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
+                              no_repeat_ngram_size=body.no_repeat_ngram_size,
                               logprobs=(body.top_logprobs or 0) if body.logprobs else None)
         r = await self._generate(g)
         cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())

@@ -20,9 +20,9 @@ import torch
 from rayseq.checkpoint import load_latest
 from rayseq.config import ModelConfig
 from rayseq.data.hf_text import HFJoiner, HFVocab
+from rayseq.data.subword import BPEJoiner, BPEVocab, vocab_from_spec
 from rayseq.data.text import UNK_SHOWN, Joiner, tokenize
 from rayseq.models.factory import generator_from_parts
-from rayseq.vocab import Vocab
 
 
 def task_help(task: dict, max_src_len: int) -> str:
@@ -34,6 +34,14 @@ def task_help(task: dict, max_src_len: int) -> str:
         about += f" {UNK_SHOWN} stands for a word outside its vocabulary."
     return about
 
+
+# decoding defaults a chat API applies unless a request says otherwise (a task's spec "decoding"): none for tasks
+# whose replies repeat by design (counting: "1 1 1"); for chat (pairs, chitchat, PairsTask.decoding) the settings
+# that keep a small model from looping ("i'm not sure. i'm not sure.")
+NO_DEFAULTS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "presence_penalty": 0.0,
+               "frequency_penalty": 0.0, "top_p": 1.0}
+_CHAT = {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2, "top_p": 0.9}  # PairsTask.decoding when written
+_OLD_DECODING = {"chitchat": _CHAT, "pairs": _CHAT}  # checkpoints written before specs carried "decoding"
 
 # checkpoints written before the task spec carried `about`, `fixed_reply_length` and `conditional`
 _OLD_HELP = {
@@ -71,12 +79,17 @@ class GenRequest:
     text: str  # the message the model answers
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = whole vocabulary
-    top_p: float = 1.0  # nucleus sampling: the most likely tokens holding this probability mass; 1 = all
+    top_p: float | None = None  # nucleus sampling: the most likely tokens holding this mass; 1 = all; None = default
     max_tokens: int = 20  # reply length cap (the HTTP layer enforces its own maximum)
     n: int = 1  # replies to sample
     seed: int | None = None  # reply i uses seed + i
     stop: tuple[str, ...] = ()  # a reply ends before the first of these strings (finish_reason "stop")
     logprobs: int | None = None  # None: no log-probs; k: each token's, with its k most likely alternatives
+    # against repetition (StepDecoding.generate); None = the model's default (ChatModel.decoding)
+    repetition_penalty: float | None = None  # θ ≥ 1: a token already in the reply has its logit divided by θ
+    no_repeat_ngram_size: int | None = None  # n: no n-gram twice in a reply (0 = off)
+    presence_penalty: float | None = None  # OpenAI's: logit − p for a token already in the reply
+    frequency_penalty: float | None = None  # OpenAI's: logit − f · its count in the reply
 
 
 @dataclass
@@ -100,12 +113,12 @@ class ChatModel:
             raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "
                              "reply to; serve a chat (or counting) checkpoint")
         hf = "hf_tokenizer" in task["vocab"]  # model.arch=hf: the model's own tokenizer (rayseq.data.hf_text)
-        self.vocab = HFVocab(task["vocab"]["hf_tokenizer"]) if hf else Vocab.from_spec(task["vocab"])
+        self.vocab = HFVocab(task["vocab"]["hf_tokenizer"]) if hf else vocab_from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)
         # trained on conversations rendered with the tokenizer's chat template: requests are rendered the same way
         self.chat_template = hf and bool(tok.get("chat_template"))
-        self.truecase = self.tokenizer_kind == "words" and self.lowercase  # "i'm fine" -> "I'm fine"
+        self.truecase = self.tokenizer_kind in ("words", "bpe") and self.lowercase  # "i'm fine" -> "I'm fine"
         self.max_src_len = int(task.get("max_src_len", 50))
         self.max_tgt_len = int(task.get("max_tgt_len", 20))
         # replies of a fixed length, without an end token: complete, finish_reason "stop", at that length
@@ -118,6 +131,9 @@ class ChatModel:
                                               banned_ids=tuple(task.get("banned_ids", ())))
         self.generator.load_state_dict(ck["learner"]["generator"])
         self.generator.to(self.device).eval()
+        self.decoding = {**NO_DEFAULTS, **task.get("decoding", _OLD_DECODING.get(task["name"], {}))}
+        # never reply with <unk> ("…"); a Hugging Face tokenizer's unk is its pad, banned anyway
+        self.banned_ids = () if hf else (self.vocab.specials.unk,)
         by, its = produced_by(ck)
         self.model_id = f"rayseq-{task['name']}-{by}-it{its}"
         d = ck["driver"]
@@ -126,6 +142,7 @@ class ChatModel:
             "stage": d["stage"], "stage_iteration": int(d.get("stage_iter", 0)), "iteration": d["iteration"],
             "about": task_help(task, self.max_src_len),
             "checkpoint": self.checkpoint, "vocab_size": len(self.vocab), "device": str(self.device),
+            "decoding": dict(self.decoding),
             "load_s": round(time.perf_counter() - t0, 3),
         }
 
@@ -133,6 +150,8 @@ class ChatModel:
         """Incremental detokeniser of a reply by token id: ``push(id)`` -> the text it adds, ``peek(id)``."""
         if isinstance(self.vocab, HFVocab):
             return HFJoiner(self.vocab)
+        if isinstance(self.vocab, BPEVocab):
+            return BPEJoiner(self.vocab, self.truecase)
         return _WordJoiner(Joiner(self.tokenizer_kind, self.truecase), self.vocab.itos)
 
     def prompt_text(self, messages: list[dict]) -> str:
@@ -149,6 +168,11 @@ class ChatModel:
         if isinstance(self.vocab, HFVocab):  # a subword tokenizer: no word is unknown
             ids = self.vocab.encode_text(text, 1 << 30).tolist()
             return ids[-self.max_src_len :], [], max(0, len(ids) - self.max_src_len)
+        if isinstance(self.vocab, BPEVocab):  # a word is unknown only with a character training never saw
+            ids = self.vocab.encode_text(text, 1 << 30).tolist()
+            words = tokenize(text, "words", self.lowercase)
+            unknown = [w for w in words if self.vocab.specials.unk in self.vocab.encode_words([w])]
+            return ids[-self.max_src_len :], unknown, max(0, len(ids) - self.max_src_len)
         words = tokenize(text, self.tokenizer_kind, self.lowercase)
         ids = self.vocab.encode(words).tolist()
         unk = self.vocab.specials.unk
@@ -185,12 +209,17 @@ class ChatModel:
         dev = self.device
         cap = [min(r.max_tokens, self.max_tgt_len) if self.fixed_length else r.max_tokens for _, r, _ in rows]
         src, src_len = src.to(dev), torch.tensor([len(ids) for ids, _, _ in rows], device=dev)
+        def per_row(name, kind=float):
+            return torch.tensor([kind(self._setting(r, name)) for _, r, _ in rows], device=dev)
+
         out = self.generator.generate(
             src, src_len, torch.tensor(cap, device=dev),
             torch.tensor([float(r.temperature) for _, r, _ in rows], device=dev),
             torch.tensor([int(r.top_k) for _, r, _ in rows], device=dev),
             [torch.Generator(device=dev).manual_seed(seed % 2**63) for _, _, seed in rows],
-            top_p=torch.tensor([float(r.top_p) for _, r, _ in rows], device=dev),
+            top_p=per_row("top_p"), repetition_penalty=per_row("repetition_penalty"),
+            presence_penalty=per_row("presence_penalty"), frequency_penalty=per_row("frequency_penalty"),
+            no_repeat_ngram_size=per_row("no_repeat_ngram_size", int), banned_ids=self.banned_ids,
         )
         tokens, lengths = out.tokens.cpu().tolist(), out.token_mask.sum(1).long().cpu().tolist()
         logp = self._scores(src, src_len, out.tokens, [i for i, (_, r, _) in enumerate(rows) if r.logprobs is not None])
@@ -207,6 +236,11 @@ class ChatModel:
                 row += 1
             results.append(res)
         return results
+
+    def _setting(self, r: GenRequest, name: str):
+        """A request's decoding setting, or the model's default when it gave none."""
+        value = getattr(r, name)
+        return self.decoding[name] if value is None else value
 
     def _scores(self, src, src_len, tokens, rows: list[int]) -> dict[int, torch.Tensor]:
         """log π_θ(· | x, y_<t) over the vocabulary at every reply position, (T, V) per row asked for (one

@@ -17,6 +17,21 @@ MAX_STOP_CHARS = 200
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 
 
+MAX_REPETITION_PENALTY = 10.0
+REPETITION_HELP = ("Not OpenAI's (CTRL's): a token already in the reply has its logit divided by this (multiplied "
+                   "when negative); 1 = off; default: the model's.")
+NGRAM_HELP = "Not OpenAI's: no n-gram of this many tokens twice in a reply; 0 = off; default: the model's."
+
+
+def _check_stop(v):
+    items = [v] if isinstance(v, str) else v or []
+    if len(items) > MAX_STOP:
+        raise ValueError(f"at most {MAX_STOP} stop strings")
+    if any(not s or len(s) > MAX_STOP_CHARS for s in items):
+        raise ValueError(f"stop strings must have 1 to {MAX_STOP_CHARS} characters")
+    return v
+
+
 def _not_blank(v: str) -> str:
     if not v.strip():
         raise ValueError("must not be empty or blank")
@@ -44,8 +59,14 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="Reply length cap (default: the task's).")
     num_replies: int = Field(1, ge=1, le=MAX_REPLIES, description="Replies to sample.")
     seed: int | None = Field(None, ge=0, le=2**62, description="Same seed, same replies.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling; 1 = the whole distribution; "
+                                "default: the model's (GET /v1/models: details.decoding).")
+    stop: list[str] | None = Field(None, description=f"Up to {MAX_STOP} strings; a reply ends before the first.")
+    repetition_penalty: float | None = Field(None, ge=1.0, le=MAX_REPETITION_PENALTY, description=REPETITION_HELP)
+    no_repeat_ngram_size: int | None = Field(None, ge=0, le=MAX_TOKENS, description=NGRAM_HELP)
 
     _blank = field_validator("message")(_not_blank)
+    _stop = field_validator("stop")(_check_stop)
 
     @field_validator("history")
     @classmethod
@@ -95,9 +116,10 @@ def _refuse(name: str, allowed: str | None = None):
 
 class ChatCompletionRequest(BaseModel):
     """POST /v1/chat/completions, OpenAI's shape. Every parameter accepted is honoured: sampling
-    (temperature, top_p, top_k, n, seed, max_tokens / max_completion_tokens), stop strings, log-probs,
-    streaming. OpenAI parameters a small generator cannot honour (tools, response formats, penalties, logit
-    bias, ...) and unknown fields are a 422 naming the field. Strictly typed and range-checked."""
+    (temperature, top_p, top_k, n, seed, max_tokens / max_completion_tokens), presence and frequency penalties (and
+    two of other servers: repetition_penalty, no_repeat_ngram_size), stop strings, log-probs, streaming. OpenAI
+    parameters a small generator cannot honour (tools, response formats, logit bias, ...) and unknown fields are a
+    422 naming the field. Strictly typed and range-checked."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     model: str | None = None
@@ -117,8 +139,12 @@ class ChatCompletionRequest(BaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, max_length=256, description="An end-user id; accepted, not used or stored.")
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="A token already in the reply: its "
+                                           "logit minus this; default: the model's.")
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="Its logit minus this times its "
+                                            "count in the reply; default: the model's.")
+    repetition_penalty: float | None = Field(None, ge=1.0, le=MAX_REPETITION_PENALTY, description=REPETITION_HELP)
+    no_repeat_ngram_size: int | None = Field(None, ge=0, le=MAX_TOKENS, description=NGRAM_HELP)
     logit_bias: dict | None = None
     tools: Any = None
     tool_choice: Any = None
@@ -132,13 +158,6 @@ class ChatCompletionRequest(BaseModel):
     _no_functions = _refuse("functions")
     _no_function_call = _refuse("function_call")
     _no_parallel = _refuse("parallel_tool_calls")
-
-    @field_validator("presence_penalty", "frequency_penalty")
-    @classmethod
-    def _zero_penalty(cls, v):
-        if v not in (None, 0):
-            raise ValueError("not supported by this server (only 0)")
-        return v
 
     @field_validator("logit_bias")
     @classmethod
@@ -154,15 +173,7 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError('not supported by this server (only {"type": "text"})')
         return v
 
-    @field_validator("stop")
-    @classmethod
-    def _stop_strings(cls, v):
-        items = [v] if isinstance(v, str) else v or []
-        if len(items) > MAX_STOP:
-            raise ValueError(f"at most {MAX_STOP} stop strings")
-        if any(not s or len(s) > MAX_STOP_CHARS for s in items):
-            raise ValueError(f"stop strings must have 1 to {MAX_STOP_CHARS} characters")
-        return v
+    _stop = field_validator("stop")(_check_stop)
 
     @field_validator("messages")
     @classmethod

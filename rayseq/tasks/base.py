@@ -8,8 +8,9 @@ from __future__ import annotations
 
 def task_spec(task, tokenizer: dict) -> dict:
     """What serving needs to rebuild a task's inputs and outputs (stored in checkpoints): name, vocabulary,
-    length caps, tokenizer settings, whether the model reads an input, a fixed reply length (replies without an
-    end token, complete at that length) and what a good reply is (the chat page's help)."""
+    length caps, tokenizer settings, whether the model reads an input, the ids it never emits, a fixed reply length
+    (replies without an end token, complete at that length), what a good reply is (the chat page's help) and the
+    decoding defaults a chat server applies (``decoding``)."""
     return {
         "name": task.name,
         "vocab": task.vocab.to_spec(),
@@ -17,9 +18,11 @@ def task_spec(task, tokenizer: dict) -> dict:
         "max_tgt_len": task.max_tgt_len,
         "tokenizer": dict(tokenizer),
         "conditional": bool(getattr(task, "conditional", True)),
+        "banned_ids": [int(i) for i in getattr(task, "banned_ids", ())],
         "fixed_reply_length": getattr(task, "fixed_reply_length", None),
         "about": getattr(task, "about", ""),
         "closed_input": bool(getattr(task, "closed_input", False)),
+        "decoding": dict(getattr(task, "decoding", {})),
     }
 
 
@@ -65,6 +68,7 @@ class Task:
     # any other input (a 422 naming the words) instead of answering it (counting: 1 to max_len digits)
     closed_input = False
     about = ""  # for the chat page: what the model was trained to do and what a good reply is
+    decoding: dict = {}  # serving's defaults against repetition (rayseq.serving.model.GenRequest's fields); {} = off
     reward = None  # a configured reward.* other than the task's own (rayseq.rewards.reward.Reward), by make_task
     defaults: dict = {}
     fields: dict = {}  # task.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them

@@ -13,6 +13,11 @@ of Tuan et al. (2018, Sec. 5.2) for their chatbot, vectorised (:func:`rayseq.rew
 equal to sacrebleu's ``sentence_score`` with effective order) and given at the reply's last token; computed on
 ScorerActors. ``reward.fn`` / ``reward.terms`` replace it (:mod:`rayseq.rewards.reward`).
 
+With a subword vocabulary (``task.tokenizer=bpe``: the dataset prepared with ``--tokenizer bpe``,
+:mod:`rayseq.data.subword`) the model reads and writes BPE pieces and never emits ``<unk>`` (``banned_ids``: no
+training reply has it), while BLEU-2 (reward and evaluation), distinct-n, Self-BLEU and ``reply_len`` count the
+words the pieces spell, as on a word-level dataset.
+
 Inputs have keys (``PromptBatch.key``) that name their row across the splits: training rows are 0..N−1, the
 validation inputs (one per input group) follow, then the test inputs, so the reward scores a reply to any input:
 :meth:`PairsTask.references` gives the replies of the key's input group, :meth:`PairsTask.prompt_values` its prompt
@@ -36,7 +41,10 @@ training inputs. The same metrics on each, of greedy replies unless said:
 - ``distinct1``, ``distinct2``: distinct uni/bigrams over all replies / their count (Li et al. 2016);
 - ``self_bleu2``: mean BLEU-2 of a reply against the other replies (Zhu et al. 2018; lower = more
   diverse), on up to 500 replies;
-- ``reply_len``: mean reply length in tokens (EOS excluded);
+- ``reply_len``: mean reply length in words (EOS excluded);
+- ``distinct_replies``: distinct greedy replies / inputs (1: a different reply to every input; a model that answers
+  everything with two templates scores 2/n);
+- ``unk_replies``: the fraction of greedy replies with an ``<unk>`` (shown as ``…``): 0 for a subword model;
 - in the summary's ``details`` (test only): sample replies with their references, and replies to the task's
   ``example_prompts`` (chitchat: the inputs of the paper's Supplement Table 2).
 """
@@ -50,7 +58,8 @@ import torch
 
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.hf_text import HFVocab, retokenize
-from rayseq.data.preparation import DataError
+from rayseq.data.preparation import DataError, PrepareOptions
+from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids, detokenize
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
 from rayseq.tasks.base import Task, sampled_reward, task_spec
@@ -62,10 +71,14 @@ HELD_OUT = {"val": "valid", "test": "test"}  # evaluation split -> prepared spli
 
 class PairsTask(Task):
     name = "pairs"
-    params = ("data", "source", "prepare", "test_size", "val_size", "test_seed", "val_seed", "hf_tokenizer")
+    params = ("data", "source", "prepare", "tokenizer", "prepare_vocab_size", "test_size", "val_size", "test_seed",
+              "val_seed", "hf_tokenizer")
     has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
     scored_remotely = True  # against all references of an input: worth the scorer actors
     example_prompts: tuple[str, ...] = ()  # replies to these are in the test details
+    # what a chat server applies unless a request says otherwise: a small model's greedy reply loops ("i'm not sure.
+    # i'm not sure."); no 3-gram twice and a mild CTRL penalty stop that, and sampling keeps the top 90% of the mass
+    decoding = {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2, "top_p": 0.9}
     about = ("A sequence-to-sequence model trained on prompt and reply pairs, then on a reward: send a prompt and it "
              "replies, without memory of earlier turns.")
 
@@ -81,6 +94,16 @@ class PairsTask(Task):
                 f"`python -m rayseq.data prepare {source} --out {cfg.data}` (or set task.source and task.prepare=true)"
             )
         self.data = DialogueData.load(cfg.data)
+        kind = self.data.tokenizer.get("kind", "words")
+        if cfg.tokenizer and cfg.tokenizer != kind:
+            raise DataError(f"task.data={cfg.data} was prepared with the {kind} tokenizer, task.tokenizer="
+                            f"{cfg.tokenizer}: prepare it with `python -m rayseq.data prepare {cfg.source or 'SOURCE'} "
+                            f"--tokenizer {cfg.tokenizer} --out DIR` and set task.data=DIR")
+        # words of a subword model's replies for BLEU, distinct-n and lengths (None: the tokens are words)
+        self.words = WordIds(self.data.vocab) if isinstance(self.data.vocab, BPEVocab) else None
+        self._word_refs: dict[int, list[np.ndarray]] = {}  # key -> its references as word ids (subword vocabulary)
+        if self.words is not None:
+            self.banned_ids = (self.data.vocab.specials.unk,)  # no training reply has <unk>: never emit it
         if cfg.hf_tokenizer:  # a Hugging Face tokenizer's tokens replace the prepared vocabulary (model.arch=hf)
             self.data = retokenize(self.data, HFVocab(cfg.hf_tokenizer))
         self.vocab = self.data.vocab
@@ -154,9 +177,10 @@ class PairsTask(Task):
         if not cfg.source:
             raise ValueError(f"task.prepare=true: set task.source (what to prepare into task.data={cfg.data}, e.g. "
                              "jsonl:pairs.jsonl)")
-        from rayseq.data.preparation import PrepareOptions, prepare
+        from rayseq.data.preparation import prepare
 
-        prepare(cfg.source, cfg.data, PrepareOptions(quiet=True))
+        opts = {k: v for k, v in (("tokenizer", cfg.tokenizer), ("vocab_size", cfg.prepare_vocab_size)) if v}
+        prepare(cfg.source, cfg.data, PrepareOptions(quiet=True, **opts))
         return True
 
     # -- data -------------------------------------------------------------------------------------
@@ -204,6 +228,25 @@ class PairsTask(Task):
         return {c: [(self.data.splits[s].columns or {}).get(c, [None] * len(self.data.splits[s]))[r]
                     for s, r in rows] for c in self.data.column_names}
 
+    def word_references(self, key) -> list[list[np.ndarray]]:
+        """:meth:`references` as word ids (the same arrays for a word-level vocabulary)."""
+        if self.words is None:
+            return self.references(key)
+        out = []
+        for k in key:
+            k = int(k)
+            if k not in self._word_refs:
+                self._word_refs[k] = [self.words(r) for r in self._refs[k]]
+            out.append(self._word_refs[k])
+        return out
+
+    def bleu_inputs(self, tokens: np.ndarray, lengths: np.ndarray, key) -> tuple[np.ndarray, np.ndarray, list]:
+        """Replies (B, T) with (B,) lengths (EOS excluded) and their inputs' keys -> what BLEU counts: the replies'
+        words (B, W), their word counts (B,) and each input's references as words (module docstring)."""
+        if self.words is None:
+            return tokens, lengths, self.references(key)
+        return (*self.words.padded(tokens, lengths), self.word_references(key))
+
     def split_keys(self, split: str) -> np.ndarray:
         """(n,) the keys of the ``val`` or ``test`` inputs of :meth:`split` (their references for the reward)."""
         return self._held_out[split][3]
@@ -222,7 +265,8 @@ class PairsTask(Task):
         if any(len(r) == 0 for r in refs):
             raise DataError(f"task.data={self.cfg.data}: an input without a reference reply (a prompt-only row) has "
                             "no BLEU-2, the task's own reward; configure one: reward.fn=... or reward.terms=[...]")
-        score = sentence_bleu_padded(tokens, self.reply_lengths(tokens, token_mask), refs, max_order=2)
+        words, lengths, refs = self.bleu_inputs(tokens, self.reply_lengths(tokens, token_mask), key)
+        score = sentence_bleu_padded(words, lengths, refs, max_order=2)
         score = score.astype(np.float32)
         return terminal_rewards(score, token_mask), score
 
@@ -268,7 +312,7 @@ class PairsTask(Task):
     @classmethod
     def metric_names(cls, cfg, split: str) -> list[str]:
         return [f"{split}/{k}" for k in ("bleu2", "sentence_bleu2", "reward", "distinct1", "distinct2", "self_bleu2",
-                                          "reply_len")]
+                                          "reply_len", "distinct_replies", "unk_replies")]
 
     @torch.no_grad()
     def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
@@ -277,11 +321,18 @@ class PairsTask(Task):
         was_training = generator.training
         generator.eval()
         replies = self.greedy_replies(generator, src, src_len, device)
+        if self.words is not None:  # BLEU, distinct-n, Self-BLEU and lengths count words
+            refs = self.word_references(self.split_keys(split))
+            replies_w = [self.words(r) for r in replies]
+        else:
+            replies_w = replies
         sampled, sampled_mask = self.decode(generator, src, src_len, device,
                                             seed=self.cfg.val_seed if split == "val" else self.cfg.test_seed)
         reward, terms = sampled_reward(self, src, src_len, sampled, sampled_mask, key=self.split_keys(split))
-        metrics = {**self._metrics(split, replies, refs), f"{split}/reward": float(np.mean(reward)),
-                   **{f"{split}/{k}": float(np.mean(v)) for k, v in terms.items()}}
+        metrics = {**self._metrics(split, replies_w, refs), f"{split}/reward": float(np.mean(reward)),
+                   **{f"{split}/{k}": float(np.mean(v)) for k, v in terms.items()},
+                   f"{split}/distinct_replies": len({r.tobytes() for r in replies}) / max(len(replies), 1),
+                   f"{split}/unk_replies": float(np.mean([self.specials.unk in r for r in replies]))}
         if split != "test":
             generator.train(was_training)
             return metrics, {}
@@ -289,7 +340,7 @@ class PairsTask(Task):
             "test_samples": [
                 {"input": self.reply_text(src[i, : src_len[i]]),
                  "reply": self.reply_text(replies[i]),
-                 "references": [self.reply_text(r) for r in refs[i][:3]]}
+                 "references": [self.reply_text(r) for r in self._held_out[split][2][i][:3]]}
                 for i in range(min(8, len(replies)))
             ],
         }

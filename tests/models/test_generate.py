@@ -175,3 +175,64 @@ def test_detokenize_hides_special_tokens_and_truecases():
     assert (j.peek("m"), j.peek("fine"), j.peek("?"), j.peek("<eos>")) == ("m", " fine", "?", "")
     with pytest.raises(ValueError, match="unknown tokenizer kind"):
         detokenize(["a"], "bytes")
+
+
+# ---------------------------------------------------------------------- repetition controls (issue 31)
+
+
+def test_penalize_by_hand():
+    from rayseq.models.protocol import penalize
+
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
+    counts = torch.tensor([[1.0, 2.0, 0.0, 0.0]])  # tokens 0 and 1 are in the reply (token 1 twice)
+    one = torch.ones(1)
+    # CTRL θ = 2: 2 / 2 = 1 (positive: divided), −1 · 2 = −2 (negative: multiplied); unseen tokens unchanged
+    assert penalize(logits, counts, 2 * one, 0 * one, 0 * one).tolist() == [[1.0, -2.0, 0.5, 3.0]]
+    # presence 0.5 and frequency 0.25: 2 − 0.5 − 0.25 = 1.25, −1 − 0.5 − 0.5 = −2
+    assert penalize(logits, counts, one, 0.5 * one, 0.25 * one).tolist() == [[1.25, -2.0, 0.5, 3.0]]
+
+
+def test_repeated_ngram_bans_against_a_plain_loop():
+    from rayseq.models.protocol import repeated_ngram_bans
+
+    g = torch.Generator().manual_seed(0)
+    reply = torch.randint(4, 8, (30, 12), generator=g)  # 4 symbols: many repeats
+    for n in (1, 2, 3, 4):
+        for t in range(0, 13):
+            got = repeated_ngram_bans(reply[:, :t], n)
+            for b in range(30):
+                row = reply[b, :t].tolist()
+                # every earlier n-gram whose first n − 1 tokens are the reply's last n − 1 bans its last token
+                want = [row[i + n - 1] for i in range(t - n + 1) if row[i : i + n - 1] == row[t - n + 1 :]]
+                assert sorted(set(got[b])) == sorted(set(want)), (n, t, b)
+
+
+def test_generate_never_repeats_an_ngram_nor_emits_banned_ids_and_penalties_change_greedy():
+    m = model()
+    src, sl = batch(B=8)
+    B = 8
+    caps, temps, ks = torch.full((B,), 12), torch.tensor([0.0, 1.5] * 4), torch.zeros(B, dtype=torch.long)
+    with torch.no_grad():  # no end token: long replies over few symbols, so the rules must act
+        m.out.bias[m.eos_id] = -1e4
+    plain = m.generate(src, sl, caps, temps, ks, gens(range(B)))
+    out = m.generate(src, sl, caps, temps, ks, gens(range(B)), no_repeat_ngram_size=torch.full((B,), 2),
+                     banned_ids=(3, 5))
+    for row in out.tokens.tolist():
+        bigrams = list(zip(row, row[1:]))
+        assert len(bigrams) == len(set(bigrams)) and not {3, 5} & set(row)
+    assert any(len(set(zip(r, r[1:]))) < len(r) - 1 for r in plain.tokens.tolist())  # without it, repeats
+    # a greedy row by hand with the CTRL penalty θ = 3 and presence 1: the argmax of the penalised logits
+    theta, presence = 3.0, 1.0
+    pen = m.generate(src[:1], sl[:1], caps[:1], torch.zeros(1), ks[:1], gens([0]),
+                     repetition_penalty=torch.tensor([theta]), presence_penalty=torch.tensor([presence]))
+    h = m.encode(src[:1], sl[:1])
+    tok, seen = torch.tensor([m.bos_id]), set()
+    for t in range(12):
+        logits, _, h = m.decode_step(tok, h)
+        z = logits[0].clone()
+        for s in seen:
+            z[s] = (z[s] / theta if z[s] > 0 else z[s] * theta) - presence
+        tok = z.argmax().view(1)
+        assert pen.tokens[0, t].item() == tok.item()
+        seen.add(tok.item())
+    assert len(set(pen.tokens[0].tolist())) > len(set(plain.tokens[0].tolist()))  # it repeats less

@@ -63,6 +63,20 @@ def test_length_by_hand():
     assert out.tolist() == [-0.25, -1.0, 0.0, -0.5]
 
 
+def test_novelty_by_hand_and_against_sacrebleu():
+    """1 − BLEU-2 of a reply against the other replies of the batch: a template scores 0, a reply unlike the others
+    1, an empty reply 0 (two empty replies are the same reply)."""
+    from sacrebleu.metrics import BLEU
+
+    out = library.novelty(["p"] * 4, ["i am not sure", "i am not sure", "pizza with cheese", ""], [[]] * 4)
+    assert out.tolist() == [0.0, 0.0, 1.0, 0.0]
+    replies = ["i am fine , thanks", "i am good", "great to see you", "not bad at all"]
+    bleu = BLEU(max_ngram_order=2, tokenize="none", effective_order=True)
+    want = [1 - bleu.sentence_score(h, [r for r in replies if r is not h]).score / 100 for h in replies]
+    assert library.novelty(["p"] * 4, replies, [[]] * 4) == pytest.approx(want, abs=1e-9)
+    assert library.novelty(["p"], ["alone"], [[]]).tolist() == [1.0]
+
+
 def test_bleu_and_chrf_equal_sacrebleu():
     from sacrebleu.metrics import BLEU, CHRF
 

@@ -70,7 +70,9 @@ def test_replies_read_like_text_without_special_tokens(tmp_path):
 def test_generated_replies_never_show_special_tokens(tmp_path):
     m = ChatModel(make_checkpoint(tmp_path / "ck.pt", bias={"<unk>": 3.0, "<eos>": -2.0}))
     out = m.generate([GenRequest("hello", temperature=1.5, n=8, seed=0, max_tokens=8)])[0]
-    assert any(UNK_SHOWN in r for r in out.replies)
+    # <unk> made likely (bias 3) is still never sampled: serving bans it (issue 31), greedy or sampled
+    assert not any(UNK_SHOWN in r for r in out.replies)
+    assert UNK_SHOWN not in m.generate([GenRequest("hello", max_tokens=8)])[0].replies[0]
     for r, pieces in zip(out.replies, out.pieces):
         assert not any(s in r for s in ("<unk>", "<eos>", "<pad>", "<bos>"))
         assert "".join(pieces) == r
@@ -119,7 +121,8 @@ def test_logprobs_are_the_models_and_their_pieces_are_the_reply(tmp_path):
     src = torch.tensor([ids, ids])
     out = m.generator.generate(src, torch.tensor([len(ids)] * 2), torch.tensor([8, 8]), torch.ones(2),
                                torch.zeros(2, dtype=torch.long),
-                               [torch.Generator().manual_seed(5), torch.Generator().manual_seed(6)])
+                               [torch.Generator().manual_seed(5), torch.Generator().manual_seed(6)],
+                               banned_ids=m.banned_ids)  # serving never emits <unk>
     for i, (reply, entries) in enumerate(zip(res[0].replies, res[0].logprobs)):
         assert "".join(e["token"] for e in entries) == reply
         assert [e["logprob"] for e in entries] == pytest.approx(out.logp[i, : len(entries)].tolist(), abs=1e-5)

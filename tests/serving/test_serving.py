@@ -26,7 +26,13 @@ import torch
 from rayseq.serving.model import ChatModel, GenRequest
 from rayseq.serving.schemas import MAX_BODY_BYTES, MAX_HISTORY_TURNS, MAX_MESSAGE_CHARS, MAX_TOKENS
 from tests.ports import free_port
-from tests.serving_helpers import start_serve, train_counting_checkpoint, wait_for_text, wait_healthy
+from tests.serving_helpers import (
+    start_serve,
+    train_chat_checkpoint,
+    train_counting_checkpoint,
+    wait_for_text,
+    wait_healthy,
+)
 
 pytestmark = pytest.mark.ray
 
@@ -51,7 +57,12 @@ def model(checkpoint) -> ChatModel:
 
 
 @pytest.fixture(scope="module")
-def base_url(ray_session, checkpoint, cli_server):
+def chat_checkpoint(tmp_path_factory) -> str:
+    return str(train_chat_checkpoint(tmp_path_factory.mktemp("chat") / "run"))
+
+
+@pytest.fixture(scope="module")
+def base_url(ray_session, checkpoint, chat_checkpoint, cli_server):
     from ray import serve
 
     # cli_server: the CLI's own Ray starts up while this one deploys (saves ~10 s of the module's wall time).
@@ -60,6 +71,7 @@ def base_url(ray_session, checkpoint, cli_server):
         "/": {"checkpoint": checkpoint, "batch_wait_timeout_s": 0.05},
         "/secure": {"checkpoint": checkpoint, "api_key": KEY},
         "/unbatched": {"checkpoint": checkpoint, "batching": False},
+        "/chat": {"checkpoint": chat_checkpoint},
     }, port=free_port())
     yield url
     serve.shutdown()  # Serve is cluster-scoped: leave the session's Ray as the other modules expect it
@@ -88,7 +100,10 @@ def test_health_docs_page_and_models(client, model):
     r = client.get("/healthz")
     assert r.status_code == 200
     assert r.json() == {"status": "ok", "model": model.model_id, "batching": True, "task": "counting",
-                        "about": model.info["about"]}
+                        "about": model.info["about"], "decoding": model.info["decoding"]}
+    # counting's replies repeat digits by design: no repetition defaults
+    assert model.info["decoding"] == {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "presence_penalty": 0.0,
+                                      "frequency_penalty": 0.0, "top_p": 1.0}
     # named by what produced it: 150 MLE iterations (train.iters=0), not the configured RL algorithm
     assert model.model_id == "rayseq-counting-mle-it150"
 
@@ -372,10 +387,11 @@ def test_openai_no_op_parameters_are_accepted(openai_client, model):
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
     ({"tool_choice": "auto"}, "tool_choice"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"presence_penalty": 0.5}, "presence_penalty"),
-    ({"frequency_penalty": -1.0}, "frequency_penalty"),
+    ({"presence_penalty": 2.5}, "presence_penalty"),  # OpenAI's range is [-2, 2]
+    ({"frequency_penalty": -3.0}, "frequency_penalty"),
     ({"logit_bias": {"5": 10}}, "logit_bias"),
-    ({"extra_body": {"repetition_penalty": 1.1}}, "repetition_penalty"),
+    ({"extra_body": {"repetition_penalty": 0.9}}, "repetition_penalty"),  # < 1 would favour repeats
+    ({"extra_body": {"no_repeat_ngram_size": -1}}, "no_repeat_ngram_size"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
 ])
@@ -385,6 +401,41 @@ def test_openai_parameters_it_cannot_honour_are_refused_by_name(openai_client, k
         openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "1"}], **kwargs)
     err = info.value.body
     assert err["param"] == field and err["message"].startswith(f"{field}: "), err
+
+
+def test_a_chatbot_decodes_with_chat_defaults_over_http(client, chat_checkpoint):
+    """A chat checkpoint (BPE vocabulary) served: its decoding defaults (no 3-gram twice, CTRL penalty 1.2, top-p
+    0.9) are in /healthz and the page, apply when a request gives none, and every option of both endpoints is
+    honoured: each reply over HTTP is the one ChatModel decodes locally with those settings, and none has <unk>."""
+    from rayseq.tasks.pairs import PairsTask
+
+    local = ChatModel(chat_checkpoint)
+    health = client.get("/chat/healthz").json()
+    assert health["decoding"] == {**local.info["decoding"]} and health["task"] == "chitchat"
+    assert {k: health["decoding"][k] for k in PairsTask.decoding} == PairsTask.decoding
+    page = client.get("/chat/").text
+    assert all(f'id="{k}"' in page for k in ("top_p", "repetition_penalty", "no_repeat_ngram_size"))
+    cap = local.max_tgt_len
+    for message in ("hi there", "do you like music or books ?", "hey , how are you ?"):
+        served = chat(client, "/chat/v1/chat", message=message)["reply"]
+        assert served == local.generate([GenRequest(message, max_tokens=cap)])[0].replies[0]
+        assert "…" not in served
+        off = dict(repetition_penalty=1.0, no_repeat_ngram_size=0)
+        assert chat(client, "/chat/v1/chat", message=message, **off)["reply"] == local.generate(
+            [GenRequest(message, max_tokens=cap, **off)])[0].replies[0]
+        sampled = chat(client, "/chat/v1/chat", message=message, temperature=1.0, top_p=0.5, seed=3, num_replies=3,
+                       repetition_penalty=2.0, no_repeat_ngram_size=2, stop=["zzz"])["replies"]
+        assert sampled == local.generate([GenRequest(message, temperature=1.0, top_p=0.5, seed=3, n=3, max_tokens=cap,
+                                                     repetition_penalty=2.0, no_repeat_ngram_size=2,
+                                                     stop=("zzz",))])[0].replies
+    # the OpenAI endpoint: OpenAI's penalties, and the two of other servers (an OpenAI client's extra_body)
+    kw = dict(temperature=0.9, top_p=0.8, seed=5, n=2, max_tokens=cap, presence_penalty=1.5, frequency_penalty=0.5)
+    r = client.post("/chat/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi there"}],
+                                                        "no_repeat_ngram_size": 2, **kw})
+    assert r.status_code == 200, r.text
+    want = local.generate([GenRequest("hi there", temperature=0.9, top_p=0.8, seed=5, n=2, max_tokens=cap,
+                                      presence_penalty=1.5, frequency_penalty=0.5, no_repeat_ngram_size=2)])[0]
+    assert [c["message"]["content"] for c in r.json()["choices"]] == want.replies
 
 
 # ---------------------------------------------------------------------------------------------- bad input

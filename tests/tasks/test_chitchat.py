@@ -72,7 +72,8 @@ def test_task_prepare_builds_the_dataset_once(tmp_path):
                "train.pretrain_iters=2", "train.iters=0", f"run_dir={tmp_path / 'run'}")
     summary = Trainer(cfg).run()
     assert (tmp_path / "auto" / "manifest.json").is_file()
-    names = ("bleu2", "distinct1", "distinct2", "self_bleu2", "reply_len", "sentence_bleu2", "reward")
+    names = ("bleu2", "distinct1", "distinct2", "self_bleu2", "reply_len", "sentence_bleu2", "reward",
+             "distinct_replies", "unk_replies")
     assert set(summary["metrics"]) == {f"{split}/{k}" for split in ("val", "test") for k in names}
     assert [p["input"] for p in summary["details"]["paper_prompts"]][:2] == ["what can i do for you .",
                                                                               "go , go , go !"]

@@ -396,15 +396,39 @@ def json_safe(obj):
     return obj
 
 
-def _resolved_algo(overrides: list[str], name: str):
-    """``algo.*`` as a run of algorithm ``name`` with these overrides resolves it, or None when the overrides hold
-    a key that algorithm does not read."""
-    from rayseq.config import ConfigError, build_config
+def _setting(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
-    try:
-        return build_config(None, [*overrides, f"algo.name={name}"]).algo
-    except ConfigError:
-        return None
+
+def resolved_settings(runs: list[dict], algos: list[str], overrides: list[str]) -> list[str]:
+    """One line per algorithm: the ``algo:`` keys (and ``disc:`` for the SeqGAN family) of its runs' config.yaml,
+    i.e. the resolved config its learner used (the algorithm's own defaults, such as SeqGAN-PPO-dynamic's bounds of
+    Supplement C, and every override), flagged when its seeds disagree. Without a config.yaml (runs deleted): the
+    config ``overrides`` resolve to for that algorithm, which is what config.yaml holds."""
+    import yaml
+
+    from rayseq.config import build_config, config_to_dict
+
+    lines = []
+    for a in algos:
+        sections = []
+        for r in runs:
+            path = Path(r["run_dir"]) / "config.yaml"
+            path = path if path.is_absolute() or path.exists() else REPO / path
+            if r["algo"] == a and path.exists():
+                c = yaml.safe_load(path.read_text())
+                sections.append(({k: v for k, v in c["algo"].items() if k != "name"}, c.get("disc")))
+        if not sections:
+            c = config_to_dict(build_config(None, [*overrides, f"algo.name={a}"]))
+            sections.append(({k: v for k, v in c["algo"].items() if k != "name"}, c.get("disc")))
+        algo, disc = sections[0]
+        text = ", ".join(f"{k} {_setting(v)}" for k, v in algo.items())
+        if disc:
+            text += "; D: " + ", ".join(f"{k} {_setting(v)}" for k, v in disc.items())
+        if any(s != sections[0] for s in sections[1:]):
+            text += " (NOT the same for every seed: see each run's config.yaml)"
+        lines.append(f"  - {LABELS[a]}: {text}")
+    return lines
 
 
 def write_report(args, overrides, runs, failures, suffix, quick) -> str:
@@ -427,16 +451,7 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         f"validation every {t.eval_every} iterations on {cfg.task.val_size} inputs (the curves); the table: "
         f"{cfg.task.test_size} test inputs, evaluated once at the end of each run"
     )
-    # each algorithm's resolved keys (overrides may be per algorithm: algo.ppo.epochs=4); every run's config.yaml
-    # has its own
-    p, d, m = (_resolved_algo(overrides, name) or cfg.algo for name in ("ppo", "ppo_dynamic", "mixer"))
-    settings = (
-        f"PPO ε = {p.eps}; PPO-dynamic α1 = {d.alpha1}, β1 = {d.beta1}, α2 = {d.alpha2}, β2 = {d.beta2}; "
-        f"PPO {p.epochs} epoch(s), PPO-dynamic {d.epochs} epoch(s) of minibatch {p.minibatch_size}; "
-        f"MIXER δ = {m.mixer_delta_start}, "
-        f"+= {m.mixer_delta_step} every {m.mixer_delta_every} iterations (of each reference's length); GRU "
-        f"{cfg.model.num_layers}×{cfg.model.hidden_dim}"
-    )
+    settings = resolved_settings(runs, algos, overrides)
     seeds = sorted({r["seed"] for r in runs})
     t1 = precision_table(summary, runs)
     t2 = variance_table(summary)
@@ -449,7 +464,9 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         f"- Date: {date}; machine: {machine['platform']}, {machine['cpu_count']} CPUs, torch "
         f"{machine['torch']}; commit {machine['git_commit']}{' (dirty)' if machine['git_dirty'] else ''}",
         f"- Seeds: {seeds}; budget per run (same for every algorithm): {budget}",
-        f"- Settings: {settings}",
+        f"- Model: GRU {cfg.model.num_layers}×{cfg.model.hidden_dim}. Settings, as each algorithm's runs resolved "
+        "them (their config.yaml: what the learner used):",
+        *settings,
         f"- Overrides: `{' '.join(overrides)}`",
         f"- Pretrained model identical across algorithms for each seed: {'yes' if same_pre else 'NO'}",
         "",
@@ -490,6 +507,7 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         "overrides": overrides,
         "config": shared,
         "algos": algos,
+        "resolved_settings": settings,
         "seeds": seeds,
         "pretraining_identical_across_algos": same_pre,
         "paper_table1_precision_pct": PAPER_PRECISION,

@@ -290,7 +290,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-every", type=int, default=20)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "counting_seqgan")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--disc-study", metavar="CHECKPOINT", help="train D alone on this pretrained generator instead")
+    ap.add_argument("--disc-steps", type=int, default=20)
+    ap.add_argument("--disc-settings", nargs="+", choices=list(DISC_SETTINGS), help="default: all")
     args, extra = ap.parse_known_args(argv)
+    if args.disc_study:
+        study = disc_study(args.disc_study, args.disc_steps, args.probe, settings=args.disc_settings)
+        text = disc_table(study)
+        print(text)
+        args.out.mkdir(parents=True, exist_ok=True)
+        tag = "_".join(n.replace(" ", "").replace(",", "").replace("(", "").replace(")", "")
+                       for n in study["settings"])
+        (args.out / f"disc_study_{tag}.md").write_text(text + "\n")
+        (args.out / f"disc_study_{tag}.json").write_text(json.dumps(study, indent=1) + "\n")
+        return 0
     (args.out / "diag_runs").mkdir(parents=True, exist_ok=True)
     jobs = [(v, s) for v in args.variants for s in args.seeds]
     if not args.report_only:
@@ -314,6 +327,83 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "diagnostics.json").write_text(json.dumps(results, indent=1) + "\n")
     plot(results, args.out / "diagnostics.png")
     return 0
+
+
+
+# -- D alone: can the discriminator learn what is correct, and what stops it -----------------------------------------
+DISC_SETTINGS = {  # disc.* overrides on the issue's short D (SHORT), trained from scratch on one pretrained G
+    "short (issue)": [],
+    "short, l2 0": ["disc.l2_reg=0"],
+    "wide": WIDE_D,
+    "wide, l2 0": [*WIDE_D, "disc.l2_reg=0"],
+}
+
+
+def disc_study(checkpoint: str, steps: int, n_probe: int, seed: int = 0, settings: list[str] | None = None) -> dict:
+    """D trained alone for ``steps`` d-steps (the run's disc.* per step) on one pretrained generator (a checkpoint),
+    for each of DISC_SETTINGS; every 5 d-steps its probe on validation inputs: D(real), D(fake), accuracy, AUC
+    between correct and wrong samples."""
+    import numpy as np
+    import torch
+
+    from rayseq.algos.seqgan import d_step
+    from rayseq.checkpoint import load_checkpoint
+    from rayseq.config import RunConfig, build_config, config_to_dict
+    from rayseq.distributed.worker import RolloutWorker
+    from rayseq.models import make_discriminator
+    from rayseq.tasks import make_task
+    from rayseq.types import PromptBatch, RolloutRequest
+
+    ck = load_checkpoint(checkpoint)
+    base = RunConfig.model_validate(ck["config"])
+    task = make_task(base.task, base.reward)
+    worker = RolloutWorker(config_to_dict(base), 0)
+    worker.set_weights({"generator": ck["learner"]["generator"], "rollout_policy": None}, 1)
+    src, src_len = (a[:n_probe] for a in task.split("val"))
+    probe_rollout = worker.sample(PromptBatch(src, src_len), RolloutRequest(max_len=3, temperature=1.0, seed=seed))
+    correct = probe_rollout.score > 0.5
+    s, sl = torch.from_numpy(src), torch.from_numpy(src_len)
+    tgt = torch.from_numpy(task.sample_targets(np.random.default_rng(seed), src, src_len))
+    out = {"checkpoint": checkpoint, "probe_precision_sampled": float(correct.mean()), "settings": {}}
+    for name in settings or list(DISC_SETTINGS):
+        overrides = DISC_SETTINGS[name]
+        cfg = build_config(None, [*BASE, *SHORT, *overrides, "algo.name=seqgan", f"seed={seed}"])
+        torch.manual_seed(seed)
+        disc = make_discriminator(cfg, task)
+        opt = torch.optim.Adam(disc.parameters(), lr=cfg.disc.lr)
+        rng = np.random.default_rng(seed)
+        curve, t0 = [], time.time()
+        for k in range(1, steps + 1):
+            n = cfg.disc.num_negatives
+            neg = worker.sample(task.sample_prompts(rng, n), RolloutRequest(max_len=3, temperature=1.0, seed=seed + k))
+            m = d_step(disc, opt, task.sample_prompts(rng, n, with_targets=True), neg, cfg.disc, task.specials.pad,
+                       torch.device("cpu"), seed + k)
+            if k % 5 == 0 or k == steps:
+                with torch.no_grad():
+                    three = torch.full((len(src),), 3)
+                    d_fake = disc.score(torch.from_numpy(probe_rollout.tokens), three, s, sl).numpy()
+                    d_real = disc.score(tgt, three, s, sl).numpy()
+                curve.append({"d_steps": k, "train_accuracy": m["disc/accuracy"], "d_real": float(d_real.mean()),
+                              "d_fake": float(d_fake.mean()),
+                              "d_acc": float(0.5 * ((d_real > 0.5).mean() + (d_fake <= 0.5).mean())),
+                              "d_fake_correct": float(d_fake[correct].mean()),
+                              "d_fake_wrong": float(d_fake[~correct].mean()),
+                              "d_std_fake": float(d_fake.std()),
+                              "d_auc_correct": auc(d_fake[correct], d_fake[~correct])})
+                print(name, curve[-1], flush=True)
+        out["settings"][name] = {"overrides": overrides, "curve": curve, "wall_s": round(time.time() - t0, 1)}
+    return out
+
+
+def disc_table(study: dict) -> str:
+    lines = ["| D | d-steps | D(real) | D(fake) | D acc | D on correct / wrong samples | std of D(fake) "
+             "| AUC correct vs wrong |", "|" + "---|" * 8]
+    for name, r in study["settings"].items():
+        for p in r["curve"]:
+            lines.append(f"| {name} | {p['d_steps']} | {p['d_real']:.3f} | {p['d_fake']:.3f} | {p['d_acc']:.3f} "
+                         f"| {p['d_fake_correct']:.3f} / {p['d_fake_wrong']:.3f} | {p['d_std_fake']:.3f} "
+                         f"| {_fmt(p['d_auc_correct'])} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

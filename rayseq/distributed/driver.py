@@ -162,11 +162,9 @@ class Trainer:
         if d["stage"] == "mle" and d["stage_iter"] < theirs["train"]["pretrain_iters"]:
             raise ValueError(f"train.init_from={source}: that run has not finished MLE pretraining")
         loaded = rt.learner("init_from", ck["learner"])
-        if self.cfg.is_gan and not loaded["disc"]:
-            raise ValueError(f"train.init_from={source}: no discriminator in that checkpoint; SeqGAN needs one "
-                             "(pretrain with a seqgan algorithm and train.iters=0)")
         self.iteration = int(d["iteration"])
-        self.stage, self.stage_iter = "train", 0
+        # no discriminator there (an MLE run): SeqGAN pretrains its D (stage disc) from that generator first
+        self.stage, self.stage_iter = ("disc" if self.cfg.is_gan and not loaded["disc"] else "train"), 0
         self.pretrain_metrics = dict(d["pretrain_metrics"])
 
     # -- the loop ---------------------------------------------------------------------------------

@@ -13,13 +13,17 @@ discriminator D on a fixed probe set of VALIDATION inputs (never test):
 - the sampled precision on the probe set and the y1 distribution (total variation to the truth, mean over N);
 - from the run's own metrics: D's training accuracy / D(real) / D(fake) of each d-step, val/precision.
 
-Run book (from the repository root)
-  python benchmarks/seqgan_counting_diagnostics.py                       # the variants below, seed 0
-  python benchmarks/seqgan_counting_diagnostics.py --variants short paper_d --seeds 0 1
+Run book (from the repository root; times measured on the 2-core machine at load 20-25, i.e. ~5% of a core each)
+  python benchmarks/seqgan_counting_diagnostics.py --pretrain-only --variants short wide_d   # 2 x 30 min
+      # the issue's start (MLE 1000 + 10 d-steps) with its short D and with a wide one, probed: diag_runs/pre-*/
+  python benchmarks/seqgan_counting_diagnostics.py --disc-study diag_runs/pre-XXXX-s0/checkpoints/ckpt_00001010.pt \
+      --disc-steps 15 --disc-settings "short, l2 0"          # D alone on that generator, ~20 min per setting
+  python benchmarks/seqgan_counting_diagnostics.py --disc-sanity  # D against wrong-on-purpose negatives, ~10 min
+  python benchmarks/seqgan_counting_diagnostics.py --variants short baseline --seeds 0 1   # adversarial runs, probed
   python benchmarks/seqgan_counting_diagnostics.py --report-only         # table and plot from the JSON files
 
 Outputs in ``--out`` (default benchmarks/results/counting_seqgan): diagnostics.md, diagnostics.json,
-diagnostics.png, one JSON per (variant, seed) under diag_runs/.
+diagnostics.png, one JSON per (variant, seed) under diag_runs/; disc_study_*.md/json; disc_sanity.md/json.
 """
 
 from __future__ import annotations
@@ -293,7 +297,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--disc-study", metavar="CHECKPOINT", help="train D alone on this pretrained generator instead")
     ap.add_argument("--disc-steps", type=int, default=20)
     ap.add_argument("--disc-settings", nargs="+", choices=list(DISC_SETTINGS), help="default: all")
+    ap.add_argument("--disc-sanity", action="store_true", help="D against negatives made wrong on purpose")
+    ap.add_argument("--pretrain-only", action="store_true",
+                    help="only the variants' pretrainings and their probe at the start of the adversarial stage")
     args, extra = ap.parse_known_args(argv)
+    if args.disc_sanity:
+        rows = disc_sanity()
+        text = "\n".join(["| negatives | minibatches | D(real) | D(fake) | D acc |", "|---|---|---|---|---|"] + [
+            f"| {r['negatives']} | {r['steps']} | {r['d_real']:.3f} | {r['d_fake']:.3f} | {r['d_acc']:.3f} |"
+            for r in rows])
+        print(text)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "disc_sanity.md").write_text(text + "\n")
+        (args.out / "disc_sanity.json").write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
     if args.disc_study:
         study = disc_study(args.disc_study, args.disc_steps, args.probe, settings=args.disc_settings)
         text = disc_table(study)
@@ -312,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             pres = {(tuple(_pretrain_overrides([*VARIANTS[v][1], *extra])), s) for v, s in jobs}
             for f in [pool.submit(pretrain, list(o), s, str(args.out), args.probe) for o, s in sorted(pres)]:
                 print("pretrained", f.result(), flush=True)
+            if args.pretrain_only:
+                return 0
             futs = [pool.submit(run_variant, v, s, str(args.out), args.probe, args.probe_every, extra)
                     for v, s in jobs]
             for f in futs:
@@ -404,6 +423,53 @@ def disc_table(study: dict) -> str:
                          f"| {p['d_fake_correct']:.3f} / {p['d_fake_wrong']:.3f} | {p['d_std_fake']:.3f} "
                          f"| {_fmt(p['d_auc_correct'])} |")
     return "\n".join(lines)
+
+
+def disc_sanity(steps: int = 300, seed: int = 0) -> list[dict]:
+    """Can the issue's D (short, no L2) learn the counting rule at all? It is trained for ``steps`` minibatches of
+    32 + 32 against negatives made wrong on purpose: the whole reply random, y2 ≠ x_t, or y3 ≠ N − t; then its
+    accuracy on 1,000 + 1,000 fresh pairs."""
+    import numpy as np
+    import torch
+
+    from rayseq.config import build_config
+    from rayseq.losses import discriminator_loss
+    from rayseq.models import make_discriminator
+    from rayseq.tasks import make_task
+
+    cfg = build_config(None, [*BASE, *SHORT, "algo.name=seqgan", "disc.l2_reg=0"])
+    task = make_task(cfg.task, cfg.reward)
+    rng = np.random.default_rng(seed)
+
+    def batch(n: int, kind: str):
+        p = task.sample_prompts(rng, n, with_targets=True)
+        y = p.tgt.copy()
+        shift = task.digit0 + 1 + rng.integers(0, 9, size=n)  # a different digit
+        if kind == "random reply":
+            y = rng.integers(0, 10, size=y.shape) + task.digit0
+        elif kind == "wrong y2":
+            y[:, 1] = (y[:, 1] - task.digit0 + shift - task.digit0) % 10 + task.digit0
+        elif kind == "wrong y3":
+            y[:, 2] = (y[:, 2] - task.digit0 + shift - task.digit0) % 10 + task.digit0
+        return torch.from_numpy(p.src), torch.from_numpy(p.src_len), torch.from_numpy(y), torch.full((n,), 3)
+
+    rows = []
+    for kind in ("random reply", "wrong y2", "wrong y3"):
+        torch.manual_seed(seed)
+        disc = make_discriminator(cfg, task)
+        opt = torch.optim.Adam(disc.parameters(), lr=cfg.disc.lr)
+        for _ in range(steps):
+            (s1, l1, yr, n1), (s2, l2, yf, n2) = batch(32, "real"), batch(32, kind)
+            loss, _ = discriminator_loss(disc(yr, n1, s1, l1), disc(yf, n2, s2, l2))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        (s1, l1, yr, n1), (s2, l2, yf, n2) = batch(1000, "real"), batch(1000, kind)
+        d_real, d_fake = disc.score(yr, n1, s1, l1).numpy(), disc.score(yf, n2, s2, l2).numpy()
+        rows.append({"negatives": kind, "steps": steps, "d_real": float(d_real.mean()), "d_fake": float(d_fake.mean()),
+                     "d_acc": float(0.5 * ((d_real > 0.5).mean() + (d_fake <= 0.5).mean()))})
+        print(rows[-1], flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -355,6 +355,8 @@ DISC_SETTINGS = {  # disc.* overrides on the issue's short D (SHORT), trained fr
     "short, l2 0": ["disc.l2_reg=0"],
     "wide": WIDE_D,
     "wide, l2 0": [*WIDE_D, "disc.l2_reg=0"],
+    "short, l2 0, 3 epochs": ["disc.l2_reg=0", "disc.epochs=3"],  # the paper's k = 3 epochs per d-step
+    "wide, l2 0, 3 epochs": [*WIDE_D, "disc.l2_reg=0", "disc.epochs=3"],
 }
 
 

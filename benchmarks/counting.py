@@ -11,6 +11,9 @@ Run book (from the repository root)
   python benchmarks/counting.py --quick              # smoke test: 1 seed, short budget, *_quick files
   python benchmarks/counting.py --algos ppo ppo_dynamic --seeds 0 1 2 3 4 train.iters=400
   python benchmarks/counting.py --report-only        # redo tables and plots from the existing runs
+  python benchmarks/counting.py --config tune_configs/seqgan_counting.yaml --pretrain-once \
+      --algos seqgan seqgan_ppo seqgan_ppo_dynamic --out benchmarks/results/counting_seqgan \
+      --notes benchmarks/results/counting_seqgan/findings.md      # Table 1's SeqGAN block (its YAML's header)
 
 Time on the 2-core development machine (--jobs 2, in-process runs): one default run takes ~1-1.5 min
 (1,000 MLE iterations at ~0.03 s, 200 algorithm iterations at ~0.1 s, 48 evaluations at ~0.4 s), so
@@ -97,8 +100,28 @@ def run_overrides(overrides: list[str], algo: str, seed: int, run_dir: Path) -> 
     return [*overrides, f"algo.name={algo}", f"seed={seed}", f"run_dir={run_dir}", f"name=counting-{algo}-s{seed}"]
 
 
-def run_one(overrides: list[str], algo: str, seed: int, run_dir: str) -> str:
-    """Trains one (algorithm, seed) from scratch into ``run_dir``; returns ``run_dir``."""
+def _config_data(path: str | None) -> dict | None:
+    """The experiment YAML's content (``--config``), or None."""
+    from rayseq.config import load_yaml
+
+    return load_yaml(path) if path else None
+
+
+def _finished_as(run_dir: Path, config: str | None, overrides: list[str], algo: str, seed: int) -> bool:
+    """``run_dir`` holds a finished run of exactly this config (a pretraining that --pretrain-once reuses)."""
+    import yaml
+
+    from rayseq.config import build_config, config_to_dict
+
+    if not (run_dir / "summary.json").exists():
+        return False
+    want = config_to_dict(build_config(_config_data(config), run_overrides(overrides, algo, seed, run_dir)))
+    return yaml.safe_load((run_dir / "config.yaml").read_text()) == want
+
+
+def run_one(overrides: list[str], algo: str, seed: int, run_dir: str, config: str | None = None) -> str:
+    """Trains one (algorithm, seed) from scratch into ``run_dir`` (``config``: an experiment YAML under the
+    overrides); returns ``run_dir``."""
     _use_repo()
     from rayseq.config import build_config
     from rayseq.distributed.driver import Trainer
@@ -106,7 +129,7 @@ def run_one(overrides: list[str], algo: str, seed: int, run_dir: str) -> str:
     path = Path(run_dir)
     if path.exists():
         shutil.rmtree(path)
-    Trainer(build_config(None, run_overrides(overrides, algo, seed, path))).run()
+    Trainer(build_config(_config_data(config), run_overrides(overrides, algo, seed, path))).run()
     return run_dir
 
 
@@ -396,15 +419,39 @@ def json_safe(obj):
     return obj
 
 
-def _resolved_algo(overrides: list[str], name: str):
-    """``algo.*`` as a run of algorithm ``name`` with these overrides resolves it, or None when the overrides hold
-    a key that algorithm does not read."""
-    from rayseq.config import ConfigError, build_config
+def _setting(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
-    try:
-        return build_config(None, [*overrides, f"algo.name={name}"]).algo
-    except ConfigError:
-        return None
+
+def resolved_settings(runs: list[dict], algos: list[str], overrides: list[str], config: str | None = None) -> list[str]:
+    """One line per algorithm: the ``algo:`` keys (and ``disc:`` for the SeqGAN family) of its runs' config.yaml,
+    i.e. the resolved config its learner used (the algorithm's own defaults, such as SeqGAN-PPO-dynamic's bounds of
+    Supplement C, and every override), flagged when its seeds disagree. Without a config.yaml (runs deleted): the
+    config ``overrides`` resolve to for that algorithm, which is what config.yaml holds."""
+    import yaml
+
+    from rayseq.config import build_config, config_to_dict
+
+    lines = []
+    for a in algos:
+        sections = []
+        for r in runs:
+            path = Path(r["run_dir"]) / "config.yaml"
+            path = path if path.is_absolute() or path.exists() else REPO / path
+            if r["algo"] == a and path.exists():
+                c = yaml.safe_load(path.read_text())
+                sections.append(({k: v for k, v in c["algo"].items() if k != "name"}, c.get("disc")))
+        if not sections:
+            c = config_to_dict(build_config(_config_data(config), [*overrides, f"algo.name={a}"]))
+            sections.append(({k: v for k, v in c["algo"].items() if k != "name"}, c.get("disc")))
+        algo, disc = sections[0]
+        text = ", ".join(f"{k} {_setting(v)}" for k, v in algo.items())
+        if disc:
+            text += "; D: " + ", ".join(f"{k} {_setting(v)}" for k, v in disc.items())
+        if any(s != sections[0] for s in sections[1:]):
+            text += " (NOT the same for every seed: see each run's config.yaml)"
+        lines.append(f"  - {LABELS[a]}: {text}")
+    return lines
 
 
 def write_report(args, overrides, runs, failures, suffix, quick) -> str:
@@ -414,7 +461,7 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
     out = Path(args.out)
     algos = [a for a in args.algos if any(r["algo"] == a for r in runs)]
     # the shared settings, resolved for the first algorithm (overrides may hold keys only some algorithms read)
-    cfg = build_config(None, [*overrides, f"algo.name={algos[0]}"])
+    cfg = build_config(_config_data(args.config), [*overrides, f"algo.name={algos[0]}"])
     t = cfg.train
     summary = summarize(runs, algos)
     machine = machine_info()
@@ -427,16 +474,7 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         f"validation every {t.eval_every} iterations on {cfg.task.val_size} inputs (the curves); the table: "
         f"{cfg.task.test_size} test inputs, evaluated once at the end of each run"
     )
-    # each algorithm's resolved keys (overrides may be per algorithm: algo.ppo.epochs=4); every run's config.yaml
-    # has its own
-    p, d, m = (_resolved_algo(overrides, name) or cfg.algo for name in ("ppo", "ppo_dynamic", "mixer"))
-    settings = (
-        f"PPO ε = {p.eps}; PPO-dynamic α1 = {d.alpha1}, β1 = {d.beta1}, α2 = {d.alpha2}, β2 = {d.beta2}; "
-        f"PPO {p.epochs} epoch(s), PPO-dynamic {d.epochs} epoch(s) of minibatch {p.minibatch_size}; "
-        f"MIXER δ = {m.mixer_delta_start}, "
-        f"+= {m.mixer_delta_step} every {m.mixer_delta_every} iterations (of each reference's length); GRU "
-        f"{cfg.model.num_layers}×{cfg.model.hidden_dim}"
-    )
+    settings = resolved_settings(runs, algos, overrides, args.config)
     seeds = sorted({r["seed"] for r in runs})
     t1 = precision_table(summary, runs)
     t2 = variance_table(summary)
@@ -449,8 +487,10 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         f"- Date: {date}; machine: {machine['platform']}, {machine['cpu_count']} CPUs, torch "
         f"{machine['torch']}; commit {machine['git_commit']}{' (dirty)' if machine['git_dirty'] else ''}",
         f"- Seeds: {seeds}; budget per run (same for every algorithm): {budget}",
-        f"- Settings: {settings}",
-        f"- Overrides: `{' '.join(overrides)}`",
+        f"- Model: GRU {cfg.model.num_layers}×{cfg.model.hidden_dim}. Settings, as each algorithm's runs resolved "
+        "them (their config.yaml: what the learner used):",
+        *settings,
+        f"- Config file: {args.config or 'none (the defaults of rayseq.config)'}; overrides: `{' '.join(overrides)}`",
         f"- Pretrained model identical across algorithms for each seed: {'yes' if same_pre else 'NO'}",
         "",
         "## Precision (Table 1)",
@@ -458,7 +498,9 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         "Mean ± sample std over seeds. Precision = share of correct outputs on the test inputs (greedy "
         "decoding; sampled = temperature 1). y1 TV = total-variation distance between the model's mean "
         "distribution of the first output and the uniform truth over 0..N−1. Wall time includes "
-        "pretraining and evaluation, measured with runs sharing the machine.",
+        + ("evaluation, not pretraining (--pretrain-once: each seed pretrained once, every algorithm started from it)"
+           if getattr(args, "pretrain_once", False) else "pretraining and evaluation")
+        + ", measured with runs sharing the machine.",
         "",
         t1,
         "",
@@ -471,6 +513,8 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         "",
         f"Plots: `counting{suffix}_learning_curves.png` (Fig. 1), `counting{suffix}_y1_n5.png` (Fig. 2).",
     ]
+    if getattr(args, "notes", None):  # the benchmark's findings, written by hand beside the measured tables
+        md += ["", Path(args.notes).read_text().rstrip()]
     if failures:
         md += ["", "## Failed runs", ""] + [f"- {f['algo']} seed {f['seed']}: {f['error']}" for f in failures]
     (out / f"counting{suffix}.md").write_text("\n".join(md) + "\n")
@@ -488,8 +532,10 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         "date": date,
         "machine": machine,
         "overrides": overrides,
+        "config_file": args.config,
         "config": shared,
         "algos": algos,
+        "resolved_settings": settings,
         "seeds": seeds,
         "pretraining_identical_across_algos": same_pre,
         "paper_table1_precision_pct": PAPER_PRECISION,
@@ -530,12 +576,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="algorithms (default: Table 1's upper and middle blocks; the SeqGAN ones on request)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one process each (default: 2)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="output directory")
+    p.add_argument("--config", default=None,
+                   help="experiment YAML every run starts from, under the overrides "
+                        "(e.g. tune_configs/seqgan_counting.yaml)")
     p.add_argument(
         "--quick",
         action="store_true",
         help="smoke test: first seed only, train.pretrain_iters=200 train.iters=40, files *_quick",
     )
     p.add_argument("--report-only", action="store_true", help="no training: tables and plots from existing runs")
+    p.add_argument("--notes", default=None, help="a Markdown file appended to the report (the findings)")
+    p.add_argument("--pretrain-once", action="store_true",
+                   help="pretrain once per seed (train.iters=0, the first algorithm: MLE, and D for SeqGAN) and start "
+                        "every algorithm from it (train.init_from); wall times then exclude pretraining")
     # key=value tokens are taken out first: `--seeds 0 1 train.iters=5` would otherwise feed them to --seeds.
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     args = p.parse_args([a for a in argv if a not in overrides])
@@ -561,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(a, s, runs_root / f"{a}-s{s}") for s in seeds for a in args.algos]
     try:  # fail before starting anything on a bad override
         for a, s, d in jobs:
-            build_config(None, run_overrides(overrides, a, s, d))
+            build_config(_config_data(args.config), run_overrides(overrides, a, s, d))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -585,7 +638,16 @@ def main(argv: list[str] | None = None) -> int:
         extra = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a fresh process per run
         pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), **extra)
         try:
-            futures = {pool.submit(run_one, overrides, a, s, str(d)): (a, s, d) for a, s, d in jobs}
+            per_seed = {s: overrides for s in seeds}
+            if args.pretrain_once:  # one pretraining per seed (MLE, and D for SeqGAN), every algorithm starts from it
+                pre = {s: runs_root / f"pretrained-s{s}" for s in seeds}
+                pre_overrides = [*overrides, "train.iters=0"]
+                todo = [s for s in seeds if not _finished_as(pre[s], args.config, pre_overrides, args.algos[0], s)]
+                for fut in [pool.submit(run_one, pre_overrides, args.algos[0], s, str(pre[s]), args.config)
+                            for s in todo]:
+                    fut.result()
+                per_seed = {s: [*overrides, f"train.init_from={pre[s]}"] for s in seeds}
+            futures = {pool.submit(run_one, per_seed[s], a, s, str(d), args.config): (a, s, d) for a, s, d in jobs}
             bar = tqdm(total=len(futures), unit="run", dynamic_ncols=True, disable=None)  # None: off unless a tty
             for k, fut in enumerate(as_completed(futures), 1):
                 a, s, d = futures[fut]

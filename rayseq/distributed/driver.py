@@ -162,17 +162,16 @@ class Trainer:
         d = ck["driver"]
         if d["stage"] == "mle" and d["stage_iter"] < int(ck["config"]["train"]["pretrain_iters"]):
             raise ConfigError(f"train.init_from={source}: that run has not finished MLE pretraining")
-        if self.cfg.is_gan and "disc" not in ck["learner"]:
-            raise ConfigError(f"train.init_from={source}: no discriminator in that checkpoint; "
-                              f"algo.name={self.cfg.algo.name} needs one (pretrain with it and train.iters=0)")
         return ck
 
     def _init_from(self, groups: ActorGroups, ck: dict) -> None:
         """Start the algorithm stage from a pretrained run (``train.init_from``), its starting point scored with this
-        run's task, data and reward (the table's and summary.json's "before")."""
-        groups.learner.init_from(ck["learner"])
+        run's task, data and reward (the table's and summary.json's "before"). A checkpoint without what the
+        algorithm pretrains itself (SeqGAN's discriminator, from an MLE-only run) starts at that pretraining (stage
+        ``disc``) from its generator."""
+        loaded = groups.learner.init_from(ck["learner"])
         self.iteration = int(ck["driver"]["iteration"])
-        self.stage, self.stage_iter = "train", 0
+        self.stage, self.stage_iter = ("train" if all(loaded.values()) else "disc"), 0
         self.pretrain_metrics = {**groups.learner.evaluate("val")[0], **self._test(groups)[0]}
 
     # -- the loop ---------------------------------------------------------------------------------

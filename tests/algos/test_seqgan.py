@@ -234,6 +234,23 @@ def test_init_from_starts_the_adversarial_stage_from_a_pretrained_run(tmp_path):
         Trainer(other).run()
 
 
+def test_init_from_an_mle_run_pretrains_the_discriminator_first(tmp_path):
+    # an MLE-only checkpoint has no D: SeqGAN pretrains one from the loaded generator (stage disc), then trains;
+    # so D configurations can be compared from one MLE model (before: "no discriminator in that checkpoint")
+    mle_args = [a for a in ORACLE if not a.startswith("algo.")] + ["algo.name=mle", "train.iters=0"]
+    pre = Trainer(build_config(None, [*mle_args, "rollout.num_workers=0", f"run_dir={tmp_path / 'pre'}"])).run()
+    assert pre["iterations"] == 10
+    adv = Trainer(oracle_config("rollout.num_workers=0", f"train.init_from={tmp_path / 'pre'}",
+                                run_dir=tmp_path / "adv")).run()
+    assert adv["pretrain_metrics"] == pre["pretrain_metrics"]
+    rows = pq.read_table(tmp_path / "adv" / "metrics.parquet").to_pylist()
+    assert [(r["iteration"], r["stage"]) for r in rows] == [(11, "disc"), (12, "disc")] + [
+        (i, "train") for i in range(13, 17)]
+    assert all(r["disc/accuracy"] is not None for r in rows[:2])
+    g_pre, g_adv = (load_checkpoint(s["checkpoint"])["learner"]["generator"] for s in (pre, adv))
+    assert any(not torch.equal(g_pre[k], g_adv[k]) for k in g_pre)  # the adversarial stage trained G
+
+
 @pytest.mark.ray
 @pytest.mark.parametrize("task", ["oracle", "counting"])
 def test_seqgan_on_ray_with_rollout_workers_and_scorers(tmp_path, task):

@@ -64,8 +64,8 @@ def test_ctrl_c_then_resume_without_config_continues_the_same_run(corpus, tmp_pa
     default counting config and crash on a size mismatch; now it continues the chit-chat run."""
     run_dir = tmp_path / "chat"
     start = [sys.executable, "-m", "rayseq.train", "--config", "tune_configs/chitchat_quick.yaml",
-             f"task.data={corpus}", "task.prepare=false", "task.test_size=100", "model.emb_dim=16",
-             "model.hidden_dim=32", "train.pretrain_batch_size=16", "train.checkpoint_every=5",
+             f"task.data={corpus}", "task.tokenizer=words", "task.prepare=false", "task.test_size=100",
+             "model.emb_dim=16", "model.hidden_dim=32", "train.pretrain_batch_size=16", "train.checkpoint_every=5",
              "rollout.num_workers=0", "progress=bar", f"run_dir={run_dir}"]
     rc, err = interrupt_after_checkpoint(start, run_dir, after=0)
     assert rc == 130, err[-3000:]

@@ -36,9 +36,14 @@ def model(run_dir) -> ChatModel:
     return ChatModel(run_dir)
 
 
+# the policy's own decoding: serving's chat defaults against repetition (the task's ``decoding``) off
+PLAIN = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+         "top_p": 1.0}
+
+
 def test_replies_are_the_policy_decoding(model):
     vocab, policy = model.vocab, model.generator
-    results = model.generate([GenRequest(p, max_tokens=8, logprobs=2) for p in PROMPTS])
+    results = model.generate([GenRequest(p, max_tokens=8, logprobs=2, **PLAIN) for p in PROMPTS])
     for p, res in zip(PROMPTS, results):
         ids = torch.from_numpy(vocab.encode_text(p, model.max_src_len)).unsqueeze(0)
         tokens = policy.greedy(ids, torch.tensor([ids.shape[1]]), 8)

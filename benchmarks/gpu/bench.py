@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import write_report  # noqa: E402
+from tests.gpu.conftest import device_overrides  # noqa: E402  (the GPU suite's keys for a run on a device)
 
 FAMILIES = ["mle", "reinforce", "ppo", "ppo_dynamic", "grpo", "actor_critic", "seqgan_ppo_dynamic"]
 LARGE = ["model.emb_dim=256", "model.hidden_dim=512"]
@@ -52,13 +53,6 @@ def train(overrides: list[str], run_dir: Path) -> Path:
     return run_dir
 
 
-def on(device: str) -> list[str]:
-    """In-process keys that put the learner, the rollout worker and the scorer on ``device``."""
-    if device == "cpu":
-        return ["learner.device=cpu"]
-    return ["learner.device=cuda", "rollout.num_gpus_per_worker=1", "scorer.num_gpus_per_scorer=1"]
-
-
 def part_updates(args, tmp: Path) -> tuple[str, dict]:
     from rayseq.registry import algorithm_class
 
@@ -78,7 +72,7 @@ def part_updates(args, tmp: Path) -> tuple[str, dict]:
                     f"rollout.torch_threads={args.cpu_threads}", *model, *plan]
             t = {}
             for dev in dict.fromkeys(["cpu", args.device]):
-                run = train([*base, *on(dev)], tmp / f"updates-{size}-{algo}-{dev}")
+                run = train([*base, *device_overrides(dev)], tmp / f"updates-{size}-{algo}-{dev}")
                 # MLE pretraining logs the learner's step as time/learn_s (in-process: the update alone)
                 t[dev] = median_metric(run, "time/learn_s" if stage == "mle" else "time/update_s", stage)
             rows.append({"size": size, "algo": algo, "cpu_s": t["cpu"], "device_s": t[args.device],
@@ -193,7 +187,7 @@ def part_hf_grpo(args, tmp: Path) -> tuple[str, dict]:
                      "train.pretrain_iters=0", f"train.iters={iters}", f"train.batch_size={batch}",
                      f"algo.minibatch_size={batch}", f"train.eval_every={iters}", "rollout.num_workers=0",
                      "progress=false", f"learner.torch_threads={args.cpu_threads}",
-                     f"rollout.torch_threads={args.cpu_threads}", *on(dev)], tmp / f"hf-{dev}")
+                     f"rollout.torch_threads={args.cpu_threads}", *device_overrides(dev)], tmp / f"hf-{dev}")
         it = median_metric(run, "time/iter_s")
         rows[dev] = {"iter_s": it, "steps_per_s": 1 / it, "update_s": median_metric(run, "time/update_s")}
         print(f"  hf_grpo {dev}: {1 / it:.2f} steps/s", flush=True)

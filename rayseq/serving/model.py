@@ -165,13 +165,12 @@ class ChatModel:
         """Token ids of ``text`` (its last ``max_src_len``: the model's input length), the words that were unknown
         and how many were left out at the start. A task with a closed input language (counting) raises InputError
         for an unknown word or an input longer than it reads, naming them, instead of answering another input."""
-        if isinstance(self.vocab, HFVocab):  # a subword tokenizer: no word is unknown
+        if isinstance(self.vocab, (HFVocab, BPEVocab)):  # subword pieces: the last max_src_len of them
             ids = self.vocab.encode_text(text, 1 << 30).tolist()
-            return ids[-self.max_src_len :], [], max(0, len(ids) - self.max_src_len)
-        if isinstance(self.vocab, BPEVocab):  # a word is unknown only with a character training never saw
-            ids = self.vocab.encode_text(text, 1 << 30).tolist()
-            words = tokenize(text, "words", self.lowercase)
-            unknown = [w for w in words if self.vocab.specials.unk in self.vocab.encode_words([w])]
+            unknown = []  # a Hugging Face tokenizer knows every word; BPE only lacks characters training never saw
+            if isinstance(self.vocab, BPEVocab):
+                words = tokenize(text, "words", self.lowercase)
+                unknown = [w for w in words if self.vocab.specials.unk in self.vocab.encode_words([w])]
             return ids[-self.max_src_len :], unknown, max(0, len(ids) - self.max_src_len)
         words = tokenize(text, self.tokenizer_kind, self.lowercase)
         ids = self.vocab.encode(words).tolist()

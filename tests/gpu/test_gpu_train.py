@@ -9,7 +9,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -21,6 +20,7 @@ from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.registry import ALGORITHMS, algorithm_class
 from tests.algos.test_seqgan import SMALL_D
+from tests.cli.test_resume import cli as run_cli
 from tests.gpu.conftest import device_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +34,8 @@ OWN = {"raml": ["algo.raml_pool=8", "algo.raml_samples=2"], "scheduled_sampling"
        "erpo_interpolation": ["algo.interp_val_every=2"]}
 
 
-def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    r = subprocess.run([sys.executable, "-m", "rayseq.train", *args], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=timeout)
+def cli(*args: str) -> subprocess.CompletedProcess:
+    r = run_cli(*args)
     assert r.returncode == 0, r.stderr[-4000:]
     return r
 

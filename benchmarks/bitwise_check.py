@@ -51,6 +51,7 @@ CONFIGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "counting_ppo_dynamic_pipeline": (TINY + ["algo.name=ppo_dynamic", "algo.minibatch_size=8",
                                               "rollout.pipeline=true"], ()),
     "counting_grpo": (TINY + ["algo.name=grpo", "algo.group_size=4"], ()),
+    "counting_rloo": (TINY + ["algo.name=rloo", "algo.group_size=4"], ()),
     "counting_seqgan_ppo_dynamic": (TINY + ["algo.name=seqgan_ppo_dynamic", "algo.minibatch_size=8",
                                             "algo.mc_rollouts=2", "algo.rollout_update_rate=0.8",
                                             "disc.pretrain_steps=2", "disc.d_steps=2", "disc.epochs=1",

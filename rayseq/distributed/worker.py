@@ -68,12 +68,13 @@ class RolloutWorker:
     # scorer or the learner, the driver reads the info only (rayseq.distributed.handles). The weights travel with
     # the work (``weights`` = [ref], ``version``: loaded first when the version is new here; one call, not two)
     def sample_shard(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True, weights=None,
-                     version: int = -1) -> tuple[Rollout, dict]:
-        """:meth:`sample` with the weights ``version``, and its info (worker, timings, rows)."""
+                     version: int = -1, report_score: bool = False) -> tuple[Rollout, dict]:
+        """:meth:`sample` with the weights ``version``, and its info (worker, timings, rows; with ``report_score``
+        the rewards ``score`` (B,), for an iteration that decides on them: dynamic sampling)."""
         if weights is not None:
             self.set_weights(weights, version)
         rollout = self.sample(prompts, request, score)
-        return rollout, {**rollout.info, "rows": len(rollout)}
+        return rollout, {**rollout.info, "rows": len(rollout), **({"score": rollout.score} if report_score else {})}
 
     def mc_search_shard(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int, weights=None,
                         version: int = -1) -> tuple[MCBatch, dict]:

@@ -23,7 +23,8 @@ The learner receives the kept rows' shards by reference and selects the rows the
 rows=)``). Metrics: ``group/all_equal_frac`` (of every group sampled this iteration), ``group/resample_rounds``
 (rounds after the first), ``group/prompts_consumed`` (prompts drawn this iteration), ``group/kept_groups``,
 ``group/sampled_reward_mean`` (the mean reward of every reply sampled this iteration: the policy's reward, unbiased;
-``rollout/reward_mean`` is then the trained batch's, from which the all-correct groups were dropped).
+``rollout/reward_mean`` is then the trained batch's, from which the all-correct groups were dropped); with
+``reward.*`` each term's ``reward/<name>`` is also over every sampled reply (logged when no update is made too).
 
 Rounds are synchronous (each waits for its rewards), so the next iteration's batch is not sent with the update
 (``rollout_step``'s chained mode) and ``rollout.pipeline`` is refused. Round 0 samples with the seed the plain
@@ -93,11 +94,13 @@ def _step(algo, groups, step) -> dict:
     t1 = time.perf_counter()
     shards: list = []  # every round's shard handles, in order
     shard_scores: list[np.ndarray] = []  # their rewards (B_i,)
+    shard_terms: list = []  # their reward terms (B_i, K), or None
     for round_ in range(cfg.max_resample_rounds + 1):
         seed = step.seed(step.iteration) if round_ == 0 else resample_seed(step.cfg.seed, step.iteration, round_)
-        handles, scores = groups.rollout.sample_scored(step.prompts(algo), step.request(algo, seed))
+        handles, scores, terms = groups.rollout.sample_scored(step.prompts(algo), step.request(algo, seed))
         shards += handles
         shard_scores += scores
+        shard_terms += terms
         rows = select_groups(shard_scores, G, wanted)
         if len(rows) == wanted * G:
             break
@@ -118,6 +121,8 @@ def _step(algo, groups, step) -> dict:
             at += ends[i] - starts[i]
         m = groups.learner.update([shards[i] for i in used], step.stage_iter, rows=offset[rows])
     t3 = time.perf_counter()
+    if shard_terms and shard_terms[0] is not None:  # reward.*: each term over every sampled reply, as reward/<name>
+        m.update(step.task.reward.metrics(np.concatenate(shard_terms)))
     m.update({
         "group/all_equal_frac": float(equal.mean()),
         "group/resample_rounds": float(round_),

@@ -34,9 +34,9 @@ class RolloutGroupLike(Protocol):
         """Shard handles of one reply per prompt (scored with the task's reward where it was sampled or on the
         scorers); ``wait=False``: at once, while sampling (the learner's update waits for them)."""
 
-    def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list]:
-        """:meth:`sample`, waited for, and each shard's rewards (B_i,) (what an iteration that decides on the
-        rewards reads on the driver: dynamic sampling)."""
+    def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list, list]:
+        """:meth:`sample`, waited for, with each shard's rewards (B_i,) and reward terms (B_i, K) or None (what an
+        iteration that decides on the rewards reads on the driver: dynamic sampling)."""
 
     def take_next(self) -> list:
         """The shards of the batch that went out with the last update (``LearnerGroupLike.update``'s next_batch)."""

@@ -258,14 +258,15 @@ class RolloutGroup:
             refs.append(final)
         return refs
 
-    def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list]:
-        """:meth:`sample`, waited for, and each shard's rewards (B_i,) float32 (``Rollout.score``, the task's or the
-        configured reward): under Ray with the calls' small info (the replies stay in the object store)."""
+    def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list, list]:
+        """:meth:`sample`, waited for, with each shard's rewards (B_i,) float32 (``Rollout.score``, the task's or the
+        configured reward) and its reward terms (B_i, K) (``Rollout.term_scores``; None without ``reward.*``): under
+        Ray in the calls' small info (the replies stay in the object store)."""
         if self.is_local:
             shards = self.sample(prompts, request)
-            return shards, [np.array(shards[0].score)]
+            return shards, [np.array(shards[0].score)], [shards[0].term_scores]
         shards, infos = self._sample_waited(prompts, request, report_score=True)
-        return shards, [np.asarray(info["score"]) for info in infos]
+        return shards, [np.asarray(i["score"]) for i in infos], [i["term_scores"] for i in infos]
 
     def _calls(self, prompts: PromptBatch, request: RolloutRequest, report_score: bool = False) -> tuple:
         """The Ray calls of one sampling: (prompt shards, ``sample(i)``: worker i's call, ``score(rollout)``: a

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks._compare import parse_args, run_all  # noqa: E402
+from benchmarks._compare import run_all  # noqa: E402
 from benchmarks._report import write_report  # noqa: E402
 
 # counting, GRU 1x128; a short MLE pretraining (precision ~0.6-0.7: many groups already all-correct), then GRPO
@@ -168,7 +168,10 @@ def main(argv=None) -> int:
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--fresh", action="store_true", help="pretrain again (else a seed's finished pretraining is "
                     "reused: it depends on the seed and the train.pretrain_* overrides only)")
-    args, overrides = parse_args(ap, argv)
+    argv = sys.argv[1:] if argv is None else argv
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]  # key=value anywhere, even after --seeds
+    args, rest = ap.parse_known_args([a for a in argv if a not in overrides])
+    overrides = [*rest, *overrides]
     before = os.getloadavg()[0]
     variants = {k: [*v, *overrides] for k, v in VARIANTS.items()}
     if args.report_only:

@@ -52,6 +52,8 @@ CONFIGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
                                               "rollout.pipeline=true"], ()),
     "counting_grpo": (TINY + ["algo.name=grpo", "algo.group_size=4"], ()),
     "counting_rloo": (TINY + ["algo.name=rloo", "algo.group_size=4"], ()),
+    "counting_grpo_dynamic_sampling": (TINY + ["algo.name=grpo", "algo.group_size=4", "algo.dynamic_sampling=true",
+                                               "algo.max_resample_rounds=2", "algo.eps_high=0.28"], ()),
     "counting_seqgan_ppo_dynamic": (TINY + ["algo.name=seqgan_ppo_dynamic", "algo.minibatch_size=8",
                                             "algo.mc_rollouts=2", "algo.rollout_update_rate=0.8",
                                             "disc.pretrain_steps=2", "disc.d_steps=2", "disc.epochs=1",

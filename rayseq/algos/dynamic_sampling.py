@@ -80,6 +80,20 @@ def select_groups(round_scores: list[np.ndarray], group_size: int, wanted: int) 
     return (groups[:, None] * group_size + np.arange(group_size)).reshape(-1)
 
 
+def shards_holding(lengths: list[int], rows: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """Of shards of ``lengths`` rows, concatenated in order, the ones holding any of ``rows``, and ``rows`` as positions
+    in the concatenation of those shards alone."""
+    ends = np.cumsum(lengths)
+    starts = ends - np.asarray(lengths)
+    used = [i for i in range(len(lengths)) if np.any((rows >= starts[i]) & (rows < ends[i]))]
+    position = np.full(int(ends[-1]), -1, dtype=np.int64)
+    at = 0
+    for i in used:
+        position[starts[i]:ends[i]] = np.arange(at, at + lengths[i])
+        at += lengths[i]
+    return used, position[rows]
+
+
 def dynamic_sampling_step(algo, groups, step) -> dict:
     """One iteration of a group algorithm with dynamic sampling (module docstring), against the actor groups."""
     return counted(groups, lambda: _step(algo, groups, step))
@@ -109,17 +123,9 @@ def _step(algo, groups, step) -> dict:
     equal = ~informative_groups(score, G)
     kept = len(rows) // G
     m: dict = {}
-    if kept:
-        # only the shards holding kept rows go to the learner, with the rows' positions in their concatenation
-        ends = np.cumsum([len(s) for s in shard_scores])
-        starts = ends - [len(s) for s in shard_scores]
-        used = [i for i in range(len(shards)) if np.any((rows >= starts[i]) & (rows < ends[i]))]
-        offset = np.zeros(len(score), dtype=np.int64)
-        at = 0
-        for i in used:
-            offset[starts[i]:ends[i]] = np.arange(at, at + ends[i] - starts[i])
-            at += ends[i] - starts[i]
-        m = groups.learner.update([shards[i] for i in used], step.stage_iter, rows=offset[rows])
+    if kept:  # only the shards holding kept rows go to the learner
+        used, used_rows = shards_holding([len(s) for s in shard_scores], rows)
+        m = groups.learner.update([shards[i] for i in used], step.stage_iter, rows=used_rows)
     t3 = time.perf_counter()
     if shard_terms and shard_terms[0] is not None:  # reward.*: each term over every sampled reply, as reward/<name>
         m.update(step.task.reward.metrics(np.concatenate(shard_terms)))

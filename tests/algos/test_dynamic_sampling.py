@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rayseq.algos import make_algo
-from rayseq.algos.dynamic_sampling import informative_groups, select_groups
+from rayseq.algos.dynamic_sampling import informative_groups, select_groups, shards_holding
 from rayseq.algos.iteration import Step
 from rayseq.config import ConfigError, build_config
 from rayseq.distributed.driver import Trainer
@@ -65,6 +65,15 @@ def test_select_groups_by_hand_and_against_a_loop():
         if len(loop) < 4 * 3 and len(set(flat[3 * g: 3 * g + 3])) > 1:
             loop += [3 * g, 3 * g + 1, 3 * g + 2]
     np.testing.assert_array_equal(select_groups(parts, 3, 4), loop)
+
+
+def test_kept_rows_are_found_in_the_shards_that_hold_them():
+    # 3 shards of 4 rows (two rounds on 2 workers, or 3 rounds in-process): rows 4, 5 in shard 1 and 10, 11 in shard 2;
+    # shard 0 holds none and is not sent -> positions 0, 1 and 4 + 2, 4 + 3 in shards 1 + 2 concatenated
+    used, rows = shards_holding([4, 4, 4], np.array([4, 5, 10, 11]))
+    assert used == [1, 2] and rows.tolist() == [0, 1, 6, 7]
+    used, rows = shards_holding([3, 5], np.array([0, 1, 2, 6, 7]))  # uneven shards, a group across their border
+    assert used == [0, 1] and rows.tolist() == [0, 1, 2, 6, 7]
 
 
 def test_dynamic_sampling_config_keys_and_errors():

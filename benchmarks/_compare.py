@@ -53,7 +53,7 @@ def run_all(config: str, overrides: list[str], algos: list[str], seeds: list[int
     for the table's MLE row."""
     import multiprocessing
 
-    base = [f"--config={config}", *overrides, *IN_PROCESS]
+    base = [*([f"--config={config}"] if config else []), *overrides, *IN_PROCESS]  # config "": the defaults
     ctx = multiprocessing.get_context("spawn")
     dirs: dict[tuple[str, int], Path] = {}
 

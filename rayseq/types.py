@@ -96,15 +96,15 @@ class Rollout:
     def split(self, n: int) -> list[Rollout]:
         """``n`` near-equal contiguous shards along B (empty ones dropped)."""
         bounds = np.linspace(0, len(self), n + 1).round().astype(int)
-        out = []
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if b > a:
-                kw = {f.name: getattr(self, f.name) for f in fields(Rollout)}
-                for k, v in kw.items():
-                    if isinstance(v, np.ndarray):
-                        kw[k] = v[a:b]
-                out.append(Rollout(**kw))
-        return out
+        return [self.rows(slice(a, b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+    def rows(self, index) -> Rollout:
+        """The rows ``index`` (a slice or an int array into B) of every per-row field; the rest as it is."""
+        kw = {f.name: getattr(self, f.name) for f in fields(Rollout)}
+        for k, v in kw.items():
+            if isinstance(v, np.ndarray):
+                kw[k] = v[index]
+        return Rollout(**kw)
 
     @staticmethod
     def concat(parts: list[Rollout]) -> Rollout:

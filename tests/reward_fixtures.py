@@ -96,3 +96,10 @@ def trl_needs_missing(completions, answer_key, **kwargs):
 
 def trl_positional_only(completions, /, **kwargs):
     return [0.0] * len(completions)
+
+
+def odd_first_digit_informative(prompts, replies, references):
+    """Counting prompts ("3 1 4 ..."): a reply to a prompt whose first digit is odd gets its row's parity (groups are
+    consecutive rows of even size: rewards 0, 1, 0, 1 — distinct), any other reply 1.0 (a group of equal rewards).
+    Dynamic sampling's tests predict from the prompts alone which groups it keeps."""
+    return [float(i % 2) if int(p.split()[0]) % 2 else 1.0 for i, p in enumerate(prompts)]

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from pydantic import Field
 from torch import nn
 
 from rayseq.algos.iteration import counted, pipelined_step, rollout_step
@@ -103,6 +104,10 @@ def rollout_metrics(rollout: Rollout) -> dict:
 BASELINE_PARAMS = ("gamma", "baseline_lr", "use_baseline", "normalize_advantages")  # returns minus b(s_t)
 PPO_PARAMS = ("epochs", "minibatch_size")  # the K-epoch minibatch loop of ppo_update
 CLIP_PARAMS = ("eps",)  # PPO's fixed clip range (Tuan et al. Eq. 3)
+# declared by the algorithms that read eps (their ``fields``): DAPO's decoupled upper bound of that range
+CLIP_HIGH_FIELD = {"eps_high": (float | None, Field(
+    None, gt=0, description="PPO-clip algorithms: DAPO's decoupled clip (Yu et al. 2025, Sec. 3.1 Clip-Higher): ρ "
+    "clipped to [1−eps, 1+eps_high]; None = eps (symmetric, Eq. 3). DAPO uses eps 0.2, eps_high 0.28."))}
 DYNAMIC_PARAMS = ("alpha1", "alpha2", "beta1", "beta2")  # PPO-dynamic's bounds (Eq. 4)
 MIXER_PARAMS = ("mixer_delta_start", "mixer_delta_step", "mixer_delta_every")
 SEQGAN_PARAMS = ("mc_rollouts", "rollout_update_rate", "g_steps")  # Monte-Carlo Q (SeqGAN Eq. 4), Alg. 1

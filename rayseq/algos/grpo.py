@@ -11,7 +11,9 @@ The update is PPO's clipped surrogate (Tuan et al. Eq. 3; ε = ``algo.eps``) ove
 minibatches, with no value network: the group mean is the baseline. (DeepSeekMath also adds β·KL(π‖π_ref) to
 the loss; ``algo.kl_coef`` does that for every rollout algorithm. The loss is the mean over the batch's tokens,
 not DeepSeekMath's mean over each reply's tokens then over replies.) std is the population std of the group;
-a group whose rewards are all equal has advantage 0.
+a group whose rewards are all equal has advantage 0; ``algo.dynamic_sampling`` drops such groups and samples fresh
+prompts in their place (DAPO, :mod:`rayseq.algos.dynamic_sampling`), and ``algo.eps_high`` decouples the clip range's
+upper bound (DAPO's Clip-Higher, :func:`rayseq.losses.ppo_clip_loss`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rayseq.algos.common import CLIP_PARAMS, PPO_PARAMS, LearnerState, RolloutAlgo
+from rayseq.algos.common import CLIP_HIGH_FIELD, CLIP_PARAMS, PPO_PARAMS, LearnerState, RolloutAlgo
+from rayseq.algos.dynamic_sampling import DYNAMIC_SAMPLING_FIELDS, check_dynamic_sampling, dynamic_sampling_step
 from rayseq.algos.ppo import minibatch_seed, ppo_update
 from rayseq.losses import ppo_clip_loss
 from rayseq.types import Rollout
 
-GROUP_FIELD = {"group_size": (int, Field(8, ge=2, description="GRPO / RLOO: samples per prompt, G; "
-                                                              "train.batch_size must be a multiple of it."))}
+# the group algorithms' own keys: G, and DAPO's dynamic sampling (rayseq.algos.dynamic_sampling)
+GROUP_FIELDS = {"group_size": (int, Field(8, ge=2, description="GRPO / RLOO: samples per prompt, G; "
+                                                               "train.batch_size must be a multiple of it.")),
+                **DYNAMIC_SAMPLING_FIELDS}
 
 
 def group_normalized_advantages(score: np.ndarray, group_size: int, eps: float = 1e-8) -> np.ndarray:
@@ -38,10 +43,19 @@ def group_normalized_advantages(score: np.ndarray, group_size: int, eps: float =
 
 
 def check_groups(cls, cfg) -> None:
-    """The run's batch holds whole groups."""
+    """The run's batch holds whole groups; dynamic sampling's own limits."""
     if cfg.train.batch_size % cfg.algo.group_size:
         raise ValueError(f"train.batch_size={cfg.train.batch_size} is not a multiple of "
                          f"algo.group_size={cfg.algo.group_size} ({cls.name} samples whole groups)")
+    check_dynamic_sampling(cls, cfg)
+
+
+def group_training_step(algo, groups, step) -> dict:
+    """A group algorithm's iteration: with ``algo.dynamic_sampling`` DAPO's (rayseq.algos.dynamic_sampling), else
+    the default one (sample → update, chained or pipelined)."""
+    if algo.cfg.dynamic_sampling:
+        return dynamic_sampling_step(algo, groups, step)
+    return RolloutAlgo.training_step(algo, groups, step)
 
 
 def token_advantages(per_reply: np.ndarray, rollout: Rollout) -> torch.Tensor:
@@ -53,9 +67,10 @@ class GRPO(RolloutAlgo):
     name = "grpo"
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     params = (*PPO_PARAMS, *CLIP_PARAMS)
-    fields = GROUP_FIELD
+    fields = {**GROUP_FIELDS, **CLIP_HIGH_FIELD}
 
     check_config = classmethod(check_groups)
+    training_step = group_training_step
 
     def prompt_copies(self) -> int:
         return self.cfg.group_size
@@ -64,7 +79,7 @@ class GRPO(RolloutAlgo):
         return token_advantages(group_normalized_advantages(rollout.score, self.cfg.group_size), rollout)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
+        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
                        given_advantages=self.advantages(rollout))
         return {**m, **group_metrics(rollout, self.cfg.group_size)}

@@ -34,6 +34,10 @@ class RolloutGroupLike(Protocol):
         """Shard handles of one reply per prompt (scored with the task's reward where it was sampled or on the
         scorers); ``wait=False``: at once, while sampling (the learner's update waits for them)."""
 
+    def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list, list]:
+        """:meth:`sample`, waited for, with each shard's rewards (B_i,) and reward terms (B_i, K) or None (what an
+        iteration that decides on the rewards reads on the driver: dynamic sampling)."""
+
     def take_next(self) -> list:
         """The shards of the batch that went out with the last update (``LearnerGroupLike.update``'s next_batch)."""
 
@@ -53,9 +57,11 @@ class ScorerGroupLike(Protocol):
 
 
 class LearnerGroupLike(Protocol):
-    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None) -> dict:
+    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
+               rows=None) -> dict:
         """The algorithm's update on a sampled rollout (``scores`` handed to ``Algorithm.assign_scores`` there);
-        ``next_batch``: ``() -> (prompts, request)``, sampled with the update's weights (chained mode)."""
+        ``next_batch``: ``() -> (prompts, request)``, sampled with the update's weights (chained mode); ``rows``:
+        the rows of the shards' concatenation to train on (None: all)."""
 
     def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
         """A supervised update on reference targets."""

@@ -22,6 +22,7 @@ from functools import partial
 
 from rayseq.algos.common import (
     BASELINE_PARAMS,
+    CLIP_HIGH_FIELD,
     CLIP_PARAMS,
     DYNAMIC_PARAMS,
     MIXER_PARAMS,
@@ -87,9 +88,10 @@ class MixerPPO(Mixer):
     name = "mixer_ppo"
     off_policy_ratio = True
     params = (*BASELINE_PARAMS, *MIXER_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
+    fields = CLIP_HIGH_FIELD
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
+        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
                        use_baseline=self.baseline_on, mixer=True)
         return {**m, **self.schedule_metrics(rollout, iteration)}

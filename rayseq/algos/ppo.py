@@ -14,6 +14,7 @@ import torch
 
 from rayseq.algos.common import (
     BASELINE_PARAMS,
+    CLIP_HIGH_FIELD,
     CLIP_PARAMS,
     PPO_PARAMS,
     LearnerState,
@@ -89,8 +90,9 @@ class PPO(RolloutAlgo):
     name = "ppo"
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     params = (*BASELINE_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
+    fields = CLIP_HIGH_FIELD
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
+        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
                           use_baseline=self.baseline_on)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, step, with_entropy
-from rayseq.algos.grpo import GROUP_FIELD, check_groups, group_metrics, token_advantages
+from rayseq.algos.grpo import GROUP_FIELDS, check_groups, group_metrics, group_training_step, token_advantages
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, to_torch
 
@@ -32,9 +32,10 @@ def leave_one_out_advantages(score: np.ndarray, group_size: int) -> np.ndarray:
 class RLOO(RolloutAlgo):
     name = "rloo"
     params = ()  # the baseline is the group's other replies: no learned one, no discounting
-    fields = GROUP_FIELD
+    fields = GROUP_FIELDS
 
     check_config = classmethod(check_groups)
+    training_step = group_training_step  # with algo.dynamic_sampling: DAPO's (rayseq.algos.dynamic_sampling)
 
     def prompt_copies(self) -> int:
         return self.cfg.group_size

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from rayseq.algos.common import (
+    CLIP_HIGH_FIELD,
     CLIP_PARAMS,
     DYNAMIC_PARAMS,
     PPO_PARAMS,
@@ -227,11 +228,12 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
     name = "seqgan_ppo"
     off_policy_ratio = True
     params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
+    fields = CLIP_HIGH_FIELD
     monte_carlo = True
     scoring = "monte_carlo_q"
 
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps)
+        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
                           use_baseline=self.baseline_on)
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.handles import resolve
 from rayseq.distributed.learner import Learner
@@ -140,10 +142,12 @@ class LearnerGroup:
         """One d-step on real ``positives`` and the sampled ``negatives`` (shard handles; SeqGAN Algorithm 1)."""
         return self._call(self._impl.train_discriminator, positives, negatives, seed)
 
-    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None) -> dict:
+    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
+               rows=None) -> dict:
         """The rollout algorithm's update on the shard handles (the learner fetches them), with ``scores`` (per-shard
         handles the learner's algorithm gives the rollout, ``Algorithm.assign_scores``); returns its metrics (with
-        ``time/sample_s``, the slowest worker's sampling, read from the shards).
+        ``time/sample_s``, the slowest worker's sampling, read from the shards). ``rows``: (N,) int64, the rows of
+        the shards' concatenation to train on (dynamic sampling's kept groups); None: all.
 
         Under Ray the updated weights come back as a second object, kept in the object store for the workers' next
         calls; shards of ``sample(wait=False)`` may still be sampling (the learner starts on them as they arrive;
@@ -156,7 +160,7 @@ class LearnerGroup:
         ``take_next`` with the weights published then."""
         rollout = self.rollout
         if self.is_local:
-            m = self.local.update_rollout(shards, iteration, scores)
+            m = self.local.update_rollout(shards, iteration, scores, rows)
             rollout._next_batch = None if next_batch is None else next_batch()
             return m
         before = (rollout._weights_ref, rollout.version)
@@ -165,7 +169,7 @@ class LearnerGroup:
         drawn: list = []
 
         def submit(shards):
-            metrics_ref, weights_ref = _two(self._impl.update_and_publish).remote(shards, iteration, scores)
+            metrics_ref, weights_ref = _two(self._impl.update_and_publish).remote(shards, iteration, scores, rows)
             if next_batch is not None:
                 drawn[:] = drawn or [next_batch()]  # drawn once (a retried update sends the same batch)
                 rollout._weights_ref, rollout.version = weights_ref, after
@@ -241,40 +245,68 @@ class RolloutGroup:
         re-sends a crashed worker's shard (and its scoring) or a crashed scorer's call."""
         if self.is_local:
             return [self.local.sample(prompts, _shard_request(request, 0))]
-        manager, ray = self._manager, self._manager.ray
+        if wait:
+            return self._sample_waited(prompts, request)[0]
+        shards, sample, score, scorers = self._calls(prompts, request)
+        m = len(scorers)
+        refs = []  # each scorer call (if any) is chained on its worker's result by reference, no wait here
+        for i, w in enumerate(self.actors[: len(shards)]):
+            pair = sample(i)(w)
+            scored = _two(scorers[i % m].score_rollout_shard).remote(pair[0]) if m else None
+            final = scored[0] if m else pair[0]
+            self._manager.track(final, (self, self.scorer, i, pair, sample(i), scored, score))
+            refs.append(final)
+        return refs
+
+    def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list, list]:
+        """:meth:`sample`, waited for, with each shard's rewards (B_i,) float32 (``Rollout.score``, the task's or the
+        configured reward) and its reward terms (B_i, K) (``Rollout.term_scores``; None without ``reward.*``): under
+        Ray in the calls' small info (the replies stay in the object store)."""
+        if self.is_local:
+            shards = self.sample(prompts, request)
+            return shards, [np.array(shards[0].score)], [shards[0].term_scores]
+        shards, infos = self._sample_waited(prompts, request, report_score=True)
+        return shards, [np.asarray(i["score"]) for i in infos], [i["term_scores"] for i in infos]
+
+    def _calls(self, prompts: PromptBatch, request: RolloutRequest, report_score: bool = False) -> tuple:
+        """The Ray calls of one sampling: (prompt shards, ``sample(i)``: worker i's call, ``score(rollout)``: a
+        scorer's call on a sampled shard, the scorers that score rollouts (none: the workers do))."""
         shards = prompts.split(len(self.actors))
         requests = [_shard_request(request, i) for i in range(len(shards))]
         scorers = self.scorer.actors if self.scorer.scores_rollouts else []
         m = len(scorers)
+        own = {"report_score": True} if report_score else {}
 
         def sample(i):
-            return lambda w: _two(w.sample_shard).remote(shards[i], requests[i], m == 0, **self._weights())
+            return lambda w: _two(w.sample_shard).remote(shards[i], requests[i], m == 0, **self._weights(),
+                                                          **({} if m else own))
 
         def score(rollout):
-            return lambda a: _two(a.score_rollout_shard).remote(rollout)
+            return lambda a: _two(a.score_rollout_shard).remote(rollout, **own)
 
-        if not wait:  # each scorer call (if any) is chained on its worker's result by reference, no wait here
-            refs = []
-            for i, w in enumerate(self.actors[: len(shards)]):
-                pair = sample(i)(w)
-                scored = _two(scorers[i % m].score_rollout_shard).remote(pair[0]) if m else None
-                final = scored[0] if m else pair[0]
-                manager.track(final, (self, self.scorer, i, pair, sample(i), scored, score))
-                refs.append(final)
-            return refs
+        return shards, sample, score, scorers
+
+    def _sample_waited(self, prompts: PromptBatch, request: RolloutRequest, report_score: bool = False) -> tuple:
+        """Ray: (shard refs, each shard's final info), every call waited for (a crashed actor's re-sent); a shard goes
+        to its scorer as soon as it is sampled."""
+        manager, ray = self._manager, self._manager.ray
+        shards, sample, score, scorers = self._calls(prompts, request, report_score)
+        m = len(scorers)
         pending = {}
         for i, w in enumerate(self.actors[: len(shards)]):
             pair = sample(i)(w)
             pending[pair[1]] = (i, pair)
         out: list = [None] * len(shards)
-        while pending:  # a shard goes to its scorer as soon as it is sampled
+        infos: list = [None] * len(shards)
+        while pending:
             (ready,), _ = ray.wait(list(pending), num_returns=1)
             i, pair = pending.pop(ready)
-            rollout, _ = manager.get_pair(self, i, pair, sample(i))
+            rollout, infos[i] = manager.get_pair(self, i, pair, sample(i))
             out[i] = rollout if m == 0 else (score(rollout)(scorers[i % m]), score(rollout))
         if m:
-            out = [manager.get_pair(self.scorer, i % m, pair, submit)[0] for i, (pair, submit) in enumerate(out)]
-        return out
+            scored = [manager.get_pair(self.scorer, i % m, pair, submit) for i, (pair, submit) in enumerate(out)]
+            out, infos = [r for r, _ in scored], [info for _, info in scored]
+        return out, infos
 
     def confirm(self, shards: list) -> list:
         """``shards`` once sampled (the calls of ``sample(wait=False)`` waited for, a crashed worker's re-sent)."""

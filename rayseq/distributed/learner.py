@@ -131,17 +131,20 @@ class Learner:
         metrics["learner/version"] = float(self.version)
         return metrics
 
-    def update_rollout(self, shards: list, iteration: int, scores: list | None = None) -> dict:
+    def update_rollout(self, shards: list, iteration: int, scores: list | None = None, rows=None) -> dict:
         """The rollout algorithm's update on a rollout that arrives as shard handles (ObjectRefs fetched here, from
         the object store, never through the driver; in-process the shards themselves), concatenated here in shard
         order. Returns the metrics: each configured reward term (``reward/<name>``), the scores' (below), the
         update's.
 
         ``scores``: per-shard handles of what the algorithm's iteration computed on the scorers (SeqGAN's Q, D(Y)),
-        which the learner's copy of the algorithm gives the rollout (``Algorithm.assign_scores``)."""
+        which the learner's copy of the algorithm gives the rollout (``Algorithm.assign_scores``). ``rows``: (N,) the
+        rows of the concatenation to train on (dynamic sampling's kept groups); None: all."""
         t0 = time.perf_counter()
         parts = [shards] if isinstance(shards, Rollout) else resolve(shards)
         rollout = as_rollout(shards if isinstance(shards, Rollout) else parts)
+        if rows is not None:
+            rollout = rollout.rows(np.asarray(rows, dtype=np.int64))
         m = {"time/fetch_s": time.perf_counter() - t0,  # the shards from the object store, concatenated
              "time/sample_s": max(p.info.get("sample_s", 0.0) for p in parts)}  # the slowest worker's sampling
         if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
@@ -153,10 +156,11 @@ class Learner:
         m["time/update_s"] = time.perf_counter() - t1  # the algorithm's update alone (time/learn_s: and the calls)
         return m
 
-    def update_and_publish(self, shards: list, iteration: int, scores: list | None = None) -> tuple[dict, FlatWeights]:
+    def update_and_publish(self, shards: list, iteration: int, scores: list | None = None,
+                           rows=None) -> tuple[dict, FlatWeights]:
         """:meth:`update_rollout`, and the updated weights (the Ray groups' two return objects: the metrics go to
         the driver, the weights by reference to the workers with their next call)."""
-        m = self.update_rollout(shards, iteration, scores)
+        m = self.update_rollout(shards, iteration, scores, rows)
         t0 = time.perf_counter()
         weights = self.get_flat_weights()
         m["time/publish_s"] = time.perf_counter() - t0

@@ -58,11 +58,12 @@ class ScorerActor:
         out.info = {**out.info, "score_s": time.perf_counter() - t0}
         return out
 
-    def score_rollout_shard(self, rollout: Rollout) -> tuple[Rollout, dict]:
+    def score_rollout_shard(self, rollout: Rollout, report_score: bool = False) -> tuple[Rollout, dict]:
         """:meth:`score_rollout`, and its info (the Ray groups' two return objects: data by reference, info to the
-        driver)."""
+        driver; with ``report_score`` the rewards ``score`` (B,) and ``term_scores`` (B, K) too)."""
         out = self.score_rollout(rollout)
-        return out, {"score_s": out.info["score_s"], "rows": len(out)}
+        report = {"score": out.score, "term_scores": out.term_scores} if report_score else {}
+        return out, {"score_s": out.info["score_s"], "rows": len(out), **report}
 
     def score_sequences(self, rollout: Rollout) -> tuple[np.ndarray, dict]:
         """D(Y) (B,) float32 of the rollout's whole sequences (SeqGAN-critic's terminal reward), and timings."""

@@ -68,12 +68,15 @@ class RolloutWorker:
     # scorer or the learner, the driver reads the info only (rayseq.distributed.handles). The weights travel with
     # the work (``weights`` = [ref], ``version``: loaded first when the version is new here; one call, not two)
     def sample_shard(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True, weights=None,
-                     version: int = -1) -> tuple[Rollout, dict]:
-        """:meth:`sample` with the weights ``version``, and its info (worker, timings, rows)."""
+                     version: int = -1, report_score: bool = False) -> tuple[Rollout, dict]:
+        """:meth:`sample` with the weights ``version``, and its info (worker, timings, rows; with ``report_score``
+        the rewards ``score`` (B,) and ``term_scores`` (B, K), for an iteration that decides on them: dynamic
+        sampling)."""
         if weights is not None:
             self.set_weights(weights, version)
         rollout = self.sample(prompts, request, score)
-        return rollout, {**rollout.info, "rows": len(rollout)}
+        report = {"score": rollout.score, "term_scores": rollout.term_scores} if report_score else {}
+        return rollout, {**rollout.info, "rows": len(rollout), **report}
 
     def mc_search_shard(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int, weights=None,
                         version: int = -1) -> tuple[MCBatch, dict]:

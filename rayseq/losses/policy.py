@@ -4,6 +4,8 @@ References
 - Tuan, Zhang, Lee, Chen (2018), "Proximal Policy Optimization and its Dynamic Version for Sequence
   Generation": Eq. 1 (policy gradient), Eq. 3 (PPO clip), Eq. 4 (PPO-dynamic), Supplement A.
 - Ranzato et al. (2015) / Keneshloo et al. survey Sec. IV-A: MIXER.
+- Yu et al. (2025), "DAPO: An Open-Source LLM Reinforcement Learning System at Scale": Sec. 3.1 Clip-Higher
+  (the decoupled clip range of :func:`ppo_clip_loss`).
 """
 
 from __future__ import annotations
@@ -77,12 +79,17 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     *,
     eps: float = 0.2,
+    eps_high: float | None = None,
 ) -> tuple[torch.Tensor, PolicyStats]:
     """PPO, Tuan et al. Eq. 3: L = E[min(ρ_t A_t, clip(ρ_t, 1−ε, 1+ε) A_t)], ρ_t = π_θ/π_θold.
 
+    ``eps_high``: DAPO's decoupled clip (Yu et al. 2025, Sec. 3.1 "Clip-Higher"; the clip term of the DAPO objective,
+    Eq. 8 of arXiv:2503.14476): clip(ρ_t, 1−ε_low, 1+ε_high) with ε_low = ``eps``, so a token with A_t > 0 may grow
+    its ratio up to 1+ε_high (DAPO: ε_low 0.2, ε_high 0.28). None: ε_high = ε (Eq. 3).
     Returns −L averaged over unmasked tokens.
     """
-    return _clipped_surrogate(logp, old_logp, advantages, mask, 1.0 - eps, 1.0 + eps)
+    upper = 1.0 + (eps if eps_high is None else eps_high)
+    return _clipped_surrogate(logp, old_logp, advantages, mask, 1.0 - eps, upper)
 
 
 def ppo_dynamic_bounds(

@@ -149,6 +149,8 @@ def test_readme_coming_from_trl(tmp_path, hf_dir, monkeypatch):
     rows = [r for r in pq.read_table(tmp_path / "runs" / "math" / "metrics.parquet").to_pylist()
             if r["stage"] == "train"]
     assert len(rows) == 2 and all(r["reward/accuracy_reward"] is not None for r in rows)
+    # GRPO with dynamic sampling (the command's algo.dynamic_sampling=true): its rounds are logged
+    assert cfg.algo.dynamic_sampling and all(r["group/prompts_consumed"] >= 4 for r in rows)
     assert "test/reward" in summary["metrics"]
     assert export[:3] == ["python", "-m", "rayseq.export"] and export_main(export[3:]) == 0
     assert (tmp_path / "exported" / "math" / "config.json").is_file()

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rayseq.algos.common import CLIP_PARAMS, PPO_PARAMS, LearnerState, RolloutAlgo
-from rayseq.algos.ppo import minibatch_seed, ppo_update
+from rayseq.algos.common import LearnerState, RolloutAlgo
+from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.losses import ppo_clip_loss
 from rayseq.types import Rollout
 
@@ -52,8 +52,7 @@ def token_advantages(per_reply: np.ndarray, rollout: Rollout) -> torch.Tensor:
 class GRPO(RolloutAlgo):
     name = "grpo"
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
-    params = (*PPO_PARAMS, *CLIP_PARAMS)
-    fields = GROUP_FIELD
+    fields = {**PPO_FIELDS, **CLIP_FIELDS, **GROUP_FIELD}  # no learned baseline, no discounting
 
     check_config = classmethod(check_groups)
 

@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from rayseq.algos.common import LearnerState, SupervisedAlgo, step
 from rayseq.losses import token_nll_loss
@@ -114,7 +115,11 @@ class ScheduledSampling(SupervisedAlgo):
     """Learner-side update: NLL of y* under scheduled-sampling inputs with ε_i = inverse_sigmoid_decay(i, ss_k)."""
 
     name = "scheduled_sampling"
-    params = ("ss_k",)
+    fields = {
+        "ss_k": (float, Field(
+            500.0, gt=0, description="Scheduled sampling: k of the inverse-sigmoid decay ε_i = k/(k + exp(i/k)), the "
+            "probability of feeding the reference token at iteration i (ERPO Supp. C.2: 500).")),
+    }
     needs_targets = True
 
     def epsilon(self, iteration: int) -> float:

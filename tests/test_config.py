@@ -8,7 +8,17 @@ import math
 import pytest
 from pydantic import BaseModel
 
-from rayseq.config import ALGOS, AlgoConfig, ConfigError, RunConfig, build_config, config_to_dict, load_yaml
+from rayseq.config import (
+    ALGOS,
+    TASKS,
+    ConfigError,
+    RunConfig,
+    algorithm_config_model,
+    build_config,
+    config_to_dict,
+    load_yaml,
+    task_config_model,
+)
 
 
 def test_defaults():
@@ -20,14 +30,17 @@ def test_defaults():
     assert (cfg.task.min_len, cfg.task.max_len) == (1, 10)
     assert cfg.task.test_size == 2000 and cfg.task.test_seed == 2018
     assert cfg.algo.name == "ppo_dynamic" and cfg.algo.name in ALGOS
-    assert cfg.algo.eps == 0.2
+    assert build_config(None, ["algo.name=ppo"]).algo.eps == 0.2
+    assert "eps" not in type(cfg.algo).model_fields  # PPO-dynamic's clip bounds are its own (Eq. 4)
     assert math.isinf(cfg.algo.alpha1) and math.isinf(cfg.algo.beta1)
     assert cfg.algo.alpha2 == 1.0 and cfg.algo.beta2 == 1.0
     assert cfg.algo.gamma == 1.0
     assert cfg.model.hidden_dim == 128
     assert cfg.seed == 0 and cfg.name is None and cfg.run_dir is None
     # every leaf field is documented (STYLE.md 7); the sections document themselves by their fields
-    sections = (cfg, cfg.task, cfg.model, cfg.algo, cfg.rollout, cfg.scorer, cfg.learner, cfg.disc, cfg.train)
+    sections = [cfg, cfg.task, cfg.model, cfg.algo, cfg.rollout, cfg.scorer, cfg.learner, cfg.disc, cfg.train]
+    # and every key an algorithm or a task declares beside its code
+    sections += [algorithm_config_model(n)() for n in ALGOS] + [task_config_model(n)() for n in TASKS]
     for section in sections:
         for name, field in type(section).model_fields.items():
             if isinstance(getattr(section, name), BaseModel):
@@ -227,10 +240,11 @@ def test_per_algorithm_sections_apply_only_to_the_chosen_algorithm():
     """One experiment file for several algorithms: keys under algo.<name>: are used when that is algo.name."""
     data = {"algo": {"name": "ppo", "lr": 1e-3, "ppo": {"eps": 0.1}, "scheduled_sampling": {"ss_k": 30}}}
     ppo = build_config(data)
-    assert ppo.algo.eps == 0.1 and ppo.algo.ss_k == AlgoConfig().ss_k and ppo.algo.lr == 1e-3
+    assert ppo.algo.eps == 0.1 and not hasattr(ppo.algo, "ss_k") and ppo.algo.lr == 1e-3
     ss = build_config(data, ["algo.name=scheduled_sampling"])
     assert ss.algo.ss_k == 30 and ss.algo.lr == 1e-3
-    assert build_config(data, ["algo.name=reinforce"]).algo.eps == AlgoConfig().eps  # neither section
+    reinforce = build_config(data, ["algo.name=reinforce"])  # neither section: reinforce reads neither key
+    assert reinforce.algo.lr == 1e-3 and not hasattr(reinforce.algo, "eps") and not hasattr(reinforce.algo, "ss_k")
     # the written config holds the chosen algorithm's keys only and is itself a valid --config
     d = config_to_dict(ss)
     assert "scheduled_sampling" not in d["algo"] and "eps" not in d["algo"] and d["algo"]["ss_k"] == 30

@@ -18,7 +18,7 @@ ERPO Supp. C.2, k = 500 for translation, 600 for summarisation)
 which starts at k/(k+1) ≈ 1 (pure teacher forcing), crosses 1/2 at i = k·ln k (≈ 3107 for k = 500) and
 decays to 0. ε_i is the probability of the *reference* token, as in Bengio et al. (ERPO's sentence calls
 it "the probability of sampling from model", which would start fully model-fed and contradict the
-curriculum the decay is for; ``AlgoConfig.ss_k`` documents the Bengio reading used here).
+curriculum the decay is for; the ``ss_k`` field documents the Bengio reading used here).
 
 Randomness: per update a ``torch.Generator`` seeded from the run's seed and the iteration draws ``coins`` (B, T)
 (input at t ≥ 1 is the reference iff ``coins[:, t] < ε``) and ``uniforms`` (B, T) (``uniforms[:, t]`` picks the

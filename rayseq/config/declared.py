@@ -118,7 +118,7 @@ def task_config_model(name: str) -> type[TaskConfig]:
 
 def declared_algo_keys(name: str) -> tuple[str, ...]:
     """The ``algo.*`` keys algorithm ``name`` reads: the common ones and what its class declares."""
-    return (*AlgoConfig.model_fields, *algorithm_config_model(name).model_fields.keys() - AlgoConfig.model_fields)
+    return tuple(algorithm_config_model(name).model_fields)  # the base's first, in the order declared
 
 
 def declared_task_keys(name: str) -> tuple[str, ...]:
@@ -212,6 +212,8 @@ def check_applicable(data: dict) -> None:
                 if key in reads or _section_key(key):
                     continue
                 if key not in builtin_algo_keys():
+                    if section is algo:
+                        continue  # the section's validation names it, with the closest key
                     raise ConfigError(f"{where}.{key}: unknown key{did_you_mean(key, reads, where)}")
                 hint = (" (a key for several algorithms of one experiment file goes under algo.<algorithm>:)"
                         if section is algo else "")
@@ -229,10 +231,8 @@ def check_applicable(data: dict) -> None:
         reads = declared_task_keys(tname)
         for given in task:
             key = TASK_ALIASES.get(given, given)
-            if key in reads:
-                continue
-            if key not in builtin_task_keys():
-                raise ConfigError(f"task.{given}: unknown key{did_you_mean(given, reads, 'task')}")
+            if key in reads or key not in builtin_task_keys():
+                continue  # an unknown key: the section's validation names it, with the closest key
             raise ConfigError(f"task.{given}: task.name={tname} does not read this key; {tname} reads "
                               f"{', '.join(reads)}")
         reward = data.get("reward") if isinstance(data.get("reward"), dict) else {}

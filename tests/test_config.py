@@ -288,3 +288,53 @@ def test_custom_resources_and_placement_strategy_are_checked():
     ]:
         with pytest.raises(ConfigError, match=message):
             build_config(overrides=[override])
+
+
+@pytest.mark.parametrize("overrides", [[], ["algo.name=grpo"], ["algo.name=seqgan", "task.name=oracle"],
+                                       ["algo.name=erpo_interpolation", "task.name=pairs", "task.data=d"]])
+def test_print_config_describes_every_key(overrides):
+    """--print-config: every key the run reads, its value, and above it the description its declaration gives
+    (a run-level section's, an algorithm's or a task's fields); the listing is itself a valid --config."""
+    import yaml
+
+    from rayseq.config import described_yaml
+
+    cfg = build_config(None, overrides)
+    d = config_to_dict(cfg)
+    text = described_yaml(d, cfg)
+    assert yaml.safe_load(text) == d
+    lines = text.splitlines()
+    for section, value in d.items():
+        described = {section: value} if not isinstance(value, dict) else value
+        model = cfg if not isinstance(value, dict) else getattr(cfg, section)
+        for key in described:
+            indent = "" if model is cfg else "  "
+            i = next(i for i, ln in enumerate(lines) if ln.startswith(f"{indent}{key}: ")
+                     and (model is cfg or any(lines[j] == f"{section}:" for j in range(i))))
+            first_words = " ".join(type(model).model_fields[key].description.split()[:3])
+            above = [ln.strip().removeprefix("# ") for ln in lines[max(0, i - 8):i]]
+            assert first_words in " ".join(above), (section, key)
+    algo_fields = type(cfg.algo).model_fields
+    assert all(f"  {k}: " in text for k in algo_fields)  # the algorithm's own keys too
+
+
+def test_a_config_written_before_algorithms_declared_their_keys_resumes():
+    """The algo: and task: sections of a run's config.yaml as rayseq d06dd24 wrote them (one AlgoConfig for every
+    algorithm, keys filtered to the algorithm's): the same keys, in their old places, load into today's sections;
+    a resume changes nothing and the run's config writes back the same."""
+    import yaml
+
+    from rayseq.config import resume_config
+
+    saved = build_config(None, ["algo.name=grpo"]).model_dump(mode="python")  # the run-level sections: unchanged
+    saved.update(yaml.safe_load("""
+        task: {name: counting, test_size: 100, test_seed: 2018, val_size: 50, val_seed: 2019, min_len: 1, max_len: 10}
+        algo: {name: grpo, lr: 0.0003, epochs: 1, minibatch_size: 64, eps: 0.2, max_grad_norm: 5.0, kl_coef: 0.01,
+               kl_target: null, entropy_coef: 0.0, group_size: 4}
+    """))
+    del saved["disc"]
+    cfg, changed = resume_config(saved, None, ["train.iters=6"], stage="train")
+    assert changed == [("train.iters", 200, 6)]
+    written = config_to_dict(cfg)
+    assert written["algo"] == saved["algo"] and written["task"] == saved["task"]
+    assert list(written["algo"]) == list(type(cfg.algo).model_fields)  # the keys grpo declares, no others

@@ -501,14 +501,17 @@ def _known_keys(loc: tuple) -> list[str]:
     return [*keys, *sorted(builtin - set(keys))]
 
 
-def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
+def _format_validation_error(err: ValidationError, prefix: str = "", own: tuple[str, ...] = ()) -> str:
+    """One line naming each bad key; an unknown key with the closest known one (``own``: the chosen algorithm's or
+    task's keys, first)."""
     lines = []
     for e in err.errors():
         key = prefix + ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             section = (*filter(None, prefix.split(".")), *e["loc"][:-1])
-            msg = "unknown key" + did_you_mean(e["loc"][-1], _known_keys(section), ".".join(map(str, section)))
+            known = [*own, *_known_keys(section)] if len(section) == 1 else _known_keys(section)
+            msg = "unknown key" + did_you_mean(e["loc"][-1], known, ".".join(map(str, section)))
         elif "input" in e and not isinstance(e["input"], dict):
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"{key}: {msg}" if key and not msg.startswith(key) else msg)  # a message may name its key
@@ -523,7 +526,8 @@ def _validate_own(model: type, base: type, section: dict, prefix: str):
     try:
         return model.model_validate(section)
     except ValidationError as err:
-        raise ValueError(_format_validation_error(err, prefix=prefix).removeprefix("invalid config: ")) from None
+        msg = _format_validation_error(err, prefix=prefix, own=tuple(model.model_fields))
+        raise ValueError(msg.removeprefix("invalid config: ")) from None
 
 
 def build_config(data: dict | None = None, overrides: list[str] | None = None) -> RunConfig:

@@ -64,15 +64,13 @@ def _declared(section: str, cls) -> dict:
                          "`fields` (key -> (type, pydantic Field)); spread a parent's or a group's, e.g. "
                          "fields = {**Reinforce.fields, ...} (see rayseq/algos/common.py, rayseq/tasks/base.py)")
     fields = cls.config_fields() if section == "algo" else cls.fields
-    if not registry.is_import_path(registry_name(section, cls)):
+    if not registry.is_import_path(_registry_name(section, cls)):
         return fields
     # a plug-in that subclasses a built-in class runs its code, which reads the built-in's keys
-    table, load = (registry.ALGORITHMS, registry.algorithm_class) if section == "algo" else \
-        (registry.TASKS, registry.task_class)
+    table = registry.ALGORITHMS if section == "algo" else registry.TASKS
     for parent in cls.__mro__[1:]:
         if f"{parent.__module__}:{parent.__name__}" in table.values():
-            own = parent.config_fields() if section == "algo" else parent.fields
-            dropped = [k for k in own if k not in fields]
+            dropped = [k for k in parent.fields if k not in cls.fields]
             if dropped:
                 raise ValueError(f"{label}: its fields leave out {', '.join(dropped)}, which the code it inherits "
                                  f"from {parent.__name__} reads; declare fields = {{**{parent.__name__}.fields, ...}}")
@@ -80,7 +78,7 @@ def _declared(section: str, cls) -> dict:
     return fields
 
 
-def registry_name(section: str, cls) -> str:
+def _registry_name(section: str, cls) -> str:
     """The built-in name of ``cls`` if it is one, else its import path."""
     path = f"{cls.__module__}:{cls.__name__}"
     table = registry.ALGORITHMS if section == "algo" else registry.TASKS

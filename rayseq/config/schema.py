@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from rayseq import registry
 from rayseq.config.base import ConfigError, did_you_mean
@@ -370,9 +370,10 @@ class RunConfig(_Section):
         if v not in (True, False, "bar", "lines") or isinstance(v, int) and not isinstance(v, bool):
             raise ValueError("expected true, false, bar or lines")
         return v
-    task: TaskConfig = Field(default_factory=TaskConfig)
+    # the chosen task's and algorithm's sections are subclasses (their keys): dumped as what they are
+    task: SerializeAsAny[TaskConfig] = Field(default_factory=TaskConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
-    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    algo: SerializeAsAny[AlgoConfig] = Field(default_factory=AlgoConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     scorer: ScorerConfig = Field(default_factory=ScorerConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)

@@ -338,3 +338,18 @@ def test_a_config_written_before_algorithms_declared_their_keys_resumes():
     written = config_to_dict(cfg)
     assert written["algo"] == saved["algo"] and written["task"] == saved["task"]
     assert list(written["algo"]) == list(type(cfg.algo).model_fields)  # the keys grpo declares, no others
+
+
+def test_a_config_with_every_algorithms_keys_loads_where_runs_are_read_back():
+    """A checkpoint's config from before runs kept only the keys they read (issue 13) holds every algorithm's keys
+    in algo: and every task's in task:; actors, serving and evaluation (RunConfig.model_validate) still load it,
+    dropping what the run does not read, while a user who gives such a key is told it does not apply."""
+    old = config_to_dict(build_config(None, ["algo.name=ppo_dynamic"]))
+    old["algo"].update(eps=0.2, ss_k=500.0, group_size=8, critic_lr=1e-3)  # read by ppo, scheduled sampling, ...
+    old["task"].update(oracle_seed=0, data=None)  # the oracle's and pairs' keys
+    cfg = RunConfig.model_validate(old)
+    assert config_to_dict(cfg) == config_to_dict(build_config(None, ["algo.name=ppo_dynamic"]))
+    with pytest.raises(ConfigError, match=r"algo\.eps: algo\.name=ppo_dynamic does not read this key"):
+        build_config(old)
+    with pytest.raises(ValueError, match=r"algo\.epsx: unknown key"):  # a key no algorithm reads: still refused
+        RunConfig.model_validate({**old, "algo": {**old["algo"], "epsx": 1}})

@@ -391,6 +391,7 @@ class RunConfig(_Section):
         if isinstance(data, dict) and isinstance(data.get("algo", {}), dict):
             algo = resolve_algo_section(data.get("algo", {}))
             own = algorithm_config_model(algo.get("name", AlgoConfig.model_fields["name"].default))
+            algo = _without_unread(algo, own, builtin_algo_keys)
             data = {**data, "algo": _validate_own(own, AlgoConfig, algo, "algo.")}
         if isinstance(data, dict) and isinstance(data.get("task", {}), dict):
             task = resolve_task_section(data.get("task", {}))
@@ -399,6 +400,7 @@ class RunConfig(_Section):
             if isinstance(model, dict) and model.get("arch") == "hf" and model.get("path") \
                     and "hf_tokenizer" in own.model_fields and task.get("hf_tokenizer") is None:
                 task = {**task, "hf_tokenizer": model["path"]}  # the model's tokenizer replaces the vocabulary
+            task = _without_unread(task, own, builtin_task_keys)
             data = {**data, "task": _validate_own(own, TaskConfig, task, "task.")}
         return data
 
@@ -517,6 +519,17 @@ def _format_validation_error(err: ValidationError, prefix: str = "", own: tuple[
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"{key}: {msg}" if key and not msg.startswith(key) else msg)  # a message may name its key
     return "invalid config: " + "; ".join(lines)
+
+
+def _without_unread(section: dict, model: type, builtin) -> dict:
+    """``section`` without the keys some built-in algorithm (task) reads and the chosen one, ``model``, does not: a
+    config written before a run's config kept only the keys it reads (rayseq before issue 13: every algorithm's
+    keys in one section) still loads on the actors, in serving and in evaluation. A user's config never gets here
+    with such a key: :func:`build_config` refuses it first (:func:`check_applicable`)."""
+    if all(k in model.model_fields for k in section):
+        return section
+    known = builtin()
+    return {k: v for k, v in section.items() if k in model.model_fields or k not in known}
 
 
 def _validate_own(model: type, base: type, section: dict, prefix: str):

@@ -3,12 +3,12 @@
 Run book
   python -m rayseq.train                                    # default: counting, MLE -> PPO-dynamic,
                                                             # 2 rollout workers, embedded Ray (~minutes)
-  python -m rayseq.train algo.name=ppo algo.eps=0.2 seed=3  # key=value overrides (see rayseq/config.py)
+  python -m rayseq.train algo.name=ppo algo.eps=0.2 seed=3  # key=value overrides (--print-config lists every key)
   python -m rayseq.train --config tune_configs/counting_quick.yaml rollout.num_workers=0  # in-process
   python -m rayseq.train run_dir=runs/x --resume            # continue from the last checkpoint, with the
                                                             # run's own config (Ctrl-C prints this command)
   python -m rayseq.train run_dir=runs/x --resume train.iters=400   # ... and a longer algorithm stage
-  python -m rayseq.train --print-config                     # the resolved config, then exit
+  python -m rayseq.train --print-config                     # the resolved config, every key described; exit
   python -m rayseq.train task.name=pairs task.data=DIR reward.fn=my_reward:polite   # your data and reward
   ray job submit --working-dir . -- python -m rayseq.train  # on a cluster (RAY_ADDRESS is joined)
 
@@ -32,9 +32,15 @@ import re
 import shlex
 import sys
 
-import yaml
-
-from rayseq.config import ConfigError, build_config, config_to_dict, load_yaml, parse_overrides, resume_config
+from rayseq.config import (
+    ConfigError,
+    build_config,
+    config_to_dict,
+    described_yaml,
+    load_yaml,
+    parse_overrides,
+    resume_config,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,7 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("overrides", nargs="*", help="config overrides key=value")
     p.add_argument("--config", help="experiment YAML (e.g. tune_configs/counting.yaml)")
     p.add_argument("--resume", action="store_true", help="continue the run in run_dir from its last checkpoint")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved config, each key with its description, and exit")
     return p.parse_intermixed_args(argv)  # key=value pairs before and after the flags
 
 
@@ -183,7 +190,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
-        print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        print(described_yaml(config_to_dict(cfg), cfg), end="")
         return 0
     if not args.resume and (warning := relative_run_dir_warning(cfg.run_dir)):
         print(warning, file=sys.stderr)

@@ -8,7 +8,17 @@ import math
 import pytest
 from pydantic import BaseModel
 
-from rayseq.config import ALGOS, AlgoConfig, ConfigError, RunConfig, build_config, config_to_dict, load_yaml
+from rayseq.config import (
+    ALGOS,
+    TASKS,
+    ConfigError,
+    RunConfig,
+    algorithm_config_model,
+    build_config,
+    config_to_dict,
+    load_yaml,
+    task_config_model,
+)
 
 
 def test_defaults():
@@ -20,14 +30,17 @@ def test_defaults():
     assert (cfg.task.min_len, cfg.task.max_len) == (1, 10)
     assert cfg.task.test_size == 2000 and cfg.task.test_seed == 2018
     assert cfg.algo.name == "ppo_dynamic" and cfg.algo.name in ALGOS
-    assert cfg.algo.eps == 0.2
+    assert build_config(None, ["algo.name=ppo"]).algo.eps == 0.2
+    assert "eps" not in type(cfg.algo).model_fields  # PPO-dynamic's clip bounds are its own (Eq. 4)
     assert math.isinf(cfg.algo.alpha1) and math.isinf(cfg.algo.beta1)
     assert cfg.algo.alpha2 == 1.0 and cfg.algo.beta2 == 1.0
     assert cfg.algo.gamma == 1.0
     assert cfg.model.hidden_dim == 128
     assert cfg.seed == 0 and cfg.name is None and cfg.run_dir is None
     # every leaf field is documented (STYLE.md 7); the sections document themselves by their fields
-    sections = (cfg, cfg.task, cfg.model, cfg.algo, cfg.rollout, cfg.scorer, cfg.learner, cfg.disc, cfg.train)
+    sections = [cfg, cfg.task, cfg.model, cfg.algo, cfg.rollout, cfg.scorer, cfg.learner, cfg.disc, cfg.train]
+    # and every key an algorithm or a task declares beside its code
+    sections += [algorithm_config_model(n)() for n in ALGOS] + [task_config_model(n)() for n in TASKS]
     for section in sections:
         for name, field in type(section).model_fields.items():
             if isinstance(getattr(section, name), BaseModel):
@@ -227,10 +240,11 @@ def test_per_algorithm_sections_apply_only_to_the_chosen_algorithm():
     """One experiment file for several algorithms: keys under algo.<name>: are used when that is algo.name."""
     data = {"algo": {"name": "ppo", "lr": 1e-3, "ppo": {"eps": 0.1}, "scheduled_sampling": {"ss_k": 30}}}
     ppo = build_config(data)
-    assert ppo.algo.eps == 0.1 and ppo.algo.ss_k == AlgoConfig().ss_k and ppo.algo.lr == 1e-3
+    assert ppo.algo.eps == 0.1 and not hasattr(ppo.algo, "ss_k") and ppo.algo.lr == 1e-3
     ss = build_config(data, ["algo.name=scheduled_sampling"])
     assert ss.algo.ss_k == 30 and ss.algo.lr == 1e-3
-    assert build_config(data, ["algo.name=reinforce"]).algo.eps == AlgoConfig().eps  # neither section
+    reinforce = build_config(data, ["algo.name=reinforce"])  # neither section: reinforce reads neither key
+    assert reinforce.algo.lr == 1e-3 and not hasattr(reinforce.algo, "eps") and not hasattr(reinforce.algo, "ss_k")
     # the written config holds the chosen algorithm's keys only and is itself a valid --config
     d = config_to_dict(ss)
     assert "scheduled_sampling" not in d["algo"] and "eps" not in d["algo"] and d["algo"]["ss_k"] == 30
@@ -274,3 +288,72 @@ def test_custom_resources_and_placement_strategy_are_checked():
     ]:
         with pytest.raises(ConfigError, match=message):
             build_config(overrides=[override])
+
+
+@pytest.mark.parametrize("overrides", [[], ["algo.name=grpo"], ["algo.name=seqgan", "task.name=oracle"],
+                                       ["algo.name=erpo_interpolation", "task.name=pairs", "task.data=d"]])
+def test_print_config_describes_every_key(overrides):
+    """--print-config: every key the run reads, its value, and above it the description its declaration gives
+    (a run-level section's, an algorithm's or a task's fields); the listing is itself a valid --config."""
+    import yaml
+
+    from rayseq.config import described_yaml
+
+    cfg = build_config(None, overrides)
+    d = config_to_dict(cfg)
+    text = described_yaml(d, cfg)
+    assert yaml.safe_load(text) == d
+    lines = text.splitlines()
+    for section, value in d.items():
+        described = {section: value} if not isinstance(value, dict) else value
+        model = cfg if not isinstance(value, dict) else getattr(cfg, section)
+        for key in described:
+            indent = "" if model is cfg else "  "
+            i = next(i for i, ln in enumerate(lines) if ln.startswith(f"{indent}{key}: ")
+                     and (model is cfg or any(lines[j] == f"{section}:" for j in range(i))))
+            first_words = " ".join(type(model).model_fields[key].description.split()[:3])
+            above = [ln.strip().removeprefix("# ") for ln in lines[max(0, i - 8):i]]
+            assert first_words in " ".join(above), (section, key)
+    algo_fields = type(cfg.algo).model_fields
+    assert all(f"  {k}: " in text for k in algo_fields)  # the algorithm's own keys too
+
+
+def test_a_config_written_before_algorithms_declared_their_keys_resumes():
+    """The algo: and task: sections of a run's config.yaml as rayseq d06dd24 wrote them (one AlgoConfig for every
+    algorithm, keys filtered to the algorithm's): the same keys, in their old places, load into today's sections;
+    a resume changes nothing and the run's config writes back the same keys (keys declared since: their defaults)."""
+    import yaml
+
+    from rayseq.config import resume_config
+
+    saved = build_config(None, ["algo.name=grpo"]).model_dump(mode="python")  # the run-level sections: unchanged
+    saved.update(yaml.safe_load("""
+        task: {name: counting, test_size: 100, test_seed: 2018, val_size: 50, val_seed: 2019, min_len: 1, max_len: 10}
+        algo: {name: grpo, lr: 0.0003, epochs: 1, minibatch_size: 64, eps: 0.2, max_grad_norm: 5.0, kl_coef: 0.01,
+               kl_target: null, entropy_coef: 0.0, group_size: 4}
+    """))
+    del saved["disc"]
+    cfg, changed = resume_config(saved, None, ["train.iters=6"], stage="train")
+    assert changed == [("train.iters", 200, 6)]
+    written = config_to_dict(cfg)
+    assert written["task"] == saved["task"]
+    assert {k: written["algo"][k] for k in saved["algo"]} == saved["algo"]
+    fields = type(cfg.algo).model_fields  # keys grpo declared later (eps_high, dynamic sampling): their defaults
+    assert {k: v for k, v in written["algo"].items() if k not in saved["algo"]} == {
+        k: fields[k].default for k in fields if k not in saved["algo"]}
+    assert list(written["algo"]) == list(fields)  # the keys grpo declares, no others
+
+
+def test_a_config_with_every_algorithms_keys_loads_where_runs_are_read_back():
+    """A checkpoint's config from before runs kept only the keys they read (issue 13) holds every algorithm's keys
+    in algo: and every task's in task:; actors, serving and evaluation (RunConfig.model_validate) still load it,
+    dropping what the run does not read, while a user who gives such a key is told it does not apply."""
+    old = config_to_dict(build_config(None, ["algo.name=ppo_dynamic"]))
+    old["algo"].update(eps=0.2, ss_k=500.0, group_size=8, critic_lr=1e-3)  # read by ppo, scheduled sampling, ...
+    old["task"].update(oracle_seed=0, data=None)  # the oracle's and pairs' keys
+    cfg = RunConfig.model_validate(old)
+    assert config_to_dict(cfg) == config_to_dict(build_config(None, ["algo.name=ppo_dynamic"]))
+    with pytest.raises(ConfigError, match=r"algo\.eps: algo\.name=ppo_dynamic does not read this key"):
+        build_config(old)
+    with pytest.raises(ValueError, match=r"algo\.epsx: unknown key"):  # a key no algorithm reads: still refused
+        RunConfig.model_validate({**old, "algo": {**old["algo"], "epsx": 1}})

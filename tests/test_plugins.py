@@ -34,8 +34,7 @@ PLUGIN = textwrap.dedent('''
     class Echo(Task):
         """Repeat the input's first digit: reward 1 if the reply starts with it."""
 
-        name = "echo"
-        params = ("test_size", "val_size")
+        name = "echo"  # reads the held-out sizes: Task.fields, the keys every built-in task reads
 
         def __init__(self, cfg):
             self.cfg = cfg
@@ -74,11 +73,24 @@ PLUGIN = textwrap.dedent('''
         """REINFORCE whose rewards are multiplied by its own key, algo.reward_scale."""
 
         name = "scaled_reinforce"
-        fields = {"reward_scale": (float, Field(1.0, gt=0, description="multiplies the reward"))}
+        fields = {**Reinforce.fields,  # the keys the update it inherits reads, and one of its own
+                  "reward_scale": (float, Field(1.0, gt=0, description="multiplies the reward"))}
 
         def update(self, state, rollout, iteration):
             rollout.rewards = rollout.rewards * self.cfg.reward_scale
             return {**super().update(state, rollout, iteration), "toy/reward_scale": self.cfg.reward_scale}
+
+
+    class Forgetful(Reinforce):
+        """Its fields leave out the keys of REINFORCE's update, which it inherits and which reads them."""
+
+        fields = {"reward_scale": (float, Field(1.0, gt=0, description="multiplies the reward"))}
+
+
+    class OldStyle(Reinforce):
+        """Names its keys the way rayseq did before algorithms declared them (``params``)."""
+
+        params = ("gamma",)
 ''')
 
 
@@ -101,6 +113,10 @@ def test_config_names_what_is_wrong_with_a_user_class(plugin_dir):
         (["algo.name=myplugin:ScaledReinforce", "algo.reward_scale=-1"], "algo.reward_scale: Input should be greater"),
         (["algo.name=ppo", "algo.reward_scale=2"], "algo.reward_scale: unknown key"),
         (["task.name=myplugin:Echo", "task.min_len=2"], "task.min_len: task.name=myplugin:Echo does not read"),
+        (["algo.name=myplugin:Forgetful"], "fields leave out gamma, baseline_lr, use_baseline, normalize_advantages, "
+                                           "which the code it inherits from Reinforce reads"),
+        (["algo.name=myplugin:OldStyle"], "`params` ('gamma',) is no longer read; a class declares its keys in "
+                                          "`fields`"),
     ]:
         with pytest.raises(ConfigError) as err:
             build_config(None, overrides)
@@ -165,7 +181,8 @@ TASK_WITH_KEYS = textwrap.dedent('''
     class ShortCounting(CountingTask):
         """Counting with a key of its own (a plug-in task declares its task.* keys beside its code)."""
 
-        fields = {"max_digits": (int, Field(4, ge=1, le=10, description="longest input this task draws"))}
+        fields = {**CountingTask.fields,
+                  "max_digits": (int, Field(4, ge=1, le=10, description="longest input this task draws"))}
 ''')
 
 

@@ -1,7 +1,8 @@
 """Algorithms: what one iteration does and how a batch becomes an update (one file each; math layer, no Ray).
 
 Each algorithm class (:class:`rayseq.algos.common.Algorithm`; its name registered in :mod:`rayseq.registry`) has
-- ``name``, ``params`` (the ``algo.*`` keys it reads), ``defaults`` (its own values of shared keys),
+- ``name``, ``fields`` (the ``algo.*`` keys it reads, with types, defaults and descriptions),
+  ``defaults`` (its own values of shared keys),
 - ``kind``: ``"supervised"`` (updates on reference targets) or ``"rollout"`` (updates on sampled
   rollouts),
 - ``needs_targets``: whether prompts carry reference targets (MLE, MIXER),

@@ -14,9 +14,10 @@ only, with the actor fixed (Bahdanau et al. 2017 pretrain their critic this way)
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
 from rayseq.algos.common import (
-    CRITIC_PARAMS,
+    BASELINE_FIELDS,
     LearnerState,
     RolloutAlgo,
     advantages,
@@ -28,6 +29,18 @@ from rayseq.algos.common import (
 from rayseq.losses import gae, reinforce_loss, value_loss
 from rayseq.types import Rollout, to_torch
 
+# the critic V_ψ (the learner builds it from critic_hidden, critic_lr) and its TD(λ) targets
+CRITIC_FIELDS = {
+    "gae_lambda": (float, Field(
+        0.95, ge=0.0, le=1.0, description="Actor-critic / SeqGAN-critic: λ of TD(λ) targets and GAE (survey Sec. "
+        "III-B).")),
+    "critic_lr": (float, Field(1e-3, gt=0, description="Actor-critic / SeqGAN-critic: critic learning rate (Adam).")),
+    "critic_hidden": (int, Field(
+        128, ge=0, description="Critic MLP hidden size on the decoder state (0 = linear).")),
+    "critic_warmup": (int, Field(
+        0, ge=0, description="Actor-critic / SeqGAN-critic: iterations before the algorithm's budget that train the "
+        "critic only (generator fixed, no d-steps), as Bahdanau et al. (2017) pretrain their critic.")),
+}
 
 def critic_step(state: LearnerState, values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> dict:
     """One Adam step of the critic towards ``targets`` on the unmasked tokens."""
@@ -58,7 +71,7 @@ def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.
 
 class ActorCritic(RolloutAlgo):
     name = "actor_critic"
-    params = ("gamma", "normalize_advantages", *CRITIC_PARAMS)
+    fields = {k: BASELINE_FIELDS[k] for k in ("gamma", "normalize_advantages")} | CRITIC_FIELDS
     uses_critic = True
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:

@@ -10,6 +10,7 @@ from pydantic import Field
 from torch import nn
 
 from rayseq.algos.iteration import counted, pipelined_step, rollout_step
+from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.types import Rollout, RolloutRequest, to_torch
 
@@ -84,8 +85,6 @@ def step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: 
 def with_entropy(state: LearnerState, loss: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor,
                  metrics: dict) -> torch.Tensor:
     """``loss`` − entropy_coef · H(π(·|s_t)) over ``mask`` (rayseq.algos.regularizers); logs policy/entropy."""
-    from rayseq.algos.regularizers import entropy_bonus
-
     bonus, h = entropy_bonus(logits, mask, state.entropy_coef)
     if state.entropy_coef:
         metrics["policy/entropy"] = h
@@ -99,27 +98,37 @@ def rollout_metrics(rollout: Rollout) -> dict:
     }
 
 
-# algo.* keys that groups of algorithms read (an algorithm's ``params`` lists them; rayseq.registry and
-# rayseq.config.check_applicable read it to refuse keys that the chosen algorithm ignores)
-BASELINE_PARAMS = ("gamma", "baseline_lr", "use_baseline", "normalize_advantages")  # returns minus b(s_t)
-PPO_PARAMS = ("epochs", "minibatch_size")  # the K-epoch minibatch loop of ppo_update
-CLIP_PARAMS = ("eps",)  # PPO's fixed clip range (Tuan et al. Eq. 3)
-# declared by the algorithms that read eps (their ``fields``): DAPO's decoupled upper bound of that range
-CLIP_HIGH_FIELD = {"eps_high": (float | None, Field(
-    None, gt=0, description="PPO-clip algorithms: DAPO's decoupled clip (Yu et al. 2025, Sec. 3.1 Clip-Higher): ρ "
-    "clipped to [1−eps, 1+eps_high]; None = eps (symmetric, Eq. 3). DAPO uses eps 0.2, eps_high 0.28."))}
-DYNAMIC_PARAMS = ("alpha1", "alpha2", "beta1", "beta2")  # PPO-dynamic's bounds (Eq. 4)
-MIXER_PARAMS = ("mixer_delta_start", "mixer_delta_step", "mixer_delta_every")
-SEQGAN_PARAMS = ("mc_rollouts", "rollout_update_rate", "g_steps")  # Monte-Carlo Q (SeqGAN Eq. 4), Alg. 1
-CRITIC_PARAMS = ("gae_lambda", "critic_lr", "critic_hidden", "critic_warmup")
+# algo.* keys of the algorithms that subtract a learned value baseline b(s_t) from the returns (Ranzato et al.):
+# read here (rollout_tensors, advantages, RolloutAlgo.baseline_on) and by the learner (the baseline's optimizer).
+# An algorithm's ``fields`` holds every algo.* key it reads besides name, lr and max_grad_norm (rayseq.config)
+BASELINE_FIELDS = {
+    "gamma": (float, Field(1.0, ge=0.0, le=1.0, description="Discount factor of returns.")),
+    "baseline_lr": (float, Field(1e-2, gt=0, description="Value-baseline learning rate (Adam).")),
+    "use_baseline": (bool, Field(
+        True, description="Subtract the learned baseline b(s_t) (REINFORCE, MIXER, PPO: yes; the SeqGAN family's "
+        "default is no, as its code uses Q directly).")),
+    "normalize_advantages": (bool, Field(False, description="Whiten advantages per batch (not in the paper).")),
+}
+def returns_gamma(cfg) -> float:
+    """γ of the returns R_t: ``algo.gamma``, or 1 for an algorithm that reads none because its R_t are given (SeqGAN's
+    Q in ``Rollout.returns``) or unused (GRPO's group advantages)."""
+    return getattr(cfg, "gamma", 1.0)
+
+
+def baseline_lr(cfg) -> float:
+    """The value baseline's Adam learning rate: ``algo.baseline_lr``, or its default for an algorithm that reads none
+    (the learner keeps a baseline for every algorithm; such an algorithm never steps it)."""
+    return getattr(cfg, "baseline_lr", BASELINE_FIELDS["baseline_lr"][1].default)
 
 
 class Algorithm:
     """What an algorithm class declares, read without instantiating it (rayseq.registry):
 
     ``name``; ``kind`` ``"supervised"`` (updates on reference targets) or ``"rollout"`` (on sampled rollouts);
-    ``params``: the ``algo.*`` keys it reads besides name, lr and max_grad_norm; ``defaults``: its own values of
-    shared keys, resolved into the config; ``adversarial``: trains SeqGAN's discriminator (reads ``disc.*``);
+    ``fields``: every ``algo.*`` key it reads besides name, lr and max_grad_norm (and the regularizer's keys,
+    :data:`rayseq.algos.regularizers.REGULARIZER_FIELDS`, when ``regularized``), as ``key -> (type, pydantic
+    Field)``: rayseq.config validates, documents and prints them; ``defaults``: its own values of keys shared with
+    other algorithms, resolved into the config; ``adversarial``: trains SeqGAN's discriminator (reads ``disc.*``);
     ``monte_carlo``, ``uses_critic``, ``needs_references``, ``needs_task_reward`` (traits, see rayseq.registry);
     ``needs_targets``: its prompts carry reference targets. ``seed`` is the run's seed: every random stream an
     algorithm draws derives from it (:func:`rayseq.seeding.derive_seed`).
@@ -127,7 +136,7 @@ class Algorithm:
 
     name = ""
     kind = "rollout"
-    params: tuple[str, ...] = ()
+    fields: dict = {}  # algo.* keys it reads: key -> (type, pydantic Field); subclasses spread their parent's
     defaults: dict = {}
     adversarial = False
     monte_carlo = False  # Q from SeqGAN's Monte-Carlo search with a rollout policy G_β
@@ -141,7 +150,6 @@ class Algorithm:
     scoring = "task"
     stateful_request = False  # the learner's copy builds the rollout requests (state lives there: interpolation's λ)
     validate_every = 0  # its iteration validates every this many iterations (0: never; on_validation)
-    fields: dict = {}  # algo.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them
     regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)
     # its loss weighs each sampled token by π_θ / π_behaviour with the log-probs recorded at sampling
     # (Rollout.logp), so rollouts sampled with older weights are corrected: it may train on pipelined rollouts
@@ -151,6 +159,12 @@ class Algorithm:
     def __init__(self, cfg, seed: int = 0):
         self.cfg = cfg
         self.seed = int(seed)
+
+    @classmethod
+    def config_fields(cls) -> dict:
+        """Every ``algo.*`` key it reads besides name, lr and max_grad_norm: its ``fields``, then the KL and entropy
+        keys when ``regularized`` (the learner applies those to every such algorithm: algos/regularizers.py)."""
+        return {**cls.fields, **(REGULARIZER_FIELDS if cls.regularized else {})}
 
     # -- the iteration ------------------------------------------------------------------------------
     def training_step(self, groups, step) -> dict:
@@ -228,7 +242,7 @@ class RolloutAlgo(Algorithm):
     ``adversarial``: rewards come from a discriminator (SeqGAN family) as Q values in ``Rollout.returns``.
     """
 
-    params = BASELINE_PARAMS
+    fields = BASELINE_FIELDS
     needs_task_reward = True
     regularized = True
 

@@ -23,6 +23,7 @@ Split between processes: :meth:`DataNoising.augment` (driver, numpy only) noises
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 from rayseq.algos.common import SupervisedAlgo
 from rayseq.algos.mle import MLE
@@ -68,7 +69,11 @@ class DataNoising(SupervisedAlgo):
     """MLE on unigram-noised references (ERPO Sec. 3.5, Eq. 9; Xie et al. 2017)."""
 
     name = "data_noising"
-    params = ("noise_gamma",)
+    fields = {
+        "noise_gamma": (float, Field(
+            0.1, ge=0.0, le=1.0, description="Data noising: probability γ that a reference token is replaced by a "
+            "unigram sample (Xie et al. 2017; ERPO Sec. 3.5).")),
+    }
     needs_targets = True
 
     def __init__(self, cfg, seed: int = 0):

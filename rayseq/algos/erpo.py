@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from rayseq.algos.common import LearnerState
 from rayseq.algos.mle import MLE
@@ -35,6 +36,12 @@ from rayseq.rewards.bleu_delta import bleu_increments
 from rayseq.types import PromptBatch, Rollout, to_torch
 
 MODES = ("spg", "interpolation")
+# the scale c of q's exponents (Eq. 4), read by both modes' rollout requests
+ERPO_C_FIELD = {
+    "erpo_c": (float, Field(
+        1.0, gt=0, description="SPG / interpolation: scale c of the sampling distributions exp{c·(…)} (ERPO Eq. 4, "
+        "Supp. Alg. 1; ΔR is sentence BLEU in [0, 1], as the authors' code).")),
+}
 
 
 def _delta_r(task, prefix: np.ndarray, plen: np.ndarray, keys: np.ndarray, V: int, specials) -> torch.Tensor:

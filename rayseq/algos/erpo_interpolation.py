@@ -17,16 +17,41 @@ validation is always accepted, as there. The λ state and the saved weights are 
 from __future__ import annotations
 
 import copy
+import math
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
 
 from rayseq.algos.common import Algorithm, LearnerState
-from rayseq.algos.erpo import mle_on_samples
+from rayseq.algos.erpo import ERPO_C_FIELD, mle_on_samples
 from rayseq.algos.iteration import counted, rollout_step
 from rayseq.types import Rollout, RolloutRequest
 
 
+def _a_distribution(v: list[float]) -> list[float]:
+    # ERPO Alg. 1: each token comes from one of three sources with probabilities (λ1, λ2, λ3)
+    if any(not 0.0 <= x <= 1.0 for x in v) or not math.isclose(sum(v), 1.0, abs_tol=1e-6):
+        raise ValueError(f"algo.interp_lambdas: (λ1, λ2, λ3) are probabilities: each in [0, 1], summing to 1 "
+                         f"(got {v}, sum {sum(v):g})")
+    return v
+
+
+INTERPOLATION_FIELDS = {
+    "interp_lambdas": (Annotated[list[float], AfterValidator(_a_distribution)], Field(
+        [0.04, 0.0, 0.96], min_length=3, max_length=3,
+        description="Interpolation: initial (λ1 model, λ2 reward, λ3 reference) (ERPO Supp. C.2).")),
+    "interp_delta": (float, Field(0.06, gt=0, le=1, description="Interpolation: λ step of each annealing (0.06).")),
+    "interp_reward_steps": (int, Field(
+        4, ge=0, description="Interpolation: λ2 increases this many times after each λ1 increase (4).")),
+    "interp_val_every": (int, Field(
+        25, ge=1, description="Interpolation: validation reward (task.val_size validation inputs) every this many "
+        "iterations; a drop anneals λ and restores the weights of the last validation (ERPO Supp. C.2).")),
+}
+
+
 class ERPOInterpolation(Algorithm):
     name = "erpo_interpolation"
-    params = ("erpo_c", "interp_lambdas", "interp_delta", "interp_reward_steps", "interp_val_every")
+    fields = {**ERPO_C_FIELD, **INTERPOLATION_FIELDS}
     needs_targets = True
     needs_references = True
     needs_task_reward = True

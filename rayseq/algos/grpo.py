@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rayseq.algos.common import CLIP_HIGH_FIELD, CLIP_PARAMS, PPO_PARAMS, LearnerState, RolloutAlgo
+from rayseq.algos.common import LearnerState, RolloutAlgo
 from rayseq.algos.dynamic_sampling import DYNAMIC_SAMPLING_FIELDS, check_dynamic_sampling, dynamic_sampling_step
-from rayseq.algos.ppo import minibatch_seed, ppo_update
+from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.losses import ppo_clip_loss
 from rayseq.types import Rollout
 
@@ -66,8 +66,7 @@ def token_advantages(per_reply: np.ndarray, rollout: Rollout) -> torch.Tensor:
 class GRPO(RolloutAlgo):
     name = "grpo"
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
-    params = (*PPO_PARAMS, *CLIP_PARAMS)
-    fields = {**GROUP_FIELDS, **CLIP_HIGH_FIELD}
+    fields = {**PPO_FIELDS, **CLIP_FIELDS, **GROUP_FIELDS}  # no learned baseline, no discounting
 
     check_config = classmethod(check_groups)
     training_step = group_training_step

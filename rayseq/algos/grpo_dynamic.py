@@ -7,17 +7,16 @@ REINFORCE-style setting α1 = β1 = ∞, α2 = β2 = 1.
 
 from __future__ import annotations
 
-from rayseq.algos.common import DYNAMIC_PARAMS, PPO_PARAMS, LearnerState
+from rayseq.algos.common import LearnerState
 from rayseq.algos.grpo import GROUP_FIELDS, GRPO, group_metrics
-from rayseq.algos.ppo import minibatch_seed, ppo_update
-from rayseq.algos.ppo_dynamic import dynamic_surrogate
+from rayseq.algos.ppo import PPO_FIELDS, minibatch_seed, ppo_update
+from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
 from rayseq.types import Rollout
 
 
 class GRPODynamic(GRPO):
     name = "grpo_dynamic"
-    params = (*PPO_PARAMS, *DYNAMIC_PARAMS)
-    fields = GROUP_FIELDS  # not GRPO's eps_high: its clip range is Eq. 4's
+    fields = {**PPO_FIELDS, **DYNAMIC_FIELDS, **GROUP_FIELDS}
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)

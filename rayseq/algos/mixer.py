@@ -20,13 +20,10 @@ from __future__ import annotations
 
 from functools import partial
 
+from pydantic import Field
+
 from rayseq.algos.common import (
-    BASELINE_PARAMS,
-    CLIP_HIGH_FIELD,
-    CLIP_PARAMS,
-    DYNAMIC_PARAMS,
-    MIXER_PARAMS,
-    PPO_PARAMS,
+    BASELINE_FIELDS,
     LearnerState,
     RolloutAlgo,
     advantages,
@@ -35,15 +32,22 @@ from rayseq.algos.common import (
     step,
     with_entropy,
 )
-from rayseq.algos.ppo import minibatch_seed, ppo_update
-from rayseq.algos.ppo_dynamic import dynamic_surrogate
+from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
+from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
 from rayseq.losses import mixer_loss, ppo_clip_loss, value_loss
 from rayseq.types import Rollout, RolloutRequest
+
+# δ's schedule (Mixer.delta)
+MIXER_FIELDS = {
+    "mixer_delta_start": (int, Field(1, ge=0, description="MIXER: initial number δ of REINFORCE steps.")),
+    "mixer_delta_step": (int, Field(1, ge=1, description="MIXER: δ grows by this much ...")),
+    "mixer_delta_every": (int, Field(50, ge=1, description="MIXER: ... every this many iterations.")),
+}
 
 
 class Mixer(RolloutAlgo):
     name = "mixer"
-    params = (*BASELINE_PARAMS, *MIXER_PARAMS)
+    fields = {**BASELINE_FIELDS, **MIXER_FIELDS}
     needs_targets = True
 
     def delta(self, iteration: int) -> int:
@@ -87,8 +91,7 @@ class Mixer(RolloutAlgo):
 class MixerPPO(Mixer):
     name = "mixer_ppo"
     off_policy_ratio = True
-    params = (*BASELINE_PARAMS, *MIXER_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
-    fields = CLIP_HIGH_FIELD
+    fields = {**BASELINE_FIELDS, **MIXER_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
@@ -100,7 +103,7 @@ class MixerPPO(Mixer):
 class MixerPPODynamic(Mixer):
     name = "mixer_ppo_dynamic"
     off_policy_ratio = True
-    params = (*BASELINE_PARAMS, *MIXER_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
+    fields = {**BASELINE_FIELDS, **MIXER_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)

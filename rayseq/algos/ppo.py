@@ -11,15 +11,14 @@ from collections import defaultdict
 from functools import partial
 
 import torch
+from pydantic import Field
 
 from rayseq.algos.common import (
-    BASELINE_PARAMS,
-    CLIP_HIGH_FIELD,
-    CLIP_PARAMS,
-    PPO_PARAMS,
+    BASELINE_FIELDS,
     LearnerState,
     RolloutAlgo,
     advantages,
+    returns_gamma,
     rollout_metrics,
     rollout_tensors,
     step,
@@ -29,6 +28,21 @@ from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
 from rayseq.seeding import derive_seed
 from rayseq.types import Rollout
 
+# algo.* keys of the K-epoch minibatch loop (ppo_update), read by every algorithm that runs it
+PPO_FIELDS = {
+    "epochs": (int, Field(1, ge=1, description="PPO: K passes over each sampled batch (paper code: 1).")),
+    "minibatch_size": (int | None, Field(
+        64, ge=1, description="PPO: minibatch size of the K passes; None = the whole batch (then ρ = 1).")),
+}
+# PPO's clip range (Tuan et al. Eq. 3), with DAPO's decoupled upper bound
+CLIP_FIELDS = {
+    "eps": (float, Field(
+        0.2, gt=0, lt=1, description="PPO: clip range ε of Eq. 3, in (0, 1) (ρ clipped to [1−ε, 1+ε]).")),
+    "eps_high": (float | None, Field(
+        None, gt=0, description="PPO-clip algorithms: DAPO's decoupled clip (Yu et al. 2025, Sec. 3.1 Clip-Higher): ρ "
+        "clipped to [1−eps, 1+eps_high]; None = eps (symmetric, Eq. 3). DAPO uses eps 0.2, eps_high 0.28.")),
+}
+
 
 def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int, use_baseline: bool = True,
                mixer: bool = False, given_advantages: torch.Tensor | None = None) -> dict:
@@ -37,7 +51,7 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
     from the reference (token_mask − action_mask) add MIXER's cross-entropy (:func:`rayseq.losses.mixer_combine`).
     ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's group-normalised rewards); then no value
     baseline is used or trained."""
-    b = rollout_tensors(rollout, state.device, cfg.gamma)
+    b = rollout_tensors(rollout, state.device, returns_gamma(cfg))
     if given_advantages is not None:
         adv_all = given_advantages.to(state.device).detach() * b.action_mask
     else:
@@ -89,8 +103,7 @@ def minibatch_seed(algo, iteration: int) -> int:
 class PPO(RolloutAlgo):
     name = "ppo"
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
-    params = (*BASELINE_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
-    fields = CLIP_HIGH_FIELD
+    fields = {**BASELINE_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)

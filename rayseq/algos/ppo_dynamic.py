@@ -9,24 +9,35 @@ Paper settings (Supplement C): α1 = β1 = ∞, α2 = β2 = 1.0 for REINFORCE/MI
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
-from rayseq.algos.common import BASELINE_PARAMS, DYNAMIC_PARAMS, PPO_PARAMS, LearnerState, RolloutAlgo
-from rayseq.algos.ppo import minibatch_seed, ppo_update
+from pydantic import Field
+
+from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo
+from rayseq.algos.ppo import PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.losses import ppo_dynamic_loss
 from rayseq.types import Rollout
+
+# PPO-dynamic's bounds (Eq. 4), read by dynamic_surrogate
+DYNAMIC_FIELDS = {
+    "alpha1": (float, Field(math.inf, gt=0, description="PPO-dynamic: cap of the upper bound α (Eq. 4).")),
+    "alpha2": (float, Field(1.0, gt=0, description="PPO-dynamic: scale of the upper bound α (Eq. 4).")),
+    "beta1": (float, Field(math.inf, gt=0, description="PPO-dynamic: cap of the lower bound β (Eq. 4).")),
+    "beta2": (float, Field(1.0, gt=0, description="PPO-dynamic: scale of the lower bound β (Eq. 4).")),
+}
 
 
 def dynamic_surrogate(cfg) -> tuple[partial, dict]:
     """PPO-dynamic's loss with the config's α1, α2, β1, β2, and those bounds as metrics."""
-    bounds = {k: float(getattr(cfg, k)) for k in DYNAMIC_PARAMS}
+    bounds = {k: float(getattr(cfg, k)) for k in DYNAMIC_FIELDS}
     return partial(ppo_dynamic_loss, **bounds), {f"ppo_dynamic/{k}": v for k, v in bounds.items()}
 
 
 class PPODynamic(RolloutAlgo):
     name = "ppo_dynamic"
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
-    params = (*BASELINE_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
+    fields = {**BASELINE_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)

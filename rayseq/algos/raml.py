@@ -29,6 +29,7 @@ Split between processes: :meth:`RAML.augment` (driver, numpy only) builds the ba
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 from rayseq.algos.common import SupervisedAlgo
 from rayseq.algos.mle import MLE
@@ -125,7 +126,16 @@ class RAML(SupervisedAlgo):
     """RAML: MLE on samples of e(y|y*) ∝ exp(R(y|y*)/τ) (ERPO Eq. 7; R = task reward, α → 0, β = τ)."""
 
     name = "raml"
-    params = ("raml_tau", "raml_samples", "raml_pool", "raml_max_ngram")
+    fields = {
+        "raml_tau": (float, Field(
+            0.4, gt=0, description="RAML: temperature τ of e(y|y*) ∝ exp(R(y|y*)/τ) (ERPO Supp. C.2: 0.4).")),
+        "raml_samples": (int, Field(
+            10, ge=1, description="RAML: samples drawn from e(y|y*) per example (ERPO Supp. C.2: 10).")),
+        "raml_pool": (int, Field(
+            100, ge=2, description="RAML: n-gram-replacement candidates per example (the reference is one of them) "
+            "among which the samples are drawn by exp(R/τ) (Ma et al. 2017's sampler: 100).")),
+        "raml_max_ngram": (int, Field(4, ge=1, description="RAML: longest replaced n-gram (Ma et al. 2017: 4).")),
+    }
     needs_targets = True
     needs_task_reward = True  # the pool is weighted by exp(R/τ)
 

@@ -20,12 +20,24 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from rayseq.losses import masked_mean
 from rayseq.types import Rollout
 
 K_BETA = 0.1  # Ziegler et al.'s proportional gain
-KL_PARAMS = ("kl_coef", "kl_target", "entropy_coef")  # algo.* keys every rollout algorithm reads
+# algo.* keys of every ``regularized`` algorithm (Algorithm.config_fields adds them): the learner applies the
+# KL penalty (KLController) and passes the entropy weight to the update (with_entropy)
+REGULARIZER_FIELDS = {
+    "kl_coef": (float, Field(
+        0.0, ge=0.0, description="Rollout algorithms: β of the per-token KL to the pretrained policy subtracted from "
+        "the reward, r_t − β·(log π_old − log π_ref) (Ziegler et al. 2019; InstructGPT); 0 = off.")),
+    "kl_target": (float | None, Field(
+        None, gt=0, description="Rollout algorithms: adapt β towards this KL per reply (nats; Ziegler et al.'s "
+        "controller, starting from kl_coef); None = β fixed.")),
+    "entropy_coef": (float, Field(
+        0.0, ge=0.0, description="Rollout algorithms: weight of the entropy bonus −c·H(π(·|s_t)) in the policy loss.")),
+}
 
 
 def sampled_kl(logp_old: np.ndarray, logp_ref: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    returns_gamma,
     rollout_metrics,
     rollout_tensors,
     step,
@@ -24,7 +25,7 @@ class Reinforce(RolloutAlgo):
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
-        b = rollout_tensors(rollout, state.device, cfg.gamma)
+        b = rollout_tensors(rollout, state.device, returns_gamma(cfg))  # SeqGAN's update too: Q given
         out = state.generator.logprobs(b.src, b.src_len, b.tokens)
         values = state.baseline(out.states)
         adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)

@@ -31,8 +31,7 @@ def leave_one_out_advantages(score: np.ndarray, group_size: int) -> np.ndarray:
 
 class RLOO(RolloutAlgo):
     name = "rloo"
-    params = ()  # the baseline is the group's other replies: no learned one, no discounting
-    fields = GROUP_FIELDS
+    fields = GROUP_FIELDS  # the baseline is the group's other replies: no learned one, no discounting
 
     check_config = classmethod(check_groups)
     training_step = group_training_step  # with algo.dynamic_sampling: DAPO's (rayseq.algos.dynamic_sampling)

@@ -18,7 +18,7 @@ ERPO Supp. C.2, k = 500 for translation, 600 for summarisation)
 which starts at k/(k+1) ≈ 1 (pure teacher forcing), crosses 1/2 at i = k·ln k (≈ 3107 for k = 500) and
 decays to 0. ε_i is the probability of the *reference* token, as in Bengio et al. (ERPO's sentence calls
 it "the probability of sampling from model", which would start fully model-fed and contradict the
-curriculum the decay is for; ``AlgoConfig.ss_k`` documents the Bengio reading used here).
+curriculum the decay is for; the ``ss_k`` field documents the Bengio reading used here).
 
 Randomness: per update a ``torch.Generator`` seeded from the run's seed and the iteration draws ``coins`` (B, T)
 (input at t ≥ 1 is the reference iff ``coins[:, t] < ε``) and ``uniforms`` (B, T) (``uniforms[:, t]`` picks the
@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from rayseq.algos.common import LearnerState, SupervisedAlgo, step
 from rayseq.losses import token_nll_loss
@@ -114,7 +115,11 @@ class ScheduledSampling(SupervisedAlgo):
     """Learner-side update: NLL of y* under scheduled-sampling inputs with ε_i = inverse_sigmoid_decay(i, ss_k)."""
 
     name = "scheduled_sampling"
-    params = ("ss_k",)
+    fields = {
+        "ss_k": (float, Field(
+            500.0, gt=0, description="Scheduled sampling: k of the inverse-sigmoid decay ε_i = k/(k + exp(i/k)), the "
+            "probability of feeding the reference token at iteration i (ERPO Supp. C.2: 500).")),
+    }
     needs_targets = True
 
     def epsilon(self, iteration: int) -> float:

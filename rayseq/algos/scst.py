@@ -27,7 +27,7 @@ def self_critical_advantages(score: torch.Tensor, baseline_score: torch.Tensor,
 
 class SCST(RolloutAlgo):
     name = "scst"
-    params = ()  # the baseline is the greedy decode's reward: no learned one, no discounting
+    fields: dict = {}  # the baseline is the greedy decode's reward: no learned one, no discounting
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         return dataclasses.replace(super().rollout_request(iteration, max_len, temperature, seed), greedy_baseline=True)

@@ -33,19 +33,12 @@ from functools import partial
 
 import numpy as np
 import torch
+from pydantic import Field
 
-from rayseq.algos.common import (
-    CLIP_HIGH_FIELD,
-    CLIP_PARAMS,
-    DYNAMIC_PARAMS,
-    PPO_PARAMS,
-    SEQGAN_PARAMS,
-    LearnerState,
-    RolloutAlgo,
-)
+from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo
 from rayseq.algos.iteration import counted
-from rayseq.algos.ppo import minibatch_seed, ppo_update
-from rayseq.algos.ppo_dynamic import dynamic_surrogate
+from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
+from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
 from rayseq.algos.reinforce import Reinforce
 from rayseq.losses import discriminator_loss, ppo_clip_loss
 from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
@@ -212,13 +205,21 @@ class Adversarial:
 SEQGAN_DYNAMIC_BOUNDS = {"alpha1": 10.0, "beta1": 0.5, "alpha2": 0.2, "beta2": 0.2}
 
 
+# Monte-Carlo Q (SeqGAN Eq. 4) with the rollout policy G_β, and Algorithm 1's g-steps
+SEQGAN_FIELDS = {
+    "mc_rollouts": (int, Field(16, ge=1, description="SeqGAN: N Monte-Carlo continuations per prefix (Eq. 4).")),
+    "rollout_update_rate": (float, Field(
+        0.8, ge=0.0, lt=1.0,
+        description="SeqGAN: r in β ← r·β + (1−r)·θ for the rollout policy G_β (code: 0.8; 0 = G_β is G_θ).")),
+    "g_steps": (int, Field(1, ge=1, description="SeqGAN: generator updates per adversarial iteration (paper: 1).")),
+}
 # SeqGAN's returns are Q itself (Rollout.returns), so γ is not read; the baseline stays available (off by default)
-SEQGAN_BASELINE_PARAMS = ("baseline_lr", "use_baseline", "normalize_advantages")
+SEQGAN_BASELINE_FIELDS = {k: v for k, v in BASELINE_FIELDS.items() if k != "gamma"}
 
 
 class SeqGAN(Adversarial, Reinforce):
     name = "seqgan"
-    params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS)
+    fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS}
     monte_carlo = True
     scoring = "monte_carlo_q"
     policy_update = Reinforce.update  # one gradient step on Eq. 8
@@ -227,8 +228,7 @@ class SeqGAN(Adversarial, Reinforce):
 class SeqGANPPO(Adversarial, RolloutAlgo):
     name = "seqgan_ppo"
     off_policy_ratio = True
-    params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *CLIP_PARAMS)
-    fields = CLIP_HIGH_FIELD
+    fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
     monte_carlo = True
     scoring = "monte_carlo_q"
 
@@ -241,7 +241,7 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
 class SeqGANPPODynamic(Adversarial, RolloutAlgo):
     name = "seqgan_ppo_dynamic"
     off_policy_ratio = True
-    params = (*SEQGAN_BASELINE_PARAMS, *SEQGAN_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
+    fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
     defaults = {"use_baseline": False, **SEQGAN_DYNAMIC_BOUNDS}
     monte_carlo = True
     scoring = "monte_carlo_q"

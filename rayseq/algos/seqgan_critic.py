@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rayseq.algos.actor_critic import critic_pass, critic_step, policy_step
-from rayseq.algos.common import CRITIC_PARAMS, LearnerState, RolloutAlgo, rollout_metrics
-from rayseq.algos.seqgan import Adversarial
+from rayseq.algos.actor_critic import CRITIC_FIELDS, critic_pass, critic_step, policy_step
+from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo, rollout_metrics
+from rayseq.algos.seqgan import SEQGAN_FIELDS, Adversarial
 from rayseq.losses import gae, masked_mean
 from rayseq.rewards import terminal_rewards
 from rayseq.types import Rollout
@@ -27,7 +27,8 @@ from rayseq.types import Rollout
 
 class SeqGANCritic(Adversarial, RolloutAlgo):
     name = "seqgan_critic"
-    params = ("gamma", "use_baseline", "g_steps", *CRITIC_PARAMS)  # use_baseline: subtract V_ψ(s_t)
+    fields = {**{k: BASELINE_FIELDS[k] for k in ("gamma", "use_baseline")},  # use_baseline: subtract V_ψ(s_t)
+              "g_steps": SEQGAN_FIELDS["g_steps"], **CRITIC_FIELDS}
     uses_critic = True
     scoring = "discriminator"  # D(Y) of the whole sequence; the critic estimates the rest of Q
 

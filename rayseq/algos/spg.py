@@ -11,13 +11,13 @@ increment of each candidate token against the input's references.
 from __future__ import annotations
 
 from rayseq.algos.common import Algorithm, LearnerState
-from rayseq.algos.erpo import mle_on_samples
+from rayseq.algos.erpo import ERPO_C_FIELD, mle_on_samples
 from rayseq.types import Rollout, RolloutRequest
 
 
 class SPG(Algorithm):
     name = "spg"
-    params = ("erpo_c",)
+    fields = ERPO_C_FIELD
     needs_references = True
     needs_task_reward = True
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo, seqgan
+from rayseq.algos.common import baseline_lr
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
 from rayseq.distributed.handles import FlatWeights, as_rollout, resolve
@@ -42,7 +43,7 @@ class Learner:
             generator=generator,
             baseline=baseline,
             gen_opt=torch.optim.Adam(generator.parameters(), lr=c.train.pretrain_lr),
-            base_opt=torch.optim.Adam(baseline.parameters(), lr=c.algo.baseline_lr),
+            base_opt=torch.optim.Adam(baseline.parameters(), lr=baseline_lr(c.algo)),
             device=self.device,
         )
         if c.algorithm.uses_critic:
@@ -252,7 +253,8 @@ class Learner:
         and a resumed run (a Tune PBT exploit: another trial's checkpoint, a mutated ``algo.lr``) must use
         its own. Returns the rates now in use."""
         c, s = self.cfg, self.state
-        lrs = {"generator": c.algo.lr if self.stage == "train" else c.train.pretrain_lr, "baseline": c.algo.baseline_lr}
+        lrs = {"generator": c.algo.lr if self.stage == "train" else c.train.pretrain_lr,
+               "baseline": baseline_lr(c.algo)}
         opts = {"generator": s.gen_opt, "baseline": s.base_opt}
         if self.disc_opt is not None:
             lrs["disc"], opts["disc"] = c.disc.lr, self.disc_opt

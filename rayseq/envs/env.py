@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rayseq.config import RewardConfig, RunConfig, TaskConfig, build_config
+from rayseq.config import RewardConfig, RunConfig, TaskConfig, build_config, declared_task_keys
 from rayseq.registry import task_class
 
 
@@ -53,7 +53,7 @@ def task_config(
 
 def task_section(task_cfg: TaskConfig) -> dict:
     """The ``task:`` mapping of a TaskConfig: the keys its task reads (``build_config`` refuses the others)."""
-    reads = {"name", *task_class(task_cfg.name).params}
+    reads = set(declared_task_keys(task_cfg.name))
     return {k: v for k, v in task_cfg.model_dump().items() if k in reads}
 
 

@@ -1,7 +1,7 @@
 """Tasks = data + reward + evaluation (math layer: numpy + torch only).
 
 A task class (:class:`rayseq.tasks.base.Task`: what it must provide and the defaults; its name registered in
-:mod:`rayseq.registry`, or a user's class named by import path) declares ``name`` and ``params`` (the ``task.*``
+:mod:`rayseq.registry`, or a user's class named by import path) declares ``name`` and ``fields`` (the ``task.*``
 keys it reads) and provides ``evaluate(generator, device, split=...)`` with its ``val/*`` and ``test/*`` metrics,
 listed by the classmethod ``metric_names(task_cfg, split)``; ``rewards(src, src_len, tokens, token_mask, key)`` ->
 (per-token rewards (B, T), sequence reward (B,)); optional hooks: ``defaults`` (its values of ``task.*`` keys),

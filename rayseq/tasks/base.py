@@ -5,6 +5,25 @@ The vocabulary a task holds is :class:`rayseq.vocab.Vocab`.
 
 from __future__ import annotations
 
+from pydantic import Field
+
+# task.* keys of the held-out sets every built-in task reads (Task.fields: a subclass spreads them into its own)
+SPLIT_FIELDS = {
+    "test_size": (int, Field(
+        2000, ge=100, description="Held-out test inputs (counting), oracle samples (NLL-test), prompts (pairs: of the "
+        "prepared test split).")),
+    "test_seed": (int, Field(
+        2018, description="Seed of the held-out test set (counting, oracle) and of the sampled replies of "
+        "test/reward, independent of `seed`.")),
+    "val_size": (int, Field(
+        2000, ge=1, description="Validation inputs (counting), oracle samples (NLL of held-out data) or prompts "
+        "(pairs: of the prepared valid split) evaluated as val/* every train.eval_every iterations; everything "
+        "that selects (Tune, best/, ERPO interpolation's annealing) reads val/*, never test/*.")),
+    "val_seed": (int, Field(
+        2019, description="Seed of the validation set (counting, oracle) and of the sampled replies of val/reward, "
+        "independent of `seed` and test_seed.")),
+}
+
 
 def task_spec(task, tokenizer: dict) -> dict:
     """What serving needs to rebuild a task's inputs and outputs (stored in checkpoints): name, vocabulary,
@@ -41,7 +60,10 @@ class Task:
     """What a task provides (rayseq.registry reads the class attributes without instantiating it). Subclass it for
     your own task and name it ``task.name=package.module:Class``.
 
-    Required: ``name``; ``params`` (the ``task.*`` keys it reads besides name); in ``__init__(task_cfg)``:
+    Required: ``name``; ``fields`` (the ``task.*`` keys it reads besides name: key -> (type, pydantic Field),
+    validated, documented and printed with the rest, no edit of rayseq.config; the default is the held-out sets'
+    :data:`SPLIT_FIELDS`, and a subclass that adds keys spreads its parent's: ``fields = {**Parent.fields, ...}``);
+    in ``__init__(task_cfg)``:
     ``vocab`` (a :class:`Vocab`), ``specials`` (its ids), ``max_src_len``, ``max_tgt_len``; and the methods
     ``sample_prompts(rng, n, with_targets=False) -> PromptBatch`` (training inputs; with reference targets for
     MLE), ``rewards(src, src_len, tokens, token_mask, key=None) -> (per-token rewards (B, T), score (B,))``,
@@ -50,15 +72,13 @@ class Task:
 
     Optional, with defaults: ``conditional`` (the generator reads an input), ``banned_ids`` (tokens never emitted
     besides <pad>/<bos>), traits ``has_reward``, ``has_references``, ``scored_remotely`` (see rayseq.registry),
-    ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``fields`` (``task.*`` keys of its own:
-    key -> (type, pydantic Field), validated, documented and printed with the rest, as an algorithm's ``fields``;
-    no edit of rayseq.config), ``check_config(run_cfg)`` (checks of the whole run's config, e.g. against the task's
-    data), ``prepare_data(task_cfg)`` (called once
-    by the driver before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints).
+    ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``check_config(run_cfg)`` (checks of
+    the whole run's config, e.g. against the task's data), ``prepare_data(task_cfg)`` (called once by the driver
+    before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints).
     """
 
     name = ""
-    params: tuple[str, ...] = ()
+    fields: dict = SPLIT_FIELDS  # task.* keys it reads besides name: key -> (type, pydantic Field)
     conditional = True
     banned_ids: tuple[int, ...] = ()
     has_reward, has_references, scored_remotely = True, False, False
@@ -71,7 +91,6 @@ class Task:
     decoding: dict = {}  # serving's defaults against repetition (rayseq.serving.model.GenRequest's fields); {} = off
     reward = None  # a configured reward.* other than the task's own (rayseq.rewards.reward.Reward), by make_task
     defaults: dict = {}
-    fields: dict = {}  # task.* keys of its own: key -> (type, pydantic Field); rayseq.config adds them
 
     @classmethod
     def check_config(cls, run_cfg) -> None:

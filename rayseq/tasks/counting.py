@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from rayseq.rewards import terminal_rewards
-from rayseq.tasks.base import Task, sampled_reward
+from rayseq.tasks.base import SPLIT_FIELDS, Task, sampled_reward
 from rayseq.types import PromptBatch
 from rayseq.vocab import Vocab
 
@@ -37,8 +38,18 @@ SPLITS = ("val", "test")
 
 class CountingTask(Task):
     name = "counting"
-    params = ("test_size", "test_seed", "val_size", "val_seed", "min_len", "max_len")
+    fields = {
+        **SPLIT_FIELDS,
+        "min_len": (int, Field(1, ge=1, le=10, description="Counting: shortest input length N.")),
+        "max_len": (int, Field(10, ge=1, le=10, description="Counting: longest input length N.")),
+    }
     has_reward, has_references, scored_remotely = True, False, False  # 0/1 correctness: cheap, on the workers
+
+    @classmethod
+    def check_config(cls, run_cfg) -> None:
+        task = run_cfg.task
+        if task.min_len > task.max_len:
+            raise ValueError(f"task.min_len={task.min_len} > task.max_len={task.max_len}")
 
     def __init__(self, cfg):
         self.cfg = cfg

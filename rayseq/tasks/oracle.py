@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import nn
 
-from rayseq.tasks.base import Task
+from rayseq.tasks.base import SPLIT_FIELDS, Task
 from rayseq.types import PromptBatch
 from rayseq.vocab import SPECIAL_TOKENS, Vocab
 
@@ -132,8 +133,19 @@ class OracleLSTM(nn.Module):
 
 class OracleTask(Task):
     name = "oracle"
-    params = ("test_size", "test_seed", "val_size", "val_seed", "oracle_path", "oracle_seed", "vocab_size",
-              "oracle_hidden", "seq_len", "num_train", "data_seed", "eval_samples")
+    fields = {
+        **SPLIT_FIELDS,
+        "oracle_path": (str | None, Field(
+            None, description="Oracle: .npz with the oracle LSTM's arrays (SeqGAN's original); None = a random one.")),
+        "oracle_seed": (int, Field(0, description="Oracle: seed of the random N(0,1) oracle (when no oracle_path).")),
+        "vocab_size": (int, Field(
+            5000, ge=2, description="Oracle: vocabulary of a random oracle (a file sets its own).")),
+        "oracle_hidden": (int, Field(32, ge=1, description="Oracle: embedding and hidden size of a random oracle.")),
+        "seq_len": (int, Field(20, ge=2, description="Oracle: sequence length (no end token).")),
+        "num_train": (int, Field(10000, ge=1, description="Oracle: training sequences sampled from the oracle.")),
+        "data_seed": (int, Field(88, description="Oracle: seed of the training sequences (SeqGAN's code uses 88).")),
+        "eval_samples": (int, Field(10000, ge=1, description="Oracle: generator samples scored by NLL-oracle.")),
+    }
     has_reward, has_references, scored_remotely = False, False, False  # the discriminator gives SeqGAN's reward
     conditional = False  # unconditional generator: src is empty (B, 0)
 

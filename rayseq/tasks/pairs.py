@@ -52,9 +52,11 @@ training inputs. The same metrics on each, of greedy replies unless said:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.hf_text import HFVocab, retokenize
@@ -62,7 +64,7 @@ from rayseq.data.preparation import DataError, PrepareOptions
 from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids, detokenize
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
-from rayseq.tasks.base import Task, sampled_reward, task_spec
+from rayseq.tasks.base import SPLIT_FIELDS, Task, sampled_reward, task_spec
 from rayseq.types import PromptBatch
 
 SELF_BLEU_REPLIES = 500
@@ -71,8 +73,27 @@ HELD_OUT = {"val": "valid", "test": "test"}  # evaluation split -> prepared spli
 
 class PairsTask(Task):
     name = "pairs"
-    params = ("data", "source", "prepare", "tokenizer", "prepare_vocab_size", "test_size", "val_size", "test_seed",
-              "val_seed", "hf_tokenizer")
+    fields = {
+        "data": (str | None, Field(
+            None, description="Pairs: a dataset prepared by `python -m rayseq.data prepare SOURCE --out DIR` "
+            "(chitchat: data/chitchat); the old name task.data_dir is read too.")),
+        "source": (str | None, Field(
+            None, description="Pairs: what task.prepare prepares into task.data, e.g. jsonl:pairs.jsonl (chitchat: "
+            "chitchat, the chitchat-dataset corpus).")),
+        "prepare": (bool, Field(
+            False, description="Pairs: prepare task.source into task.data first if it holds no dataset.")),
+        "tokenizer": (Literal["words", "bpe"] | None, Field(
+            None, description="Pairs: the vocabulary task.prepare prepares with (words: the most frequent words, "
+            "others <unk>; bpe: subword pieces learned on the training split, never <unk> in a reply), and the one "
+            "task.data must have been prepared with; None = prepare's default (words) and whatever task.data holds.")),
+        "prepare_vocab_size": (int | None, Field(
+            None, ge=5, description="Pairs: vocabulary size (words or bpe pieces, the 4 specials included) "
+            "task.prepare prepares with; None = prepare's default (4000).")),
+        **SPLIT_FIELDS,
+        "hf_tokenizer": (str | None, Field(
+            None, description="Pairs: a local Hugging Face tokenizer directory whose tokens replace the prepared "
+            "vocabulary (the dataset's text is re-tokenised with it); set from model.path when model.arch=hf.")),
+    }
     has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
     scored_remotely = True  # against all references of an input: worth the scorer actors
     example_prompts: tuple[str, ...] = ()  # replies to these are in the test details
@@ -145,6 +166,9 @@ class PairsTask(Task):
     def check_config(cls, run_cfg) -> None:
         """Checks of a run on this task's prepared data (when ``task.data`` holds it): a prompt-only dataset has no
         reply to pretrain on (ValueError naming the missing column)."""
+        if run_cfg.task.prepare and not run_cfg.task.source:
+            raise ValueError("task.prepare=true: set task.source, what to prepare into task.data (e.g. "
+                             "jsonl:pairs.jsonl)")
         manifest = Path(run_cfg.task.data or "") / "manifest.json"
         if not run_cfg.task.data or not manifest.is_file():
             return

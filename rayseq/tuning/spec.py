@@ -68,6 +68,7 @@ from rayseq.config import (
     ConfigError,
     RunConfig,
     _format_validation_error,
+    _known_keys,
     build_config,
     deep_merge,
     load_yaml,
@@ -215,10 +216,15 @@ def flatten_space(where: str, space: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def is_config_key(dotted: str) -> bool:
-    """Whether ``dotted`` names a field of :class:`RunConfig` (e.g. ``algo.lr``; not a section)."""
-    model: Any = RunConfig
+def is_config_key(dotted: str, base: RunConfig | None = None) -> bool:
+    """Whether ``dotted`` names a field of :class:`RunConfig` (e.g. ``algo.lr``; not a section). An ``algo.*`` or
+    ``task.*`` key counts if some built-in algorithm (task) declares it, or the chosen one of ``base`` does (a
+    plug-in's own key); whether the trials' algorithm reads it, building their configs says."""
     parts = dotted.split(".")
+    if len(parts) == 2 and parts[0] in ("algo", "task"):
+        chosen = type(getattr(base, parts[0])).model_fields if base is not None else {}
+        return parts[1] in chosen or parts[1] in _known_keys((parts[0],))
+    model: Any = RunConfig
     for i, p in enumerate(parts):
         fields = getattr(model, "model_fields", None)
         if not fields or p not in fields:
@@ -453,7 +459,7 @@ def validate(data: dict, source: str | None = None) -> Experiment:
     flat = flatten_space("search.param_space", spec.param_space)
     dims, ties = {}, {}
     for key, v in flat.items():
-        _check_key("search.param_space", key)
+        _check_key("search.param_space", key, base)
         d = parse_dim("search.param_space", key, v)
         if d.kind == "same_as":
             ties[key] = d.args
@@ -470,7 +476,7 @@ def validate(data: dict, source: str | None = None) -> Experiment:
         if not mflat:
             raise SpecError(f"{where}: PBT needs at least one key to mutate")
         for key, v in mflat.items():
-            _check_key(where, key)
+            _check_key(where, key, base)
             d = parse_dim(where, key, v)
             if d.kind in ("grid", "same_as"):
                 raise SpecError(f"{where}.{key}: {d.kind} cannot be a mutation (use choice or a distribution)")
@@ -483,10 +489,10 @@ def validate(data: dict, source: str | None = None) -> Experiment:
     return exp
 
 
-def _check_key(where: str, key: str) -> None:
+def _check_key(where: str, key: str, base: RunConfig) -> None:
     if key in TRIAL_KEYS:
         raise SpecError(f"{where}.{key}: set per trial by rayseq.tune (runs/<trial_id> in the experiment)")
-    if not is_config_key(key):
+    if not is_config_key(key, base):
         raise SpecError(f"{where}.{key}: not a run-config key (see python -m rayseq.train --print-config)")
 
 

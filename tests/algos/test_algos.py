@@ -45,7 +45,7 @@ def half_rewarded(rollout):
 
 @pytest.mark.parametrize("name", sorted(n for n in ALGORITHMS if not algorithm_class(n).needs_references))  # test_erpo
 def test_every_algorithm_updates_the_generator(name):
-    reads = algorithm_class(name).params
+    reads = algorithm_class(name).fields
     extra = [o for o, key in (("algo.minibatch_size=16", "minibatch_size"), ("algo.ss_k=1", "ss_k")) if key in reads]
     cfg, learner, worker = make_pair(f"algo.name={name}", *extra)
     before = copy.deepcopy(learner.state.generator.state_dict())

@@ -297,7 +297,7 @@ def test_unigram_distribution_known_and_cached():
     # both training rows have the same word counts, so the estimate is exact whichever rows are drawn
     np.testing.assert_allclose(u, U_TRUE, atol=1e-12)
     task.prompt_calls = 0
-    algo = DataNoising(algo_cfg())
+    algo = DataNoising(algo_cfg("algo.noise_gamma=0.1"))  # its default
     batch = fake_batch(np.random.default_rng(0), [3, 4])
     algo.augment(task, batch, np.random.default_rng(1), 0)
     algo.augment(task, batch, np.random.default_rng(2), 1)

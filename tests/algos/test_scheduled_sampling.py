@@ -170,7 +170,7 @@ def make_learner():
     from rayseq.distributed.learner import Learner
 
     return Learner(config_to_dict(build_config(
-        None, ["task.name=counting", "algo.name=mle", "model.hidden_dim=16", "model.emb_dim=8"]
+        None, ["task.name=counting", "algo.name=scheduled_sampling", "model.hidden_dim=16", "model.emb_dim=8"]
     )))
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rayseq.config import ConfigError, TaskConfig, build_config
+from rayseq.config import ConfigError, build_config, task_config_model
 from rayseq.data import DataError, DialogueData, PrepareOptions, prepare
 from rayseq.data.__main__ import main as data_main
 from rayseq.data.text import tokenize
@@ -150,7 +150,7 @@ def test_pairs_task_delivers_columns_per_row_and_refuses_mle(tmp_path):
         build_config(None, base)
     with pytest.raises(ConfigError, match="model.arch=rnn: .* has no 'reply' column"):
         build_config(None, [*base, "train.pretrain_iters=0"])
-    task = make_task(TaskConfig(name="pairs", data=str(tmp_path / "d"), val_size=3, test_size=100))
+    task = make_task(task_config_model("pairs")(name="pairs", data=str(tmp_path / "d"), val_size=3, test_size=100))
     answer = dict(PROBLEMS)
     b = task.sample_prompts(np.random.default_rng(0), 16)
     cols, prompts = task.column_values(b.key), task.prompt_values(b.key)

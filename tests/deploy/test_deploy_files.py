@@ -611,7 +611,7 @@ def test_runtime_env_working_dir_upload():
     # the excludes above hold on their own; the upload itself also honours .gitignore, as Ray does by default
     _dir_travel(REPO, [excluded], lambda p: files.append(p) if p.is_file() else None, include_gitignore=True)
     rels = {str(p.relative_to(REPO)) for p in files}
-    for needed in ("pyproject.toml", "rayseq/train.py", "rayseq/config.py", "tune_configs/counting.yaml"):
+    for needed in ("pyproject.toml", "rayseq/train.py", "rayseq/config/schema.py", "tune_configs/counting.yaml"):
         assert needed in rels, f"{needed} would not be uploaded"
     total = sum(p.stat().st_size for p in files)
     assert total < PACKAGE_SIZE_WARNING, f"working_dir upload of {total / 2**20:.0f} MiB: exclude more"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rayseq import reward_protocol
-from rayseq.config import ConfigError, TaskConfig, build_config
+from rayseq.config import ConfigError, build_config, task_config_model
 from rayseq.data import PrepareOptions, prepare
 from rayseq.rewards import library
 from rayseq.rewards.reward import Reward, RewardError, Term
@@ -29,7 +29,7 @@ def task(tmp_path_factory):
     (d / "m.jsonl").write_text("".join(json.dumps({"prompt": p, "solution": s, "difficulty": k}) + "\n"
                                        for p, s, k in ROWS), encoding="utf-8")
     prepare(f"jsonl:{d / 'm.jsonl'}", d / "data", PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.1))
-    return make_task(TaskConfig(name="pairs", data=str(d / "data"), val_size=3, test_size=100))
+    return make_task(task_config_model("pairs")(name="pairs", data=str(d / "data"), val_size=3, test_size=100))
 
 
 def rows_with_difficulty(task, wanted: list[int]) -> np.ndarray:

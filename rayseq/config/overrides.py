@@ -1,0 +1,96 @@
+"""The command line's side of the config: ``key=value`` overrides (parsed as YAML scalars), experiment files,
+merging them, and ``--print-config``'s listing (every key with its value and its description)."""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from rayseq.config.base import ConfigError
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["algo.eps=0.2", "seed=3"]`` -> nested dict; values parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} has an empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{key}: cannot parse value {raw!r}: {exc}") from None
+        if isinstance(value, str) and value.lower() in ("inf", "+inf", "-inf"):
+            value = float(value)
+        elif isinstance(value, str) and value.lower() == "none":  # Python's spelling of YAML's null
+            value = None
+        set_path(out, key, value)
+    return out
+
+
+def set_path(d: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        nxt = d.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{dotted}: {p} is not a section")
+        d = nxt
+    d[parts[-1]] = value
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def described_yaml(data: dict, cfg: BaseModel, width: int = 118) -> str:
+    """``data`` (the config dict of ``cfg``, e.g. :func:`rayseq.config.config_to_dict`) as YAML with every key's
+    description as a comment above it (``--print-config``); still a valid ``--config``."""
+    out: list[str] = []
+
+    def emit(key: str, value: Any, model: BaseModel, indent: str) -> None:
+        field = type(model).model_fields.get(key)
+        section = getattr(model, key, None)
+        if isinstance(value, dict) and isinstance(section, BaseModel):
+            out.extend(["", f"{indent}{key}:"] if not indent else [f"{indent}{key}:"])
+            for sub, v in value.items():
+                emit(sub, v, section, indent + "  ")
+            return
+        if field is not None and field.description:
+            text = " ".join(field.description.split())
+            out.extend(textwrap.wrap(text, width - len(indent) - 2, initial_indent=f"{indent}# ",
+                                     subsequent_indent=f"{indent}# "))
+        flow = yaml.safe_dump(value, default_flow_style=True, width=10**6, allow_unicode=True)
+        out.append(f"{indent}{key}: {flow.removesuffix(chr(10) + '...' + chr(10)).strip()}")
+
+    for key, value in data.items():
+        emit(key, value, cfg, "")
+    return "\n".join(out).lstrip("\n") + "\n"

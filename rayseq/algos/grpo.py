@@ -51,6 +51,7 @@ def token_advantages(per_reply: np.ndarray, rollout: Rollout) -> torch.Tensor:
 
 class GRPO(RolloutAlgo):
     name = "grpo"
+    data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     params = (*PPO_PARAMS, *CLIP_PARAMS)
     fields = GROUP_FIELD

@@ -25,6 +25,7 @@ def dynamic_surrogate(cfg) -> tuple[partial, dict]:
 
 class PPODynamic(RolloutAlgo):
     name = "ppo_dynamic"
+    data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     params = (*BASELINE_PARAMS, *PPO_PARAMS, *DYNAMIC_PARAMS)
 

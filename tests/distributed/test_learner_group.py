@@ -13,9 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 import torch
+import yaml
 
 from rayseq.checkpoint import load_checkpoint
-from rayseq.config import config_to_dict
+from rayseq.config import config_to_dict, resume_config
 from rayseq.distributed.driver import Trainer
 from rayseq.distributed.groups import LearnerGroup
 from rayseq.distributed.learner import Learner
@@ -44,20 +45,21 @@ def assert_same_metrics(a: dict, b: dict, keys) -> None:
 
 
 CASES = {
-    # PPO: 2 epochs of minibatches of 8 (ranks 4 + 4 rows, unequal token counts), its value baseline, clipping
-    "ppo": ("algo.name=ppo", "algo.minibatch_size=8", "algo.epochs=2", "algo.max_grad_norm=0.05",
-            "algo.entropy_coef=0.01"),
-    # GRPO: groups of 4 samples per prompt, minibatches of 6 (ranks 3 + 3), no value network
-    "grpo": ("algo.name=grpo", "algo.group_size=4", "algo.minibatch_size=6"),
-    # SeqGAN-PPO: the d-step (minibatches of 10 over 2 × 16 real and generated rows: 5 + 5, and a last one of 2)
-    "seqgan_ppo": ("algo.name=seqgan_ppo", "algo.minibatch_size=8", "disc.num_negatives=16", "disc.batch_size=10",
+    # SeqGAN-PPO with the value baseline on: the d-step (minibatches of 10 over 2 × 16 real and generated rows:
+    # ranks 5 + 5, and a last one of 2: 1 + 1), then PPO's 2 epochs of minibatches of 8 (ranks 4 + 4 rows of unequal
+    # token counts) with the baseline's regression, the entropy bonus and gradient clipping
+    "seqgan_ppo": ("algo.name=seqgan_ppo", "algo.use_baseline=true", "algo.minibatch_size=8", "algo.epochs=2",
+                   "algo.max_grad_norm=0.05", "algo.entropy_coef=0.01", "disc.num_negatives=16", "disc.batch_size=10",
                    "disc.epochs=2", "disc.emb_dim=8", "disc.filter_sizes=[1,2]", "disc.num_filters=[4,4]",
                    "disc.dropout=0"),  # dropout draws each rank's own masks: equal in distribution only
+    # GRPO: groups of 4 samples per prompt, minibatches of 6 (ranks 3 + 3), no value network
+    "grpo": ("algo.name=grpo", "algo.group_size=4", "algo.minibatch_size=6"),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_learners_make_the_update_of_one(ray_session, case):
+    """MLE, then (SeqGAN-PPO) a d-step, then the policy update: metrics, weights, optimizer moments of one learner."""
     cfg = tiny_config("rollout.num_workers=1", "learner.num_learners=2", "train.batch_size=16", *CASES[case])
     d = config_to_dict(cfg)
     group = LearnerGroup(d, manager=ActorManager(ray_session, None), actor_options=[{"num_cpus": 0.5}] * 2)
@@ -69,30 +71,28 @@ def test_two_learners_make_the_update_of_one(ray_session, case):
 
     worker = RolloutWorker(d, 0)
     worker.set_weights(one.get_weights(), one.get_version())
-    copies = cfg.algo.group_size if case == "grpo" else 1
-    prompts = one.task.sample_prompts(rng, 16 // copies).repeat(copies) if copies > 1 else \
-        one.task.sample_prompts(rng, 16)
+    request = RolloutRequest(max_len=one.task.max_tgt_len, temperature=1.0, seed=3)
     if case == "seqgan_ppo":  # the d-step: real pairs against the generator's samples
-        one.start_stage("disc")
-        group.start_stage("disc")
-        negatives = worker.sample(prompts, RolloutRequest(max_len=one.task.max_tgt_len, temperature=1.0, seed=3))
+        for learner in (one, group):
+            learner.start_stage("disc")
+        negatives = worker.sample(one.task.sample_prompts(rng, 16), request)
         positives = one.task.sample_prompts(rng, 16, with_targets=True)
         m1 = one.train_discriminator(positives, [negatives], 5)
         m2 = group.train_discriminator(positives, [negatives], 5)
         assert_same_metrics(m1, m2, ["disc/loss", "disc/accuracy", "disc/d_real", "disc/d_fake"])
         assert_same_tensors(one.get_disc_weights(), ray_session.get(group.actors[1].get_disc_weights.remote()),
                             "disc")
-    else:
-        one.start_stage("train")
-        group.start_stage("train")
-        rollout = worker.sample(prompts, RolloutRequest(max_len=one.task.max_tgt_len, temperature=1.0, seed=3))
-        assert len(np.unique(rollout.action_mask.sum(1))) > 1  # replies of several lengths: shares differ
-        m1 = one.update_rollout([rollout], 0)
-        m2 = group.update([rollout], 0)
-        assert_same_metrics(m1, m2, ["loss/policy", "policy/clipfrac", "policy/approx_kl", "policy/ratio_mean",
-                                     "policy/grad_norm", "rollout/reward_mean", "learner/version"]
-                            + (["loss/value", "policy/entropy"] if case == "ppo" else []))
-    state = group.state_dict()  # rank 0's: generator, baseline, optimizers' moments
+    copies = cfg.algo.group_size if case == "grpo" else 1
+    prompts = one.task.sample_prompts(rng, 16 // copies)
+    rollout = worker.sample(prompts.repeat(copies) if copies > 1 else prompts, request)
+    assert len(np.unique(rollout.action_mask.sum(1))) > 1  # replies of several lengths: the ranks' shares differ
+    for learner in (one, group):
+        learner.start_stage("train")
+    m1, m2 = one.update_rollout([rollout], 0), group.update([rollout], 0)
+    assert_same_metrics(m1, m2, ["loss/policy", "policy/clipfrac", "policy/approx_kl", "policy/ratio_mean",
+                                 "policy/grad_norm", "rollout/reward_mean", "learner/version"]
+                        + (["loss/value", "policy/entropy"] if case == "seqgan_ppo" else []))
+    state = group.state_dict()  # rank 0's: generator, baseline, D, optimizers' moments
     assert_same_tensors(one.state_dict(), state, "state")
     assert_same_tensors(state["generator"], ray_session.get(group.actors[1].state_dict.remote())["generator"],
                         "rank 1")
@@ -113,24 +113,35 @@ def _kill_learner_at(iteration: int, rank: int, killed: list):
     return report
 
 
-@pytest.mark.parametrize("learners", [1, 2])
+def _kill_test_config(learners: int, run_dir, *overrides):
+    return tiny_config("rollout.num_workers=1", f"learner.num_learners={learners}", "learner.num_cpus=0.5",
+                       "algo.name=ppo", "algo.minibatch_size=16", "train.pretrain_iters=4", "train.iters=8",
+                       "train.checkpoint_every=4", "train.eval_every=0", *overrides, run_dir=run_dir)
+
+
+@pytest.mark.parametrize("learners", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_a_killed_learner_is_rebuilt_from_its_checkpoint_and_the_run_completes(ray_session, tmp_path, learners,
                                                                               caplog):
-    """kill -9 a learner in the algorithm stage: the group is rebuilt from the checkpoint of iteration 8, the two
-    iterations after it run again, metrics.parquet has each iteration once, and the final weights are the
-    uninterrupted run's (this run's checkpoints restore it exactly)."""
+    """kill -9 a learner (the last rank) after iteration 10: the group is rebuilt from the checkpoint of iteration
+    8, the two iterations after it run again, and metrics.parquet has each iteration once.
+
+    N=2: the same run stopped after iteration 8 and resumed (``--resume``) with ``learner.num_learners=1`` ends with
+    the killed run's weights: a 2-learner checkpoint restores the run on any number of learners, and the rebuilt
+    group redid iterations 9-10 as the uninterrupted run does them."""
     killed: list = []
-    cfg = tiny_config("rollout.num_workers=1", f"learner.num_learners={learners}", "learner.num_cpus=0.5",
-                      "algo.name=ppo", "algo.minibatch_size=16", "train.pretrain_iters=4", "train.iters=8",
-                      "train.checkpoint_every=4", "train.eval_every=0", run_dir=tmp_path / "killed")
+    cfg = _kill_test_config(learners, tmp_path / "killed")
     summary = Trainer(cfg, report=_kill_learner_at(10, learners - 1, killed)).run()
     assert killed, "the learner was not killed"
     assert "learner group rebuilt" in caplog.text and "iterations 9..10 are run again" in caplog.text
     t = pq.read_table(tmp_path / "killed" / "metrics.parquet").to_pandas()
     assert list(t["iteration"]) == list(range(1, 4 + 8 + 1))  # nothing skipped, nothing repeated
     assert summary["iterations"] == 12
-    if learners == 2:  # the uninterrupted run ends with the same weights
-        whole = Trainer(cfg.model_copy(update={"run_dir": str(tmp_path / "whole")})).run()
+    if learners == 2:
+        Trainer(_kill_test_config(2, tmp_path / "split", "train.iters=4")).run()
+        saved = yaml.safe_load((tmp_path / "split" / "config.yaml").read_text())
+        resumed_cfg, changed = resume_config(saved, None, ["train.iters=8", "learner.num_learners=1"])
+        assert {k for k, _, _ in changed} == {"train.iters", "learner.num_learners"}
+        resumed = Trainer(resumed_cfg, resume=True).run()
         a = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
-        b = load_checkpoint(whole["checkpoint"])["learner"]["generator"]
+        b = load_checkpoint(resumed["checkpoint"])["learner"]["generator"]
         assert_same_tensors(a, b, "generator")

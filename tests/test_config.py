@@ -4,6 +4,7 @@ scalars, and errors that name the offending key or file."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from pydantic import BaseModel
@@ -274,3 +275,20 @@ def test_custom_resources_and_placement_strategy_are_checked():
     ]:
         with pytest.raises(ConfigError, match=message):
             build_config(overrides=[override])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("rollout.num_workers=0",), "learner.num_learners=2 runs learner actors under Ray: set rollout.num_workers >= 1"),
+    (("algo.name=reinforce",), "algo.name=reinforce's update is not data-parallel; use one of mle, ppo,"),
+    (("algo.name=ppo", "algo.minibatch_size=1"), "algo.minibatch_size=1 rows cannot give each learner one"),
+    (("algo.name=ppo", "train.batch_size=9", "algo.minibatch_size=4"),
+     "train.batch_size mod algo.minibatch_size=1 rows cannot give each learner one"),
+    (("algo.name=seqgan_ppo", "disc.num_negatives=5", "disc.batch_size=3"),
+     "2 * disc.num_negatives mod disc.batch_size=1 rows"),
+])
+def test_num_learners_is_checked_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        build_config(None, ["learner.num_learners=2", "rollout.num_workers=1", *overrides])
+    assert len(str(err.value).splitlines()) == 1
+    assert build_config(None, ["learner.num_learners=2", "rollout.num_workers=1", "algo.name=grpo",
+                               "algo.group_size=4"]).learner.num_learners == 2

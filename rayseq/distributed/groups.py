@@ -65,12 +65,20 @@ class LearnerGroup:
             self._cfg_dict, self._actor_options = cfg_dict, actor_options
             self._start()
 
-    def _start(self) -> None:
+    def _start(self, wait_s: float | None = None) -> None:
         """Start the learner actors (and, with more than one, their process group: rank 0's address, then every
-        rank joins)."""
+        rank joins). ``wait_s``: how long they may take to be placed and started (a bundle on a lost node waits
+        for Ray to re-place it); None: as long as it takes (the placement group is ready)."""
         import ray
 
         self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg_dict) for opts in self._actor_options]
+        if wait_s is not None:
+            try:
+                ray.get([a.get_version.remote() for a in self.actors], timeout=wait_s)
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(f"the rebuilt learner actors did not start within {wait_s:.0f} s (available: "
+                                   f"{ray.available_resources()}); --resume continues the run once the cluster can "
+                                   "place them") from None
         self.actor = self.actors[0]
         self._manager.learner_ids = [a.actor_id.remote() for a in self.actors]  # tells their failures apart
         self._version: int | None = None  # known from the last update (Ray); None: ask the learner
@@ -87,7 +95,7 @@ class LearnerGroup:
         ray = self._manager.ray
         for a in self.actors:
             ray.kill(a, no_restart=True)
-        self._start()
+        self._start(wait_s=180.0)
 
     def _call(self, method, *args, keeps_version: bool = False, every_rank: bool = False):
         """``method(learner)`` (the Learner's bound method, or the actor's) with ``args``, waited for: on rank 0, or

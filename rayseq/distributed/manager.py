@@ -63,8 +63,6 @@ class ActorManager:
         is lost, :class:`LearnerLost` if one of its actors is dead (a rank's collective fails when another rank
         dies), else nothing (the caller raises ``exc``)."""
         ray = self.ray
-        if isinstance(exc, ray.exceptions.RayActorError):
-            self.placement.check_learner(wait_s=5)
         lost = []
         pings = [a.get_version.remote() for a in learners.actors]
         for rank, ping in enumerate(pings):
@@ -75,6 +73,8 @@ class ActorManager:
             except ray.exceptions.GetTimeoutError:  # alive, busy (a collective waiting for a lost rank)
                 pass
         if lost:
+            if self.placement is not None:  # its node may be going: NodeLost once the GCS has marked it dead
+                self.placement.check_learner(wait_s=5)
             raise LearnerLost(f"learner rank{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} of "
                               f"{len(learners.actors)} died ({type(exc).__name__})", lost) from exc
 

@@ -290,5 +290,9 @@ def test_num_learners_is_checked_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as err:
         build_config(None, ["learner.num_learners=2", "rollout.num_workers=1", *overrides])
     assert len(str(err.value).splitlines()) == 1
-    assert build_config(None, ["learner.num_learners=2", "rollout.num_workers=1", "algo.name=grpo",
-                               "algo.group_size=4"]).learner.num_learners == 2
+    cfg = build_config(None, ["learner.num_learners=2", "rollout.num_workers=1", "algo.name=grpo",
+                              "algo.group_size=4", "rollout.num_cpus_per_worker=0.5"])
+    from rayseq.distributed.runtime import bundles
+
+    # the run's placement group (and a Tune trial's bundles): rank 0, the worker, then rank 1
+    assert bundles(cfg) == [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 1.0}]

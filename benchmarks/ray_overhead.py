@@ -62,12 +62,14 @@ PHASES = ("time/sync_s", "time/rollout_s", "time/learn_s", "time/update_s", "tim
 
 
 def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict | None = None,
-            overrides: Sequence[str] = (), name: str | None = None, phases: Sequence[str] = PHASES) -> dict:
+            overrides: Sequence[str] = (), name: str | None = None, phases: Sequence[str] = PHASES,
+            skip_first: bool = False) -> dict:
     """Run the RL stage of ``config`` (an experiment file's content; default: the counting job) without MLE
     pretraining for ``iters`` iterations with ``n_workers`` rollout workers (``overrides`` applied after these).
     Returns the median ms of each of ``phases`` the stage logs, start-up + final evaluation seconds, the median
     bytes the driver fetched per iteration (Ray runs), the last reward and the test precision. ``name``: the run
-    directory under ``tmp`` (default ``w<n_workers>``). Also used by ``benchmarks/scaling.py``."""
+    directory under ``tmp`` (default ``w<n_workers>``); ``skip_first``: the medians leave out the first iteration.
+    Also used by ``benchmarks/scaling.py`` and ``benchmarks/learner_scaling.py``."""
     run_dir = tmp / (name or f"w{n_workers}")
     cfg = build_config(config, [
         f"rollout.num_workers={n_workers}", "train.pretrain_iters=0", f"train.iters={iters}",
@@ -78,6 +80,7 @@ def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict |
     summary = Trainer(cfg, report=lambda row, trainer: logged.append(time.perf_counter())).run()
     wall = time.perf_counter() - t0
     rows = [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r.get("stage") == "train"]
+    rows = rows[1:] if skip_first else rows  # the first iteration's start-up costs left out
     med = {p: statistics.median(r[p] for r in rows) * 1000 for p in phases if rows[0].get(p) is not None}
     # wall clock from one logged iteration to the next: time/iter_s plus the driver's logging, and with the next
     # batch sampled during that logging (Trainer._next_batch) what a user waits per iteration
@@ -86,7 +89,7 @@ def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict |
     recv = [r["driver/recv_bytes"] for r in rows if r.get("driver/recv_bytes") is not None]
     return {"workers": n_workers, "wall_s": wall, "setup_s": wall - loop, "median_ms": med,
             "recv_bytes": statistics.median(recv) if recv else None,
-            "reward_last": rows[-1].get("rollout/reward_mean"), "precision": summary["metrics"]["test/precision"]}
+            "reward_last": rows[-1].get("rollout/reward_mean"), "precision": summary["metrics"].get("test/precision")}
 
 
 def _row(label: str, runs: list[dict], base_ms: float | None) -> tuple[str, dict]:

@@ -4,6 +4,7 @@ scalars, and errors that name the offending key or file."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from pydantic import BaseModel
@@ -357,3 +358,24 @@ def test_a_config_with_every_algorithms_keys_loads_where_runs_are_read_back():
         build_config(old)
     with pytest.raises(ValueError, match=r"algo\.epsx: unknown key"):  # a key no algorithm reads: still refused
         RunConfig.model_validate({**old, "algo": {**old["algo"], "epsx": 1}})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("rollout.num_workers=0",), "learner.num_learners=2 runs learner actors under Ray: set rollout.num_workers >= 1"),
+    (("algo.name=reinforce",), "algo.name=reinforce's update is not data-parallel; use one of mle, ppo,"),
+    (("algo.name=ppo", "algo.minibatch_size=1"), "algo.minibatch_size=1 rows cannot give each learner one"),
+    (("algo.name=ppo", "train.batch_size=9", "algo.minibatch_size=4"),
+     "train.batch_size mod algo.minibatch_size=1 rows cannot give each learner one"),
+    (("algo.name=seqgan_ppo", "disc.num_negatives=5", "disc.batch_size=3"),
+     "2 * disc.num_negatives mod disc.batch_size=1 rows"),
+])
+def test_num_learners_is_checked_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        build_config(None, ["learner.num_learners=2", "rollout.num_workers=1", *overrides])
+    assert len(str(err.value).splitlines()) == 1
+    cfg = build_config(None, ["learner.num_learners=2", "rollout.num_workers=1", "algo.name=grpo",
+                              "algo.group_size=4", "rollout.num_cpus_per_worker=0.5"])
+    from rayseq.distributed.runtime import bundles
+
+    # the run's placement group (and a Tune trial's bundles): rank 0, the worker, then rank 1
+    assert bundles(cfg) == [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 1.0}]

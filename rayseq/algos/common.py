@@ -10,6 +10,7 @@ from pydantic import Field
 from torch import nn
 
 from rayseq.algos.iteration import counted, pipelined_step, rollout_step
+from rayseq.algos.parallel import DataParallel
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.types import Rollout, RolloutRequest, to_torch
@@ -26,6 +27,7 @@ class LearnerState:
     critic_opt: torch.optim.Optimizer | None = None
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
     rollout_policy: nn.Module | None = None  # SeqGAN's G_β (Monte-Carlo search), when it differs from G_θ
+    dp: DataParallel | None = None  # this learner's rank when learner.num_learners > 1 (rayseq.algos.parallel)
 
 
 @dataclass
@@ -69,11 +71,16 @@ def advantages(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, 
     return adv * mask
 
 
-def step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: float | None) -> float:
-    """Backward + optional grad-norm clip + step; returns the pre-clip gradient norm."""
+def step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: float | None,
+         dp: DataParallel | None = None) -> float:
+    """Backward + optional grad-norm clip + step; returns the pre-clip gradient norm. ``dp``: the ranks' gradients
+    (of their share-scaled losses) are summed first, so the norm is clipped and the step taken on the whole
+    minibatch's gradient (:mod:`rayseq.algos.parallel`)."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for p in params if p.grad is not None]
+    if dp is not None:
+        dp.all_reduce_grads(params)
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     else:
@@ -83,9 +90,12 @@ def step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: 
 
 
 def with_entropy(state: LearnerState, loss: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor,
-                 metrics: dict) -> torch.Tensor:
-    """``loss`` − entropy_coef · H(π(·|s_t)) over ``mask`` (rayseq.algos.regularizers); logs policy/entropy."""
+                 metrics: dict, share: float | None = None) -> torch.Tensor:
+    """``loss`` − entropy_coef · H(π(·|s_t)) over ``mask`` (rayseq.algos.regularizers); logs policy/entropy.
+    ``share``: a data-parallel rank's share of ``mask``'s sum, which scales the bonus (rayseq.algos.parallel)."""
     bonus, h = entropy_bonus(logits, mask, state.entropy_coef)
+    if share is not None:
+        bonus = bonus * share
     if state.entropy_coef:
         metrics["policy/entropy"] = h
     return loss + bonus
@@ -155,6 +165,9 @@ class Algorithm:
     # (Rollout.logp), so rollouts sampled with older weights are corrected: it may train on pipelined rollouts
     # (rollout.pipeline, staleness 1)
     off_policy_ratio = False
+    # its update runs on learner.num_learners ranks, each on its rows of every minibatch with its share of the
+    # losses' denominators (rayseq.algos.parallel); the others run on one learner
+    data_parallel = False
 
     def __init__(self, cfg, seed: int = 0):
         self.cfg = cfg

@@ -65,6 +65,7 @@ def token_advantages(per_reply: np.ndarray, rollout: Rollout) -> torch.Tensor:
 
 class GRPO(RolloutAlgo):
     name = "grpo"
+    data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     fields = {**PPO_FIELDS, **CLIP_FIELDS, **GROUP_FIELDS}  # no learned baseline, no discounting
 

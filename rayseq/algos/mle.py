@@ -16,6 +16,7 @@ from rayseq.types import PromptBatch, to_torch
 
 class MLE(SupervisedAlgo):
     name = "mle"
+    data_parallel = True
     needs_targets = True
 
     def __init__(self, cfg=None, seed: int = 0, max_grad_norm: float | None = 5.0):
@@ -23,14 +24,23 @@ class MLE(SupervisedAlgo):
         self.max_grad_norm = cfg.max_grad_norm if cfg is not None else max_grad_norm
 
     def update(self, state: LearnerState, batch: PromptBatch, iteration: int) -> dict:
-        d = state.device
-        tgt = to_torch(batch.tgt, d)
+        d, dp = state.device, state.dp
+        tgt, src, src_len = to_torch(batch.tgt, d), to_torch(batch.src, d), to_torch(batch.src_len, d)
         mask = (torch.arange(tgt.shape[1], device=d)[None, :] < to_torch(batch.tgt_len, d)[:, None]).float()
-        out = state.generator.logprobs(to_torch(batch.src, d), to_torch(batch.src_len, d), tgt)
+        if dp is not None:  # this rank's rows, its loss scaled by its share of the batch's tokens (algos/parallel.py)
+            whole = mask
+            rows = dp.part(torch.arange(len(tgt), device=d))
+            tgt, src, src_len, mask = tgt[rows], src[rows], src_len[rows], mask[rows]
+        out = state.generator.logprobs(src, src_len, tgt)
         loss, stats = token_nll_loss(out.logp, mask)
-        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.max_grad_norm)
+        nll = float(stats.nll)
+        if dp is not None:
+            w = dp.share(mask, whole)
+            loss = loss * w
+            nll = dp.reduce({"nll": nll * w})["nll"]
+        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.max_grad_norm, dp)
         return {
-            "loss/nll": float(stats.nll),
+            "loss/nll": nll,
             "policy/grad_norm": grad_norm,
             "data/tokens": float(np.sum(batch.tgt_len)),
         }

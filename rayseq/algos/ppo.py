@@ -63,32 +63,46 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
     B = len(rollout)
     mb = min(cfg.minibatch_size or B, B)
     perm_rng = torch.Generator().manual_seed(seed)
+    dp = state.dp  # N learners: each its rows of every minibatch, its losses scaled by its share (algos/parallel.py)
     sums = defaultdict(float)
     n = 0
     for _ in range(cfg.epochs):
         perm = torch.randperm(B, generator=perm_rng).to(state.device)
         for start in range(0, B, mb):
             idx = perm[start : start + mb]
+            w_tok = w = 1.0  # shares of the sampled tokens' (and MIXER's all tokens') denominators
+            if dp is not None:
+                whole, idx = b.index(idx), dp.part(idx)
             m = b.index(idx)
             out = state.generator.logprobs(m.src, m.src_len, m.tokens)
             loss, stats = surrogate(out.logp, m.old_logp, adv_all[idx], m.action_mask)
+            if dp is not None:
+                w_tok = w = dp.share(m.action_mask, whole.action_mask)
             if mixer:
                 loss = mixer_combine(loss, m.action_mask, out.logp, m.token_mask - m.action_mask)
+                if dp is not None:
+                    w = dp.share(m.token_mask, whole.token_mask)
             extra: dict = {}
-            loss = with_entropy(state, loss, out.logits, m.action_mask, extra)
+            loss = with_entropy(state, loss if dp is None else loss * w, out.logits, m.action_mask, extra,
+                                None if dp is None else w_tok)
             for k, v in extra.items():
-                sums[k] += v
-            sums["policy/grad_norm"] += step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
+                sums[k] += v * w_tok
+            sums["policy/grad_norm"] += step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm,
+                                             dp)
             if given_advantages is None:
                 v_loss, v_stats = value_loss(state.baseline(out.states), m.returns, m.action_mask)
-                step(state.base_opt, v_loss, state.baseline.parameters(), None)
+                if dp is not None:
+                    v_loss = v_loss * w_tok
+                step(state.base_opt, v_loss, state.baseline.parameters(), None, dp)
                 sums["loss/value"] += v_loss.item()
-                sums["value/explained_variance"] += float(v_stats.explained_variance)
+                sums["value/explained_variance"] += float(v_stats.explained_variance) * w_tok
             sums["loss/policy"] += loss.item()
-            sums["policy/clipfrac"] += float(stats.clipfrac)
-            sums["policy/approx_kl"] += float(stats.approx_kl)
-            sums["policy/ratio_mean"] += float(stats.ratio_mean)
+            sums["policy/clipfrac"] += float(stats.clipfrac) * w_tok
+            sums["policy/approx_kl"] += float(stats.approx_kl) * w_tok
+            sums["policy/ratio_mean"] += float(stats.ratio_mean) * w_tok
             n += 1
+    if dp is not None:  # the ranks' weighted sums (the gradient norm is the summed gradient's: the same on each)
+        sums.update(dp.reduce({k: v for k, v in sums.items() if k != "policy/grad_norm"}))
     out = {k: v / n for k, v in sums.items()}
     out["policy/advantage_mean"] = float(masked_mean(adv_all, b.action_mask))
     out["policy/updates"] = float(n)
@@ -102,6 +116,7 @@ def minibatch_seed(algo, iteration: int) -> int:
 
 class PPO(RolloutAlgo):
     name = "ppo"
+    data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     fields = {**BASELINE_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
 

@@ -36,6 +36,7 @@ def dynamic_surrogate(cfg) -> tuple[partial, dict]:
 
 class PPODynamic(RolloutAlgo):
     name = "ppo_dynamic"
+    data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     fields = {**BASELINE_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
 

@@ -37,6 +37,7 @@ from pydantic import Field
 
 from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo
 from rayseq.algos.iteration import counted
+from rayseq.algos.parallel import DataParallel
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
 from rayseq.algos.reinforce import Reinforce
@@ -45,10 +46,15 @@ from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
 
 # -- Algorithm 1's discriminator and rollout-policy steps (run by the learner) ------------------------------------
-def d_step(disc, opt, positives: PromptBatch, negatives: Rollout, dcfg, pad_id: int, device, seed: int) -> dict:
+def d_step(disc, opt, positives: PromptBatch, negatives: Rollout, dcfg, pad_id: int, device, seed: int,
+           dp: DataParallel | None = None) -> dict:
     """One d-step (Algorithm 1): ``dcfg.epochs`` epochs of minibatch BCE (Eq. 5) over the real (input, target)
     pairs and the freshly generated negatives, shuffled together with a generator seeded by ``seed``; L2 on D's
-    output layer (``dcfg.l2_reg``, SeqGAN's code). Returns the epoch-mean loss, accuracy, D(real), D(fake)."""
+    output layer (``dcfg.l2_reg``, SeqGAN's code). Returns the epoch-mean loss, accuracy, D(real), D(fake).
+
+    ``dp``: this learner rank's rows of each minibatch, its loss scaled by its share of the minibatch's examples
+    (the L2 term, the same on every rank, sums back to itself: the shares sum to 1) and the gradients summed over
+    the ranks (:mod:`rayseq.algos.parallel`)."""
     disc.train()
     neg_len = (negatives.token_mask > 0).sum(1)
     tokens = _pad_cat(positives.tgt, negatives.tokens, pad_id)
@@ -66,18 +72,29 @@ def d_step(disc, opt, positives: PromptBatch, negatives: Rollout, dcfg, pad_id: 
         perm = torch.randperm(len(labels), generator=perm_rng).to(device)
         for a in range(0, len(perm), dcfg.batch_size):
             idx = perm[a : a + dcfg.batch_size]
+            w = w_real = w_fake = 1.0  # a rank's shares of the minibatch's examples, real ones, generated ones
+            if dp is not None:
+                whole, idx = labels[idx], dp.part(idx)
             logits = disc(tokens[idx], lengths[idx], src[idx] if conditional else None,
                           src_len[idx] if conditional else None)
             y = labels[idx]
             loss, stats = discriminator_loss(logits[y], logits[~y], dcfg.l2_reg, disc.out.parameters())
+            if dp is not None:
+                w = len(idx) / len(whole)
+                w_real, w_fake = dp.share(y, whole) if y.any() else 0.0, dp.share(~y, ~whole) if (~y).any() else 0.0
+                loss = loss * w
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if dp is not None:
+                dp.all_reduce_grads(disc.parameters())
             opt.step()
             sums["disc/loss"] += loss.item()
-            sums["disc/accuracy"] += float(stats.accuracy)
-            sums["disc/d_real"] += float(stats.d_real) if bool(y.any()) else 0.0
-            sums["disc/d_fake"] += float(stats.d_fake) if bool((~y).any()) else 0.0
+            sums["disc/accuracy"] += float(stats.accuracy) * w
+            sums["disc/d_real"] += float(stats.d_real) * w_real if bool(y.any()) else 0.0
+            sums["disc/d_fake"] += float(stats.d_fake) * w_fake if bool((~y).any()) else 0.0
             n += 1
+    if dp is not None:
+        sums = dp.reduce(sums)
     return {k: v / max(n, 1) for k, v in sums.items()}
 
 
@@ -227,6 +244,7 @@ class SeqGAN(Adversarial, Reinforce):
 
 class SeqGANPPO(Adversarial, RolloutAlgo):
     name = "seqgan_ppo"
+    data_parallel = True
     off_policy_ratio = True
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
     monte_carlo = True
@@ -240,6 +258,7 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
 
 class SeqGANPPODynamic(Adversarial, RolloutAlgo):
     name = "seqgan_ppo_dynamic"
+    data_parallel = True
     off_policy_ratio = True
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
     defaults = {"use_baseline": False, **SEQGAN_DYNAMIC_BOUNDS}

@@ -323,6 +323,18 @@ class LearnerConfig(_Section):
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda if reserved, else cpu.")
     torch_threads: int = Field(1, ge=1, description="torch threads of the learner.")
+    num_learners: int = Field(
+        1, ge=1, description="Data-parallel learner actors (one torch.distributed group: gloo on CPU, NCCL on GPU); "
+        "each takes its rows of every minibatch, gradients are summed with each rank's share of the mean's "
+        "denominator, so N learners make the update one learner makes on the same batch. Each reserves "
+        "learner.num_cpus / num_gpus. N > 1 needs rollout.num_workers >= 1 and an algorithm whose update is "
+        "data-parallel (MLE pretraining, the PPO and GRPO families, SeqGAN-PPO's g- and d-steps).",
+    )
+    max_restarts: int = Field(
+        1, ge=0, description="Times a lost learner (a dead learner actor) is rebuilt inside the run from the latest "
+        "checkpoint (or from the start when there is none yet): at most train.checkpoint_every iterations are "
+        "redone. 0 = a lost learner ends the run (--resume continues it).",
+    )
 
     @field_validator("resources")
     @classmethod
@@ -423,6 +435,8 @@ class RunConfig(_Section):
         if self.is_gan and self.rollout.num_workers > 0 and self.scorer.num_scorers == 0:
             raise ValueError("scorer.num_scorers=0: SeqGAN scores Monte-Carlo continuations on scorer actors; "
                              "set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run in-process)")
+        if self.learner.num_learners > 1:
+            check_data_parallel(self)
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")
@@ -542,6 +556,37 @@ def _validate_own(model: type, base: type, section: dict, prefix: str):
     except ValidationError as err:
         msg = _format_validation_error(err, prefix=prefix, own=tuple(model.model_fields))
         raise ValueError(msg.removeprefix("invalid config: ")) from None
+
+
+def check_data_parallel(cfg: RunConfig) -> None:
+    """``learner.num_learners=N > 1``: learner actors (Ray), an algorithm whose update shards its minibatches over
+    the ranks (``Algorithm.data_parallel``), and at least N rows in every minibatch the ranks split (each rank a
+    non-empty part: a mean over nothing has no share of the denominator to weight)."""
+    n = cfg.learner.num_learners
+    algo = cfg.algorithm
+    if cfg.rollout.num_workers == 0:
+        raise ValueError(f"learner.num_learners={n} runs learner actors under Ray: set rollout.num_workers >= 1")
+    if not algo.data_parallel:
+        raise ValueError(f"learner.num_learners={n}: algo.name={cfg.algo.name}'s update is not data-parallel; use one "
+                         f"of {', '.join(registry.names_with('algo', data_parallel=True))} or learner.num_learners=1")
+    sizes = {"train.pretrain_batch_size": cfg.train.pretrain_batch_size} if cfg.train.pretrain_iters else {}
+    if algo.kind == "supervised":
+        sizes["train.batch_size"] = cfg.train.batch_size
+    else:
+        batch = cfg.train.batch_size
+        mb = min(cfg.algo.minibatch_size or batch, batch)
+        sizes["algo.minibatch_size"] = mb
+        if batch % mb:
+            sizes["train.batch_size mod algo.minibatch_size"] = batch % mb
+    if algo.adversarial:
+        rows = 2 * cfg.disc.num_negatives
+        sizes["disc.batch_size"] = min(cfg.disc.batch_size, rows)
+        if rows % cfg.disc.batch_size:
+            sizes["2 * disc.num_negatives mod disc.batch_size"] = rows % cfg.disc.batch_size
+    for key, size in sizes.items():
+        if size < n:
+            raise ValueError(f"learner.num_learners={n}: {key}={size} rows cannot give each learner one; use at "
+                             f"least {n}")
 
 
 def build_config(data: dict | None = None, overrides: list[str] | None = None) -> RunConfig:

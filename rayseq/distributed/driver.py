@@ -20,6 +20,7 @@ sent ahead is drawn from the data RNG before this iteration ends: a checkpoint k
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import signal
@@ -42,11 +43,13 @@ from rayseq.checkpoint import (
 )
 from rayseq.config import ConfigError, RunConfig, config_to_dict
 from rayseq.distributed.groups import ActorGroups
+from rayseq.distributed.manager import LearnerLost
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import make_task
 
 STAGES = ("mle", "disc", "train")
+log = logging.getLogger(__name__)
 
 
 class Interrupted(Exception):
@@ -185,6 +188,7 @@ class Trainer:
         self.store.makedirs()
         self.store.write_text("config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.metrics = MetricsLog(self.store)
+        self._start_state = self._rng_state()  # where a learner lost before the first checkpoint starts again
         groups = self.groups = ActorGroups(cfg, self._placement_group)
         old_handlers = _install_signal_handlers(self)
         bar = Progress(cfg.progress, cfg.progress_every)
@@ -194,22 +198,23 @@ class Trainer:
                 del ck
             elif init is not None:
                 self._init_from(groups, init)
-                del init
-            plan = self._plan()
-            for stage in STAGES[STAGES.index(self.stage) :]:
-                if stage != self.stage:
-                    self.stage, self.stage_iter = stage, 0
-                if plan[stage] == 0 and stage != "train":
-                    continue
-                groups.learner.start_stage(stage)  # (the first call waits for the learner actor: before the bar)
-                if self.stage_iter < plan[stage]:
-                    bar.start(STAGE_LABELS.get(stage, cfg.algo.name), plan[stage], self.stage_iter)
-                final = self._run_stage(groups, stage, plan[stage], bar)
-                bar.close()
-                if stage == "mle":  # the pretrained model's test figures are reported beside the final ones
-                    self.pretrain_metrics = {**final, **self._test(groups)[0]}
-            test, details = self._test(groups)
-            ckpt = self.save(groups)
+                init = None
+            restarts = 0
+            while True:
+                try:
+                    final = self._run_stages(groups, bar)
+                    test, details = self._test(groups)
+                    ckpt = self.save(groups)
+                    break
+                except LearnerLost as exc:
+                    bar.close()
+                    restarts += 1
+                    if restarts > cfg.learner.max_restarts:
+                        raise RuntimeError(f"{exc}; the learner was rebuilt {restarts - 1} time(s) already "
+                                           f"(learner.max_restarts={cfg.learner.max_restarts}): continue the run from "
+                                           f"its last checkpoint with python -m rayseq.train run_dir={self.run_dir} "
+                                           "--resume") from exc
+                    self._rebuild_learner(groups, exc, restarts)
             summary = {
                 "task": cfg.task.name,
                 "algo": cfg.algo.name,
@@ -234,6 +239,48 @@ class Trainer:
             _restore_signal_handlers(old_handlers)
             self.metrics.close()
             groups.shutdown()
+
+    def _run_stages(self, groups: ActorGroups, bar) -> dict:
+        """The stages from where the run stands; the validation metrics at the end of the last."""
+        plan = self._plan()
+        for stage in STAGES[STAGES.index(self.stage) :]:
+            if stage != self.stage:
+                self.stage, self.stage_iter = stage, 0
+            if plan[stage] == 0 and stage != "train":
+                continue
+            groups.learner.start_stage(stage)  # (the first call waits for the learner actor: before the bar)
+            if self.stage_iter < plan[stage]:
+                bar.start(STAGE_LABELS.get(stage, self.cfg.algo.name), plan[stage], self.stage_iter)
+            final = self._run_stage(groups, stage, plan[stage], bar)
+            bar.close()
+            if stage == "mle":  # the pretrained model's test figures are reported beside the final ones
+                self.pretrain_metrics = {**final, **self._test(groups)[0]}
+        return final
+
+    def _rebuild_learner(self, groups: ActorGroups, exc: LearnerLost, restarts: int) -> None:
+        """A learner actor died: fresh learner actors, loaded from the latest checkpoint, and the driver back at that
+        checkpoint (its iteration, data RNG, metrics rows: the iterations after it are run again and logged once);
+        with no checkpoint yet, the run starts again (as the original run started, or from ``train.init_from``)."""
+        t0 = time.perf_counter()
+        groups.restart_learner()
+        self._test_cache = None
+        self.carry = Carry()
+        lost_at = self.iteration
+        if list_checkpoints(self.store):
+            path, ck = load_latest(self.store.display())
+            self._restore(groups, ck)
+            where = f"its checkpoint {path} (iteration {self.iteration})"
+        else:
+            self.rng.bit_generator.state = self._start_state["numpy_rng"]
+            random.setstate(self._start_state["python_rng"])
+            self.iteration, self.stage, self.stage_iter, self.pretrain_metrics = 0, "mle", 0, {}
+            self.metrics.rows = []
+            if self.cfg.train.init_from:
+                self._init_from(groups, self._init_from_checkpoint())
+            where = "the start (no checkpoint yet)"
+        log.warning("%s at iteration %d; learner group rebuilt (restart %d of learner.max_restarts=%d) from %s in "
+                    "%.1f s: iterations %d..%d are run again", exc, lost_at, restarts, self.cfg.learner.max_restarts,
+                    where, time.perf_counter() - t0, self.iteration + 1, lost_at)
 
     def _test(self, groups: ActorGroups) -> tuple[dict, dict]:
         """``test/*`` metrics and details of the learner's generator now, computed once per weights version:

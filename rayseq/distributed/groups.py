@@ -46,54 +46,93 @@ def _two(method):
 
 class LearnerGroup:
     """The learner: generator, baseline/critic, discriminator, optimizers, the frozen KL reference. One Learner
-    in-process, or one Ray actor (placement bundle 0). Every method waits for its answer."""
+    in-process, or ``learner.num_learners`` Ray actors (rank 0 in placement bundle 0, ranks 1.. in the bundles after
+    the scorers') in one torch.distributed process group, which each take their rows of every minibatch and sum
+    their gradients (:mod:`rayseq.algos.parallel`): calls that change the training state go to every rank, calls
+    that read it (weights, state, evaluation) to rank 0, which publishes the weights. Every method waits for its
+    answer; a dead learner raises :class:`~rayseq.distributed.manager.LearnerLost` (the driver rebuilds the group,
+    :meth:`restart`)."""
 
     kind = "learner"
+    COLLECTIVE_TIMEOUT_S = 300.0  # how long a rank waits in a collective for the others (then its call fails)
 
-    def __init__(self, cfg_dict: dict, *, manager=None, actor_options: dict | None = None):
+    def __init__(self, cfg_dict: dict, *, manager=None, actor_options: list[dict] | None = None):
         self.is_local = manager is None
         self._manager = manager
         self.rollout: RolloutGroup | None = None  # set by ActorGroups: the group a chained update samples on
+        self.actors: list = []
         if self.is_local:
-            self._impl = self.local = Learner(cfg_dict)
+            self.local = Learner(cfg_dict)
         else:
-            import ray
+            self._cfg_dict, self._actor_options = cfg_dict, actor_options
+            self._start()
 
-            self._impl = ray.remote(Learner).options(**actor_options).remote(cfg_dict)
-            self.actor = self._impl
+    def _start(self, wait_s: float | None = None) -> None:
+        """Start the learner actors (and, with more than one, their process group: rank 0's address, then every
+        rank joins). ``wait_s``: how long they may take to be placed and started (a bundle on a lost node waits
+        for Ray to re-place it); None: as long as it takes (the placement group is ready)."""
+        import ray
+
+        self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg_dict) for opts in self._actor_options]
+        if wait_s is not None:
+            try:
+                ray.get([a.get_version.remote() for a in self.actors], timeout=wait_s)
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(f"the rebuilt learner actors did not start within {wait_s:.0f} s (available: "
+                                   f"{ray.available_resources()}); --resume continues the run once the cluster can "
+                                   "place them") from None
+        self.actor = self.actors[0]
+        self._manager.learner_ids = [a.actor_id.remote() for a in self.actors]  # tells their failures apart
         self._version: int | None = None  # known from the last update (Ray); None: ask the learner
         self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update (Ray)
+        world = len(self.actors)
+        if world > 1:
+            address, port = self._manager.get_learner([self.actor.rendezvous.remote()], self)[0]
+            self._manager.get_learner([a.join_data_parallel.remote(rank, world, address, port,
+                                                                   self.COLLECTIVE_TIMEOUT_S)
+                                       for rank, a in enumerate(self.actors)], self)
 
-    def _call(self, method, *args, keeps_version: bool = False):
-        """``method`` (the Learner's, or the actor's) with ``args``, waited for. A call that may change the weights
-        version forgets the known one (asked again when needed)."""
+    def restart(self) -> None:
+        """Replace every learner actor by a fresh one in its bundle (its state: the caller loads a checkpoint)."""
+        ray = self._manager.ray
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        self._start(wait_s=180.0)
+
+    def _call(self, method, *args, keeps_version: bool = False, every_rank: bool = False):
+        """``method(learner)`` (the Learner's bound method, or the actor's) with ``args``, waited for: on rank 0, or
+        ``every_rank`` (what changes the training state; the arguments put in the object store once); rank 0's
+        answer. A call that may change the weights version forgets the known one (asked again when needed)."""
         if self.is_local:
-            return method(*args)
+            return method(self.local)(*args)
         if not keeps_version:
             self._version = None
-        return self._manager.get_learner(method.remote(*args))
+        actors = self.actors if every_rank else self.actors[:1]
+        if len(actors) > 1:
+            args = tuple(self._manager.ray.put(a) for a in args)
+        return self._manager.get_learner([method(a).remote(*args) for a in actors], self)[0]
 
     # -- stages, state, checkpoints -----------------------------------------------------------------
     def start_stage(self, stage: str) -> None:
-        return self._call(self._impl.start_stage, stage)
+        return self._call(lambda a: a.start_stage, stage, every_rank=True)
 
     def state_dict(self) -> dict:
-        return self._call(self._impl.state_dict, keeps_version=True)
+        return self._call(lambda a: a.state_dict, keeps_version=True)
 
     def load_state_dict(self, state: dict) -> None:
-        return self._call(self._impl.load_state_dict, state)
+        return self._call(lambda a: a.load_state_dict, state, every_rank=True)
 
     def apply_config_lrs(self) -> dict:
-        return self._call(self._impl.apply_config_lrs, keeps_version=True)
+        return self._call(lambda a: a.apply_config_lrs, keeps_version=True, every_rank=True)
 
     def init_from(self, state: dict) -> dict:
-        return self._call(self._impl.init_from, state)
+        return self._call(lambda a: a.init_from, state, every_rank=True)
 
     def evaluate(self, split: str = "val") -> tuple[dict, dict]:
-        return self._call(self._impl.evaluate, split, keeps_version=True)
+        return self._call(lambda a: a.evaluate, split, keeps_version=True)
 
     def placement(self) -> dict:
-        return self._call(self._impl.placement, keeps_version=True)
+        return self._call(lambda a: a.placement, keeps_version=True)
 
     # -- weights ----------------------------------------------------------------------------------
     def version(self) -> int:
@@ -101,15 +140,15 @@ class LearnerGroup:
         if self.is_local:
             return self.local.get_version()
         if self._version is None:
-            self._version = self._call(self._impl.get_version, keeps_version=True)
+            self._version = self._call(lambda a: a.get_version, keeps_version=True)
         return self._version
 
     def disc_version(self) -> int:
-        return self._call(self._impl.get_disc_version, keeps_version=True)
+        return self._call(lambda a: a.get_disc_version, keeps_version=True)
 
     def get_weights(self) -> dict:
         """The generator's (and G_β's) state dicts, fetched (tests, diagnostics)."""
-        return self._call(self._impl.get_weights, keeps_version=True)
+        return self._call(lambda a: a.get_weights, keeps_version=True)
 
     def weights_handle(self, version: int):
         """What the rollout group sends its workers for weights ``version``: the state dicts in-process; under Ray
@@ -119,28 +158,28 @@ class LearnerGroup:
         published = self._published
         if published is not None and published[0] == version:
             return published[1]
-        return self._impl.get_flat_weights.remote()
+        return self.actor.get_flat_weights.remote()
 
     def disc_weights_handle(self):
         """D's state dict (in-process) or a ref to it (Ray), for the scorer group."""
-        return self.local.get_disc_weights() if self.is_local else self._impl.get_disc_weights.remote()
+        return self.local.get_disc_weights() if self.is_local else self.actor.get_disc_weights.remote()
 
     # -- the algorithm's calls ----------------------------------------------------------------------
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         """The request the learner's copy of the algorithm builds (state lives there: interpolation's λ)."""
-        return self._call(self._impl.rollout_request, iteration, max_len, temperature, seed, keeps_version=True)
+        return self._call(lambda a: a.rollout_request, iteration, max_len, temperature, seed, keeps_version=True)
 
     def validate(self) -> dict:
         """The validation reward handed to the learner's algorithm (interpolation: keep or undo, anneal λ)."""
-        return self._call(self._impl.validate)
+        return self._call(lambda a: a.validate, every_rank=True)
 
     def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
         """A supervised update on ``batch`` (MLE pretraining, RAML, ...); its metrics."""
-        return self._call(self._impl.update, batch, iteration)
+        return self._call(lambda a: a.update, batch, iteration, every_rank=True)
 
     def train_discriminator(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
         """One d-step on real ``positives`` and the sampled ``negatives`` (shard handles; SeqGAN Algorithm 1)."""
-        return self._call(self._impl.train_discriminator, positives, negatives, seed)
+        return self._call(lambda a: a.train_discriminator, positives, negatives, seed, every_rank=True)
 
     def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
                rows=None) -> dict:
@@ -163,13 +202,16 @@ class LearnerGroup:
             m = self.local.update_rollout(shards, iteration, scores, rows)
             rollout._next_batch = None if next_batch is None else next_batch()
             return m
-        before = (rollout._weights_ref, rollout.version)
+        before = (rollout._weights_ref, rollout.version) if next_batch is not None else None
         after = self.version() + 1 if next_batch is not None else None  # the version this update makes
         self._version = None
         drawn: list = []
 
+        peers: list = []  # ranks 1..: the same update on their rows (their metrics are rank 0's)
+
         def submit(shards):
-            metrics_ref, weights_ref = _two(self._impl.update_and_publish).remote(shards, iteration, scores, rows)
+            metrics_ref, weights_ref = _two(self.actor.update_and_publish).remote(shards, iteration, scores, rows)
+            peers[:] = [a.update_rollout.remote(shards, iteration, scores, rows) for a in self.actors[1:]]
             if next_batch is not None:
                 drawn[:] = drawn or [next_batch()]  # drawn once (a retried update sends the same batch)
                 rollout._weights_ref, rollout.version = weights_ref, after
@@ -181,7 +223,8 @@ class LearnerGroup:
                 rollout.drop_next()
                 rollout._weights_ref, rollout.version = before
 
-        metrics, weights_ref, shards = self._manager.retry_update(submit, shards, on_failure)
+        metrics, weights_ref, shards = self._manager.retry_update(submit, shards, on_failure, self)
+        self._manager.get_learner(peers, self)
         self._manager.forget(shards)  # sampled (the learner has them; it read their timings)
         self._manager.received(metrics)
         self._version = int(metrics["learner/version"])
@@ -441,16 +484,18 @@ class ScorerGroup:
 
 class ActorGroups:
     """A run's three groups (``learner``, ``rollout``, ``scorer``): in-process with ``rollout.num_workers=0``, else
-    one Learner actor, ``rollout.num_workers`` RolloutWorker actors and ``scorer.num_scorers`` ScorerActors (when
-    the run has scorers: SeqGAN, expensive or configured rewards) in one placement group
+    ``learner.num_learners`` Learner actors, ``rollout.num_workers`` RolloutWorker actors and ``scorer.num_scorers``
+    ScorerActors (when the run has scorers: SeqGAN, expensive or configured rewards) in one placement group
     (``rollout.placement_strategy``: PACK or SPREAD over the nodes).
 
     ``placement_group``: reserve elsewhere (a Tune trial's ``tune.PlacementGroupFactory``, built by
-    :func:`rayseq.distributed.runtime.bundles`) and pass it in; its bundle 0 is the learner's, bundles 1..n the
-    workers', then the scorers'. Otherwise one is created here. Workers and scorers are restarted by Ray after a
-    crash (``max_restarts``) and their calls re-sent (:class:`~rayseq.distributed.manager.ActorManager`); a lost
-    node's workers and scorers are re-created on the surviving nodes (:mod:`rayseq.distributed.nodes`); losing the
-    learner's node ends the run with :class:`~rayseq.distributed.nodes.NodeLost` naming it."""
+    :func:`rayseq.distributed.runtime.bundles`) and pass it in; its bundle 0 is the learner's (rank 0), bundles
+    1..n the workers', then the scorers', then the other learner ranks'. Otherwise one is created here. Workers and
+    scorers are restarted by Ray after a crash (``max_restarts``) and their calls re-sent
+    (:class:`~rayseq.distributed.manager.ActorManager`); a lost node's workers and scorers are re-created on the
+    surviving nodes (:mod:`rayseq.distributed.nodes`); a dead learner actor is rebuilt by the driver
+    (:meth:`restart_learner`, ``learner.max_restarts``); losing the learner's node ends the run with
+    :class:`~rayseq.distributed.nodes.NodeLost` naming it."""
 
     def __init__(self, cfg: RunConfig, placement_group=None):
         d = config_to_dict(cfg)
@@ -507,11 +552,13 @@ class ActorGroups:
                 for i in range(count)
             ]
 
-        self.manager = manager = ActorManager(ray, self.placement, None)
-        self.learner = LearnerGroup(d, manager=manager, actor_options={
-            "num_cpus": lc.num_cpus, "num_gpus": lc.num_gpus, "scheduling_strategy": strategy(0)})
-        manager._learner_id = self.learner.actor.actor_id.remote()  # to tell its failures apart from others'
+        self.manager = manager = ActorManager(ray, self.placement)
         n, m = r.num_workers, cfg.num_scorers
+        # rank 0 in bundle 0, ranks 1.. after the scorers' bundles (bundles())
+        learner_bundles = [0, *range(1 + n + m, n + m + lc.num_learners)]
+        self.learner = LearnerGroup(d, manager=manager, actor_options=[
+            {"num_cpus": lc.num_cpus, "num_gpus": lc.num_gpus, "scheduling_strategy": strategy(i)}
+            for i in learner_bundles])
         workers = stateless_actors(RolloutWorker, n, 1, r.num_cpus_per_worker, r.num_gpus_per_worker)
         scorers = stateless_actors(ScorerActor, m, 1 + n, sc.num_cpus_per_scorer, sc.num_gpus_per_scorer)
         self.scorer = ScorerGroup(cfg, d, self.learner, manager=manager, actors=scorers)
@@ -531,6 +578,16 @@ class ActorGroups:
         """Pickled size of everything the driver fetched from the actors (0 in-process: nothing crosses)."""
         return 0 if self.manager is None else self.manager.recv_bytes
 
+    def restart_learner(self) -> None:
+        """A learner actor died (:class:`~rayseq.distributed.manager.LearnerLost`): every learner actor is replaced
+        by a fresh one (the caller loads the latest checkpoint), and the rollout and scorer groups forget the
+        weights they were sent and the batch that went out with the failed update."""
+        self.learner.restart()
+        self.manager.forget(list(self.manager._unconfirmed))  # calls of the lost iterations: their results unused
+        self.rollout.drop_next()
+        self.rollout.version, self.rollout._weights_ref = -1, None
+        self.scorer.disc_version, self.scorer._disc_ref = -1, None
+
     def fetch(self, handles: list) -> list:
         """The objects behind shard handles, fetched to the driver (tests, benchmarks; the loop never does)."""
         return list(handles) if self.is_local else self.manager.received(resolve(handles))
@@ -539,7 +596,7 @@ class ActorGroups:
         if self.is_local:
             return
         ray = self._ray
-        for a in [self.learner.actor, *self.rollout.actors, *self.scorer.actors]:
+        for a in [*self.learner.actors, *self.rollout.actors, *self.scorer.actors]:
             ray.kill(a)
         if self._own_pg:
             from ray.util.placement_group import remove_placement_group

@@ -69,6 +69,36 @@ class Learner:
 
         return {"pid": os.getpid(), "device": str(self.device), "placement_group": placement_group_id()}
 
+    # -- data parallel (learner.num_learners > 1; rayseq.distributed.groups.LearnerGroup sets it up) ------------
+    @staticmethod
+    def rendezvous() -> tuple[str, int]:
+        """Rank 0's address for the process group: this node's IP and a free TCP port on it."""
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def join_data_parallel(self, rank: int, world: int, address: str, port: int, timeout_s: float) -> str:
+        """Join the learners' process group as ``rank`` of ``world`` (gloo on CPU, NCCL on GPU; rank 0 listens at
+        ``address:port``); every update from here on takes this rank's rows of each minibatch and sums the ranks'
+        gradients (:mod:`rayseq.algos.parallel`). ``timeout_s``: how long a collective waits for a lost rank.
+        Returns the backend."""
+        import datetime
+
+        import torch.distributed as dist
+
+        from rayseq.algos.parallel import DataParallel
+
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        self.state.dp = DataParallel(rank, world, self.device)
+        return backend
+
     def actor_id(self) -> str | None:
         """This learner's Ray actor id (hex; None in-process): what a RayActorError names when it is the one lost."""
         import ray
@@ -185,7 +215,7 @@ class Learner:
         """One d-step of SeqGAN's Algorithm 1 (:func:`rayseq.algos.seqgan.d_step`); ``negatives``: a Rollout or the
         shard handles of one (fetched here)."""
         out = seqgan.d_step(self.disc, self.disc_opt, positives, as_rollout(negatives), self.cfg.disc,
-                            self.task.specials.pad, self.device, seed)
+                            self.task.specials.pad, self.device, seed, self.state.dp)
         self.disc_version += 1
         out["disc/version"] = float(self.disc_version)
         return out

@@ -3,9 +3,10 @@ rollout, scorer and learner groups (:mod:`rayseq.distributed.groups`).
 
 Rollout workers and scorers hold nothing but weights: a call that fails because its actor died waits for Ray to
 restart the actor (``max_restarts``), gives it the group's current weights and sends the call again; a lost node
-is named in a warning. The learner is not restarted (its training state lives there until the next checkpoint):
-its death, or its node's, ends the run, with :class:`~rayseq.distributed.nodes.NodeLost` naming a lost node
-(``--resume`` continues from the last checkpoint).
+is named in a warning. The learner group holds the training state: a dead learner actor raises
+:class:`LearnerLost`, and the driver rebuilds the group from the latest checkpoint (``learner.max_restarts``); its
+node's loss ends the run with :class:`~rayseq.distributed.nodes.NodeLost` naming the node (``--resume`` continues
+from the last checkpoint).
 
 Calls whose results are still out (``RolloutGroup.sample(wait=False)``: the learner fetches their shards itself)
 are tracked here until they are confirmed: a crashed worker's shard (and its chained scoring) is sent again.
@@ -21,14 +22,23 @@ import time
 log = logging.getLogger(__name__)
 
 
+class LearnerLost(RuntimeError):
+    """A learner actor died (``ranks``: which of the group's): its training state since the last checkpoint is
+    gone; the driver rebuilds the learner group from that checkpoint (``learner.max_restarts``)."""
+
+    def __init__(self, message: str, ranks: list[int]):
+        super().__init__(message)
+        self.ranks = ranks
+
+
 class ActorManager:
     """Waits for calls on stateless actors, re-creating and re-sending after a crash; counts what the driver
     fetches (``recv_bytes``) and the actors restarted (``restarts``)."""
 
-    def __init__(self, ray, placement, learner_id_ref):
+    def __init__(self, ray, placement):
         self.ray = ray
         self.placement = placement  # rayseq.distributed.nodes.Placement: bundle -> node
-        self._learner_id = learner_id_ref  # the learner's Ray actor id (hex), answered while it was alive
+        self.learner_ids: list = []  # refs of the learner actors' Ray ids (hex), answered while they were alive
         self.restarts = 0
         self.recv_bytes = 0  # pickled size of everything the driver fetched (ray.get) through the groups
         self._unconfirmed: dict = {}  # shard ref -> (rollout group, worker, call pair, submit, scorer call, score)
@@ -39,25 +49,46 @@ class ActorManager:
         return value
 
     # -- the learner ------------------------------------------------------------------------------
-    def get_learner(self, ref):
-        """``ray.get`` of a learner call; its death ends the run (NodeLost if its node went with it)."""
+    def get_learner(self, refs: list, learners):
+        """``ray.get`` of learner calls (one per rank); a dead learner actor raises :class:`LearnerLost` (NodeLost
+        if its node went with it)."""
         try:
-            return self.received(self.ray.get(ref))
-        except self.ray.exceptions.RayActorError:
-            self.placement.check_learner(wait_s=20)
+            return self.received(self.ray.get(refs))
+        except self.ray.exceptions.RayError as exc:
+            self.learner_failed(exc, learners)
             raise
 
+    def learner_failed(self, exc, learners) -> None:
+        """After a learner call of group ``learners`` failed with ``exc``: :class:`NodeLost` if the learner's node
+        is lost, :class:`LearnerLost` if one of its actors is dead (a rank's collective fails when another rank
+        dies), else nothing (the caller raises ``exc``)."""
+        ray = self.ray
+        lost = []
+        pings = [a.get_version.remote() for a in learners.actors]
+        for rank, ping in enumerate(pings):
+            try:
+                ray.get(ping, timeout=30)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                lost.append(rank)
+            except ray.exceptions.GetTimeoutError:  # alive, busy (a collective waiting for a lost rank)
+                pass
+        if lost:
+            if self.placement is not None:  # its node may be going: NodeLost once the GCS has marked it dead
+                self.placement.check_learner(wait_s=5)
+            raise LearnerLost(f"learner rank{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} of "
+                              f"{len(learners.actors)} died ({type(exc).__name__})", lost) from exc
+
     def learner_died(self, exc) -> bool:
-        """``exc`` (from a Ray call) is the learner actor's death, not a worker's or a scorer's that reached the
+        """``exc`` (from a Ray call) is a learner actor's death, not a worker's or a scorer's that reached the
         driver through the learner's fetch of its shard."""
         ray = self.ray
-        try:  # answered while it was alive (the driver holds that answer)
-            learner_id = ray.get(self._learner_id, timeout=30)
-        except ray.exceptions.RayError:  # it died before it could say: the failure is the learner's
+        try:  # answered while they were alive (the driver holds those answers)
+            learner_ids = ray.get(self.learner_ids, timeout=30)
+        except ray.exceptions.RayError:  # one died before it could say: the failure is the learner's
             return True
-        return getattr(exc, "actor_id", None) == learner_id
+        return getattr(exc, "actor_id", None) in learner_ids
 
-    def retry_update(self, submit, shards: list, on_failure):
+    def retry_update(self, submit, shards: list, on_failure, learners):
         """``submit(shards) -> (metrics ref, weights ref)`` of a learner update on sampled shards, waited for. If
         it failed because a worker died while sampling one of its shards (the learner fetches them: the update
         changed nothing), the shard is sampled again and the update sent again; any other failure is raised
@@ -71,20 +102,19 @@ class ActorManager:
             with contextlib.suppress(ray.exceptions.RayError):  # its second object holds the same error: seen
                 ray.get(weights_ref)
             on_failure()
-            if self.learner_died(exc):  # NodeLost if its node went with it
-                self.placement.check_learner(wait_s=20)
+            self.learner_failed(exc, learners)  # a dead learner: NodeLost if its node went with it, else LearnerLost
             restarts = self.restarts
             if not any(ref in self._unconfirmed for ref in shards):
                 raise
             shards = self.confirm(shards)
-            if self.restarts == restarts:  # every shard was sampled: the learner's own failure
+            if self.restarts == restarts:  # every shard was sampled: the learner's own failure (a lost rank?)
+                self.learner_failed(exc, learners)
                 raise
         metrics_ref, weights_ref = submit(shards)
         try:
             return ray.get(metrics_ref), weights_ref, shards
         except ray.exceptions.RayError as exc2:
-            if self.learner_died(exc2):
-                self.placement.check_learner(wait_s=20)
+            self.learner_failed(exc2, learners)
             raise
 
     # -- calls still out --------------------------------------------------------------------------

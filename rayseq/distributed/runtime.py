@@ -81,14 +81,15 @@ def dropping_log_messages(logger_name: str, *prefixes: str):
 
 
 def bundles(cfg: RunConfig) -> list[dict]:
-    """Resource bundles of a run: [learner, worker × n, scorer × m] (a Tune trial's PlacementGroupFactory)."""
+    """Resource bundles of a run: [learner rank 0, worker × n, scorer × m, learner ranks 1..N−1] (a Tune trial's
+    PlacementGroupFactory; ``learner.num_learners`` = N)."""
     r, lc, sc = cfg.rollout, cfg.learner, cfg.scorer
     learner = _bundle(lc.num_cpus, lc.num_gpus, lc.resources)
     if r.num_workers == 0:
         return [learner]
     worker = _bundle(r.num_cpus_per_worker, r.num_gpus_per_worker, r.resources_per_worker)
     scorer = _bundle(sc.num_cpus_per_scorer, sc.num_gpus_per_scorer, sc.resources_per_scorer)
-    return [learner] + [worker] * r.num_workers + [scorer] * cfg.num_scorers
+    return [learner] + [worker] * r.num_workers + [scorer] * cfg.num_scorers + [learner] * (lc.num_learners - 1)
 
 
 def _bundle(cpus: float, gpus: float, custom: dict[str, float]) -> dict:

@@ -159,10 +159,7 @@ def resolve_algo_section(algo: dict) -> dict:
 def resolve_task_section(task: dict) -> dict:
     """``task:`` as given -> old key names renamed (task.data_dir), over the task's ``defaults`` (chitchat's corpus).
     Unknown names are left to validation."""
-    try:
-        given = rename_aliases(task, TASK_ALIASES, "task")
-    except ValueError:
-        return task  # both names: the section's validation says so
+    given = rename_aliases(task, TASK_ALIASES, "task")  # both names given: a ValueError naming them
     name = given.get("name", TaskConfig.model_fields["name"].default)
     if not registry.resolves("task", name):
         return given

@@ -295,7 +295,7 @@ class RolloutGroup:
         refs = []  # each scorer call (if any) is chained on its worker's result by reference, no wait here
         for i, w in enumerate(self.actors[: len(shards)]):
             pair = sample(i)(w)
-            scored = _two(scorers[i % m].score_rollout_shard).remote(pair[0]) if m else None
+            scored = score(pair[0])(scorers[i % m]) if m else None
             final = scored[0] if m else pair[0]
             self._manager.track(final, (self, self.scorer, i, pair, sample(i), scored, score))
             refs.append(final)

@@ -30,6 +30,23 @@ def tiny_config(*overrides: str, run_dir=None):
 
 
 @pytest.fixture(scope="session")
+def ray_head():
+    """A token-authenticated local head (tests/deploy/local_cluster.py: GCS, dashboard and job agent on free ports)
+    for the `ray job submit` tests of tests/deploy and tests/hf, their jobs one at a time: started once, torn down
+    by signalling its own process groups (`ray stop` would stop every Ray on the machine). Yields (address, env)."""
+    from tests.deploy.local_cluster import RAY, LocalCluster
+
+    if not Path(RAY).exists():
+        pytest.skip(f"ray CLI not found next to {RAY}")
+    cluster = LocalCluster(num_cpus=2)
+    try:
+        cluster.start()
+        yield cluster.address, cluster.env
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
 def ray_session():
     """A local Ray with 4 logical CPUs, shared by the Ray tests (starting Ray costs seconds)."""
     import ray

@@ -1,13 +1,11 @@
 """The algorithms of issue 8 end to end on a tiny chit-chat corpus: each through the driver (in-process),
-three through `python -m rayseq.train` on Ray actors (ERPO sampling on a rollout worker, the greedy SCST
+three on Ray actors (ERPO sampling on a rollout worker, the greedy SCST
 baseline scored on a ScorerActor, SeqGAN-critic's D scores from a scorer), and all of them as one Ray Tune
 grid."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,7 +17,6 @@ from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.distributed.learner import evaluate_checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
 NEW = ["scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
        "seqgan_critic"]
 TINY = {
@@ -85,20 +82,15 @@ def test_trains_through_the_driver(corpus, tmp_path, name):
 
 @pytest.mark.ray
 @pytest.mark.parametrize("name", ["erpo_interpolation", "scst", "seqgan_critic"])
-def test_cli_on_ray_actors(corpus, tmp_path, name):
-    cfg_file = tmp_path / "c.yaml"
-    import yaml
-
-    cfg_file.write_text(yaml.safe_dump(tiny(corpus, name, rollout={"num_workers": 1, "num_cpus_per_worker": 0.5},
-                                            scorer={"num_scorers": 1, "num_cpus_per_scorer": 0.5},
-                                            learner={"num_cpus": 0.5})))
-    out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "rayseq.train", "--config", str(cfg_file), f"run_dir={out}"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+def test_runs_on_ray_actors(ray_session, corpus, tmp_path, name):
+    """On the tests' shared Ray (the CLI's own embedded Ray is tests/cli's): a rollout worker, a scorer actor and
+    the learner actor, each algorithm's signature metric in every iteration, no worker restarted."""
+    cfg = build_config(tiny(corpus, name, rollout={"num_workers": 1, "num_cpus_per_worker": 0.5},
+                            scorer={"num_scorers": 1, "num_cpus_per_scorer": 0.5}, learner={"num_cpus": 0.5}),
+                       [f"run_dir={tmp_path / 'run'}"])
+    summary = Trainer(cfg).run()
     assert summary["rollout_workers"] == 1
-    rows = train_rows(out)
+    rows = train_rows(tmp_path / "run")
     assert len(rows) == 4 and all(r.get(SIGNATURE[name]) is not None for r in rows)
     assert all(r["rollout/worker_restarts"] == 0 for r in rows)
 

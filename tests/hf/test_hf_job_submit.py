@@ -11,7 +11,7 @@ import pytest
 
 from rayseq.checkpoint import list_checkpoints
 from rayseq.serving.model import ChatModel, GenRequest
-from tests.deploy.test_job_submit import ray_head, submit  # noqa: F401 -- ray_head: the module's cluster fixture
+from tests.deploy.test_job_submit import submit
 
 pytestmark = pytest.mark.ray
 
@@ -27,7 +27,7 @@ def _args(corpus, hf_dir, run_dir, *extra) -> list[str]:
             "progress=false", f"run_dir={run_dir}", *ACTORS, *extra]
 
 
-def test_grpo_with_a_user_reward_then_resume(ray_head, corpus, hf_dir, tmp_path):  # noqa: F811
+def test_grpo_with_a_user_reward_then_resume(ray_head, corpus, hf_dir, tmp_path):
     address, env = ray_head
     run_dir, log = tmp_path / "grpo", tmp_path / "calls.jsonl"
     reward = ["reward.fn=tests.hf_fixtures:logged_text", f"reward.kwargs={{log: '{log}'}}"]
@@ -50,7 +50,7 @@ def test_grpo_with_a_user_reward_then_resume(ray_head, corpus, hf_dir, tmp_path)
     assert isinstance(model.generate([GenRequest("hi there", max_tokens=5)])[0].replies[0], str)
 
 
-def test_ppo_dynamic_with_the_classifier_reward(ray_head, corpus, hf_dir, classifier_dir, tmp_path):  # noqa: F811
+def test_ppo_dynamic_with_the_classifier_reward(ray_head, corpus, hf_dir, classifier_dir, tmp_path):
     address, env = ray_head
     run_dir = tmp_path / "ppo"
     r = submit(address, env, *_args(corpus, hf_dir, run_dir, "algo.name=ppo_dynamic", "train.iters=2",

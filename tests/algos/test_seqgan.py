@@ -252,7 +252,8 @@ def test_init_from_an_mle_run_pretrains_the_discriminator_first(tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("task", ["oracle", "counting"])
+# the oracle on Ray actors in the default run: tests/algos/test_transformer_algos.py (a decoder-only policy)
+@pytest.mark.parametrize("task", [pytest.param("oracle", marks=pytest.mark.slow), "counting"])
 def test_seqgan_on_ray_with_rollout_workers_and_scorers(tmp_path, task):
     """The distributed path: 2 rollout workers run the Monte-Carlo search, 1 scorer scores it; on the
     counting task D judges (input, output) pairs."""

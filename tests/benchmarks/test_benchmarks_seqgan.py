@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 45 s: a benchmark script, run by `pytest -m slow tests/benchmarks`
 def test_rollout_throughput_quick_writes_every_row_and_a_speedup(tmp_path):
     out = tmp_path / "rollout_throughput.json"
     env = dict(os.environ)

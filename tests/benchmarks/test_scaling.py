@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 47 s: a benchmark script, run by `pytest -m slow tests/benchmarks`
 def test_scaling_tiny_run_reports_speedup_and_efficiency(tmp_path):
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # the script's own embedded Ray, never a cluster this shell points at

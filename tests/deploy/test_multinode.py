@@ -158,6 +158,7 @@ def test_worker_node_lost_mid_run_the_run_completes(cluster, jobs, tmp_path):
     assert f"was on node {w2} (" in logs and "node_w2) and is lost" in logs, where
 
 
+@pytest.mark.slow  # 2 min; a lost learner is rebuilt in tests/distributed/test_learner_group.py (default run)
 def test_learner_node_lost_the_run_fails_naming_it_and_resume_completes(cluster, jobs, tmp_path):
     """The learner is pinned to w1 (learner.resources); node w1 is killed mid-run: the job fails with a message
     naming w1's node; a replacement node advertising the same resource joins and `--resume` completes the run."""

@@ -50,6 +50,7 @@ def test_grpo_with_a_user_reward_then_resume(ray_head, corpus, hf_dir, tmp_path)
     assert isinstance(model.generate([GenRequest("hi there", max_tokens=5)])[0].replies[0], str)
 
 
+@pytest.mark.slow  # the classifier reward: tests/hf/test_hf_classifier.py; HF as a job: the test above
 def test_ppo_dynamic_with_the_classifier_reward(ray_head, corpus, hf_dir, classifier_dir, tmp_path):
     address, env = ray_head
     run_dir = tmp_path / "ppo"

@@ -33,7 +33,8 @@ def test_weights_reach_the_worker(ray_session, corpus, hf_dir):
         groups.shutdown()
 
 
-@pytest.mark.parametrize(("algo", "lora_r"), [("ppo_dynamic", 0), ("grpo", 4)])
+# full fine-tuning's weights on the worker in the default run: test_weights_reach_the_worker
+@pytest.mark.parametrize(("algo", "lora_r"), [pytest.param("ppo_dynamic", 0, marks=pytest.mark.slow), ("grpo", 4)])
 def test_ray_run_matches_in_process_run(ray_session, corpus, hf_dir, tmp_path, algo, lora_r):
     """PPO-dynamic (full fine-tuning) / GRPO (LoRA adapters: only they are published to the worker) with the KL
     penalty and a user reward scored on the scorer actor."""

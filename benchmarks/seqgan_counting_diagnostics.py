@@ -357,6 +357,10 @@ DISC_SETTINGS = {  # disc.* overrides on the issue's short D (SHORT), trained fr
     "wide, l2 0": [*WIDE_D, "disc.l2_reg=0"],
     "short, l2 0, 3 epochs": ["disc.l2_reg=0", "disc.epochs=3"],  # the paper's k = 3 epochs per d-step
     "wide, l2 0, 3 epochs": [*WIDE_D, "disc.l2_reg=0", "disc.epochs=3"],
+    # the paper's D budget per d-step (Yu et al. Sec. 5 / Tuan et al. Supp. C): 10,000 + 10,000 pairs, k = 3 epochs
+    "short, paper budget": ["disc.num_negatives=10000", "disc.epochs=3"],
+    "short, l2 0, paper budget": ["disc.l2_reg=0", "disc.num_negatives=10000", "disc.epochs=3"],
+    "wide, l2 0, paper budget": [*WIDE_D, "disc.l2_reg=0", "disc.num_negatives=10000", "disc.epochs=3"],
 }
 
 

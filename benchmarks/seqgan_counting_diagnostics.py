@@ -18,6 +18,8 @@ Run book (from the repository root; times measured on the 2-core machine at load
       # the start (MLE 1000 + 10 d-steps) with its short D and with a wide one, probed: diag_runs/pre-*/
   python benchmarks/seqgan_counting_diagnostics.py --disc-study diag_runs/pre-XXXX-s0/checkpoints/ckpt_00001010.pt \
       --disc-steps 15 --disc-settings "short, l2 0"          # D alone on that generator, ~20 min per setting
+  python benchmarks/seqgan_counting_diagnostics.py --disc-study CKPT --disc-steps 20 \
+      --disc-settings "short, paper budget"   # the paper's 10,000 + 10,000 pairs x 3 epochs a d-step: 384 s at load 3
   python benchmarks/seqgan_counting_diagnostics.py --disc-sanity  # D against wrong-on-purpose negatives, ~10 min
   python benchmarks/seqgan_counting_diagnostics.py --variants short baseline --seeds 0 1   # adversarial runs, probed
   python benchmarks/seqgan_counting_diagnostics.py --report-only         # table and plot from the JSON files

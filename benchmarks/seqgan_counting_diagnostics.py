@@ -18,9 +18,12 @@ Run book (from the repository root; times measured on the 2-core machine at load
       # the issue's start (MLE 1000 + 10 d-steps) with its short D and with a wide one, probed: diag_runs/pre-*/
   python benchmarks/seqgan_counting_diagnostics.py --disc-study diag_runs/pre-XXXX-s0/checkpoints/ckpt_00001010.pt \
       --disc-steps 15 --disc-settings "short, l2 0"          # D alone on that generator, ~20 min per setting
+  python benchmarks/seqgan_counting_diagnostics.py --disc-study CKPT --disc-steps 20 \
+      --disc-settings "short, paper budget"   # the paper's 10,000 + 10,000 pairs x 3 epochs a d-step: 384 s at load 3
   python benchmarks/seqgan_counting_diagnostics.py --disc-sanity  # D against wrong-on-purpose negatives, ~10 min
   python benchmarks/seqgan_counting_diagnostics.py --variants short baseline --seeds 0 1   # adversarial runs, probed
   python benchmarks/seqgan_counting_diagnostics.py --report-only         # table and plot from the JSON files
+  python benchmarks/seqgan_counting_diagnostics.py --y1-ties RUN_DIR ...   # why greedy precision jumps, ~20 s a run
 
 Outputs in ``--out`` (default benchmarks/results/counting_seqgan): diagnostics.md, diagnostics.json,
 diagnostics.png, one JSON per (variant, seed) under diag_runs/; disc_study_*.md/json; disc_sanity.md/json.
@@ -298,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--disc-steps", type=int, default=20)
     ap.add_argument("--disc-settings", nargs="+", choices=list(DISC_SETTINGS), help="default: all")
     ap.add_argument("--disc-sanity", action="store_true", help="D against negatives made wrong on purpose")
+    ap.add_argument("--y1-ties", nargs="+", metavar="RUN", help="greedy precision against y1's near-ties, per run")
     ap.add_argument("--pretrain-only", action="store_true",
                     help="only the variants' pretrainings and their probe at the start of the adversarial stage")
     args, extra = ap.parse_known_args(argv)
@@ -310,6 +314,14 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "disc_sanity.md").write_text(text + "\n")
         (args.out / "disc_sanity.json").write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
+    if args.y1_ties:
+        rows = [y1_ties(r) for r in args.y1_ties]
+        text = y1_ties_table(rows)
+        print(text)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "y1_ties.md").write_text(text + "\n")
+        (args.out / "y1_ties.json").write_text(json.dumps(rows, indent=1) + "\n")
         return 0
     if args.disc_study:
         study = disc_study(args.disc_study, args.disc_steps, args.probe, settings=args.disc_settings)
@@ -357,6 +369,10 @@ DISC_SETTINGS = {  # disc.* overrides on the issue's short D (SHORT), trained fr
     "wide, l2 0": [*WIDE_D, "disc.l2_reg=0"],
     "short, l2 0, 3 epochs": ["disc.l2_reg=0", "disc.epochs=3"],  # the paper's k = 3 epochs per d-step
     "wide, l2 0, 3 epochs": [*WIDE_D, "disc.l2_reg=0", "disc.epochs=3"],
+    # the paper's D budget per d-step (Yu et al. Sec. 5 / Tuan et al. Supp. C): 10,000 + 10,000 pairs, k = 3 epochs
+    "short, paper budget": ["disc.num_negatives=10000", "disc.epochs=3"],
+    "short, l2 0, paper budget": ["disc.l2_reg=0", "disc.num_negatives=10000", "disc.epochs=3"],
+    "wide, l2 0, paper budget": [*WIDE_D, "disc.l2_reg=0", "disc.num_negatives=10000", "disc.epochs=3"],
 }
 
 
@@ -472,6 +488,63 @@ def disc_sanity(steps: int = 300, seed: int = 0) -> list[dict]:
                      "d_acc": float(0.5 * ((d_real > 0.5).mean() + (d_fake <= 0.5).mean()))})
         print(rows[-1], flush=True)
     return rows
+
+
+# -- greedy precision and y1's near-ties ----------------------------------------------------------------------------
+def y1_ties(run: str) -> dict:
+    """On the validation inputs, for a run's generator (its newest checkpoint): the greedy reply's correctness after
+    each forced y1 = k (y2, y3 greedy), the top-2 margin of π(y1 | x), and the greedy precision that results; a
+    generator that knows the rule as well but breaks y1's near-ties differently has the same per-y1 accuracy and a
+    different greedy precision."""
+    import numpy as np
+    import torch
+
+    from rayseq.checkpoint import load_checkpoint
+    from rayseq.config import RunConfig
+    from rayseq.models import make_generator
+    from rayseq.tasks import make_task
+
+    ck = load_checkpoint(run)
+    cfg = RunConfig.model_validate(ck["config"])
+    task = make_task(cfg.task, cfg.reward)
+    g = make_generator(cfg, task)
+    g.load_state_dict(ck["learner"]["generator"])
+    g.eval()
+    src, src_len = task.split("val")
+    n = len(src_len)
+    with torch.no_grad():
+        lens = torch.from_numpy(src_len)
+        logits, _, state = g.decode_step(torch.full_like(lens, g.bos_id), g.encode(torch.from_numpy(src), lens))
+        p1 = torch.softmax(logits, -1)[:, task.digit0 : task.digit0 + 10].numpy()
+        correct = np.zeros((n, 10), dtype=bool)  # correct[i, k]: the greedy reply after y1 = k is right
+        for k in range(10):
+            y1 = torch.full((n,), task.digit0 + k)
+            l2, _, s2 = g.decode_step(y1, state)
+            y2 = l2.argmax(-1)
+            y3 = g.decode_step(y2, s2)[0].argmax(-1)
+            tokens = torch.stack([y1, y2, y3], 1).numpy()
+            correct[:, k] = task.score(src, src_len, tokens, np.ones(tokens.shape, dtype=np.float32)) > 0.5
+    order = np.argsort(p1, 1)
+    first, second = order[:, -1], order[:, -2]
+    margin = p1[np.arange(n), first] - p1[np.arange(n), second]
+    tie = margin < 0.05
+    return {"run": run, "iteration": int(ck["driver"]["iteration"]),
+            "greedy_precision": float(correct[np.arange(n), first].mean()),
+            "precision_second_y1": float(correct[np.arange(n), second].mean()),
+            "share_margin_below_0.02": float((margin < 0.02).mean()), "share_margin_below_0.05": float(tie.mean()),
+            "flips_among_ties": float((correct[np.arange(n), first] != correct[np.arange(n), second])[tie].mean()),
+            "accuracy_given_y1": [float(correct[src_len > k, k].mean()) for k in range(10)]}
+
+
+def y1_ties_table(rows: list[dict]) -> str:
+    lines = ["| run | greedy precision | with the 2nd-likeliest y1 | margin < 0.02 / < 0.05 | correctness flips "
+             "between the top-2 y1 (margin < 0.05) | greedy reply correct given y1 = 0, 1, ..., 9 |", "|" + "---|" * 6]
+    for r in rows:
+        name = "/".join(Path(r["run"]).parts[-2:])
+        lines.append(f"| {name} | {r['greedy_precision']:.3f} | {r['precision_second_y1']:.3f} "
+                     f"| {r['share_margin_below_0.02']:.2f} / {r['share_margin_below_0.05']:.2f} "
+                     f"| {r['flips_among_ties']:.2f} | {' '.join(f'{a:.2f}' for a in r['accuracy_given_y1'])} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

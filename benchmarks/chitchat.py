@@ -9,6 +9,13 @@ Run book (from the repository root)
   python benchmarks/chitchat.py --algos raml spg     # some algorithms (finished runs are reused)
   python benchmarks/chitchat.py --seeds 0 1 2 train.iters=600
   python benchmarks/chitchat.py --report-only
+  python benchmarks/chitchat.py --seeds 0 --algos grpo --variant kl10 algo.name=grpo algo.grpo.kl_coef=0.1 \
+      --variant g16 algo.name=grpo algo.group_size=16 --split val    # candidates, screened on validation
+
+A ``--variant LABEL KEY=VALUE ...`` is one more row: a run per seed from the same pretrained model as the
+algorithms (its overrides apply to the RL stage only), so a candidate costs only its RL runs. Overrides for
+every run (pretraining included) go before the first ``--variant``. ``--split val`` reports the validation
+inputs' figures (``chitchat_val.md``: the one to choose candidates on) instead of the test inputs'.
 
 Same start for every algorithm of a seed: one run pretrains with MLE (``train.iters=0``), each algorithm
 starts from its checkpoint (``train.init_from``); the MLE row is that pretrained model. Runs are
@@ -62,17 +69,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--fresh", action="store_true", help="rerun finished runs too")
+    ap.add_argument("--variant", nargs="+", action="append", default=[], metavar=("LABEL", "KEY=VALUE"),
+                    help="a candidate from the same pretrained models: its label, then its RL overrides (repeatable)")
+    ap.add_argument("--split", choices=["test", "val"], default="test",
+                    help="the inputs whose figures the table shows (val: chitchat_val.md, to choose candidates on)")
     args, overrides = parse_args(ap, argv)
+    variants = parse_variants(args.variant, args.algos)
+    if isinstance(variants, str):
+        ap.error(variants)
     runs_dir = args.out / "runs" / "chitchat"
     if not args.report_only:
         _prepare(args.config, overrides)
         run_all(args.config, overrides, args.algos, args.seeds, runs_dir, pretrain_algo="reinforce",
-                jobs=args.jobs, fresh=args.fresh)
-    rows, curves, samples, payload = [], {}, {}, {"config": args.config, "overrides": overrides, "runs": {}}
+                jobs=args.jobs, fresh=args.fresh, variants=variants)
+    keys = [k.replace("test/", f"{args.split}/") for k in KEYS]
+    rows, curves, samples = [], {}, {}
+    payload = {"config": args.config, "overrides": overrides, "variants": variants, "split": args.split, "runs": {}}
     mle_bleu = None
     summary: dict[str, dict[str, list]] = {}
     everyday: dict[str, list[str]] = {}  # algo -> seed 0's greedy replies to EVERYDAY
-    for algo in ["pretrained", *args.algos]:
+    for algo in ["pretrained", *args.algos, *variants]:
         vals = {k: [] for k in [*KEYS, "everyday_distinct", "everyday_unk"]}
         for s in args.seeds:
             d = runs_dir / (f"pretrain-s{s}" if algo == "pretrained" else f"{algo}-s{s}")
@@ -80,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             r = load_run(d, ["val/bleu2"])  # the curve on the validation inputs; the figures on the test ones
             m = r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
-            for k in KEYS:
-                vals[k].append(m.get(k))
+            for k, key in zip(KEYS, keys):  # vals keeps the test/ names whichever split it holds
+                vals[k].append(m.get(key))
             replies = everyday_replies(d)
             vals["everyday_distinct"].append(len(set(replies)))
             vals["everyday_unk"].append(sum("…" in x for x in replies))
@@ -90,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             curves.setdefault(algo, []).append(r["curve"]["val/bleu2"])
             if s == args.seeds[0] and algo != "pretrained":
                 samples[algo] = r["summary"]["details"]
-            payload["runs"][f"{algo}-s{s}"] = {k: m.get(k) for k in KEYS}
+            payload["runs"][f"{algo}-s{s}"] = {k: m.get(k) for k in keys}
         b = [x for x in vals["test/bleu2"] if x is not None]
         summary[algo] = vals
         if algo == "pretrained" and b:
@@ -103,14 +119,28 @@ def main(argv: list[str] | None = None) -> int:
                      mean_std([float(x) for x in n_test]), mean_std([float(x) for x in vals["everyday_distinct"]]),
                      str(sum(vals["everyday_unk"])) + " / " + mean_std(vals["test/unk_replies"]),
                      mean_std(vals["test/reply_len"]), str(len(b))))
-    table = _table(rows, args, samples, everyday)
+    table = _table(rows, args, samples, everyday, variants)
+    name = "chitchat" if args.split == "test" else "chitchat_val"
     _plot(curves, args.out / "chitchat_curves.png")
-    _plot_summary(summary, args.out / "chitchat_algorithms.png")
-    write_report(args.out, "chitchat", table, payload)
+    _plot_summary(summary, args.out / f"{name}_algorithms.png", args.split)
+    write_report(args.out, name, table, payload)
     return 0
 
 
-TEST_INPUTS = 1000  # tune_configs/chitchat_quick.yaml's task.test_size
+def parse_variants(specs: list[list[str]], algos: list[str]) -> dict[str, list[str]] | str:
+    """``--variant`` values ([label, key=value, ...] each) as {label: overrides}, or the one-line error."""
+    out: dict[str, list[str]] = {}
+    for label, *extra in specs:
+        if not label.replace("_", "").isalnum() or label in ("pretrain", "pretrained", *algos, *out):
+            return (f"--variant {label!r}: a label is letters, digits and _, not an algorithm's name, "
+                    "'pretrained' or another variant's")
+        if not extra or any("=" not in e for e in extra):
+            return f"--variant {label}: give its overrides as KEY=VALUE after the label (e.g. algo.name=grpo)"
+        out[label] = extra
+    return out
+
+
+TEST_INPUTS = 1000  # tune_configs/chitchat_quick.yaml's task.test_size (and val_size)
 
 
 def everyday_replies(run_dir: Path) -> list[str]:
@@ -140,15 +170,18 @@ def _paper(table: dict, algo: str) -> str:
     return f"{table[algo]:.2f}" + ("" if algo == "pretrained" else f" ({table[algo] - table['pretrained']:+.2f})")
 
 
-def _table(rows, args, samples, everyday) -> str:
-    head = ("algorithm", "BLEU-2 (ours)", "gain over pretrained MLE", "Tuan et al. Table 2 (gain)",
+def _table(rows, args, samples, everyday, variants) -> str:
+    split = {"test": "test", "val": "validation"}[args.split]
+    head = ("algorithm", f"{split} BLEU-2 (ours)", "gain over pretrained MLE", "Tuan et al. Table 2 (gain)",
             "ERPO Table 1 (gain)", "sentence BLEU-2 (the reward)", "distinct-1", "distinct-2", "Self-BLEU-2",
-            f"distinct greedy replies / {TEST_INPUTS} test inputs", f"distinct replies / {len(EVERYDAY)} everyday "
-            "messages", "replies with <unk>: everyday (all seeds) / test (fraction)", "reply length (words)", "seeds")
+            f"distinct greedy replies / {TEST_INPUTS} {split} inputs", f"distinct replies / {len(EVERYDAY)} everyday "
+            "messages", f"replies with <unk>: everyday (all seeds) / {split} (fraction)", "reply length (words)",
+            "seeds")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += [""] + [f"`{v}`: `{' '.join(o)}` (from the same pretrained model)" for v, o in variants.items()]
     lines += ["", f"Schedule: `{args.config}`; seeds {args.seeds}; corpus BLEU-2 (sacrebleu) of greedy replies on "
-              "the test inputs (unseen in training) against all their references. `pretrained` is the MLE model "
+              f"the {split} inputs (unseen in training) against all their references. `pretrained` is the MLE model "
               "every algorithm starts from (the papers' MLE row); `mle` continues MLE for the algorithm stage's "
               "budget, so an algorithm's gain over `mle` is what it adds beyond more training. Papers: Tuan et "
               "al. Table 2 (OpenSubtitles, BLEU-2), Tan et al. (ERPO) Table 1 (IWSLT'14 de-en, BLEU-4, attention LSTM, "
@@ -165,7 +198,7 @@ def _table(rows, args, samples, everyday) -> str:
     return "\n".join(lines)
 
 
-def _plot_summary(summary: dict, path: Path) -> None:
+def _plot_summary(summary: dict, path: Path, split: str = "test") -> None:
     """Left: held-out BLEU-2 per algorithm (mean and each seed); right: the reward against diversity."""
     import matplotlib
 
@@ -189,10 +222,10 @@ def _plot_summary(summary: dict, path: Path) -> None:
         ax.axhline(base, ls=":", c="k", label="pretrained MLE")
         ax.legend(fontsize=8)
     ax.set_xticks(range(len(algos)), algos, rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("test corpus BLEU-2 (bar: mean, dots: seeds)")
+    ax.set_ylabel(f"{split} corpus BLEU-2 (bar: mean, dots: seeds)")
     ax.set_title("chitchat-dataset: every algorithm from one MLE model")
     ax2.set_xlabel("distinct-2 (diversity)")
-    ax2.set_ylabel("test sentence BLEU-2 (the reward)")
+    ax2.set_ylabel(f"{split} sentence BLEU-2 (the reward)")
     ax2.set_title("reward against diversity")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -254,6 +254,26 @@ def test_per_algorithm_sections_apply_only_to_the_chosen_algorithm():
     assert "disc" in config_to_dict(seqgan) and build_config(config_to_dict(seqgan)) == seqgan
 
 
+def test_a_later_top_level_algo_key_beats_the_files_per_algorithm_value():
+    """Within a file algo.<name>.K is the more specific value; a command-line algo.K comes later and wins (it was
+    silently the file's: algo.kl_coef=0.3 with chitchat_quick.yaml's algo.grpo.kl_coef built 0.02)."""
+    data = {"algo": {"name": "grpo", "kl_coef": 0.1, "grpo": {"kl_coef": 0.02, "group_size": 4},
+                     "ppo": {"kl_coef": 0.5}}}
+    assert build_config(data).algo.kl_coef == 0.02
+    cfg = build_config(data, ["algo.kl_coef=0.3"])
+    assert cfg.algo.kl_coef == 0.3 and cfg.algo.group_size == 4  # the section's other keys stay
+    assert build_config(data, ["algo.kl_coef=0.3", "algo.name=ppo"]).algo.kl_coef == 0.3
+    assert build_config(data, ["algo.grpo.kl_coef=0.4"]).algo.kl_coef == 0.4
+    assert build_config(data, ["algo.kl_coef=0.3", "algo.grpo.kl_coef=0.4"]).algo.kl_coef == 0.4
+    assert data["algo"]["grpo"] == {"kl_coef": 0.02, "group_size": 4}  # the caller's data is not changed
+    from pathlib import Path
+
+    from rayseq.config import load_yaml
+
+    quick = load_yaml(Path(__file__).resolve().parents[1] / "tune_configs/chitchat_quick.yaml")
+    assert build_config(quick, ["algo.name=grpo", "algo.kl_coef=0.3"]).algo.kl_coef == 0.3
+
+
 def test_cuda_learner_without_a_reserved_gpu_is_a_config_error():
     """Issue 13 item 5: under Ray an actor sees only the GPUs it reserves; no silent CPU fallback."""
     with pytest.raises(ConfigError, match="learner.device=cuda with learner.num_gpus=0"):

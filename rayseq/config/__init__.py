@@ -21,6 +21,7 @@ from rayseq.config.declared import (
     check_pipeline,
     declared_algo_keys,
     declared_task_keys,
+    given_later,
     resolve_algo_section,
     resolve_task_section,
     task_config_model,
@@ -52,7 +53,7 @@ __all__ = [
     "ModelConfig", "RewardConfig", "RewardTerm", "RolloutConfig", "RunConfig", "ScorerConfig", "TaskConfig",
     "TrainConfig", "_custom_resources", "_format_validation_error", "_installed", "_known_keys", "_refuse_on_resume",
     "algorithm_config_model", "build_config", "check_applicable", "check_pipeline", "config_to_dict",
-    "declared_algo_keys", "declared_task_keys", "deep_merge", "described_yaml", "did_you_mean", "load_yaml",
-    "parse_overrides", "rename_aliases", "resolve_algo_section", "resolve_task_section", "resume_config", "set_path",
-    "task_config_model",
+    "declared_algo_keys", "declared_task_keys", "deep_merge", "described_yaml", "did_you_mean", "given_later",
+    "load_yaml", "parse_overrides", "rename_aliases", "resolve_algo_section", "resolve_task_section", "resume_config",
+    "set_path", "task_config_model",
 ]

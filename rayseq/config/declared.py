@@ -143,6 +143,19 @@ def _section_key(key: str) -> bool:
     return key in registry.ALGORITHMS or registry.is_import_path(key)
 
 
+def given_later(data: dict, algo_keys) -> dict:
+    """``data`` (an experiment file's) whose ``algo.<name>:`` sub-sections no longer set the top-level ``algo``
+    keys ``algo_keys`` given later (a command-line override, a Tune trial's value): the later word wins over the
+    file's per-algorithm value, which within the file is the more specific one. Sub-section keys themselves
+    (``algo.grpo.kl_coef=...``) are not top-level keys and change nothing here."""
+    algo = data.get("algo")
+    keys = {k for k in algo_keys if not _section_key(k)}
+    if not isinstance(algo, dict) or not keys:
+        return data
+    return {**data, "algo": {k: ({kk: vv for kk, vv in v.items() if kk not in keys}
+                                 if _section_key(k) and isinstance(v, dict) else v) for k, v in algo.items()}}
+
+
 def resolve_algo_section(algo: dict) -> dict:
     """``algo:`` as given -> the chosen algorithm's keys: ``algo.<name>:`` sub-sections merged for the chosen
     name (the others dropped), over the algorithm's ``defaults``. Unknown names are left to validation."""

@@ -30,6 +30,7 @@ from rayseq.config.declared import (
     check_pipeline,
     declared_algo_keys,
     declared_task_keys,
+    given_later,
     resolve_algo_section,
     resolve_task_section,
     task_config_model,
@@ -593,7 +594,9 @@ def build_config(data: dict | None = None, overrides: list[str] | None = None) -
     """Defaults <- ``data`` (e.g. an experiment file's content) <- ``key=value`` overrides.
 
     Everything given is checked (:func:`check_applicable`); the result is resolved (:class:`RunConfig`)."""
-    merged = deep_merge(data or {}, parse_overrides(overrides or []))
+    over = parse_overrides(overrides or [])
+    algo_over = over.get("algo")
+    merged = deep_merge(given_later(data or {}, algo_over if isinstance(algo_over, dict) else {}), over)
     check_applicable(merged)
     try:
         return RunConfig.model_validate(merged)

@@ -71,6 +71,7 @@ from rayseq.config import (
     _known_keys,
     build_config,
     deep_merge,
+    given_later,
     load_yaml,
     parse_overrides,
     set_path,
@@ -368,10 +369,10 @@ class Experiment:
         data = copy.deepcopy(self.train)
         for key, v in params.items():
             if key in self.dims or key in self.mutations:
-                set_path(data, key, v)
+                data = _set_later(data, key, v)
         for key, src in self.ties.items():
             if src in params:
-                set_path(data, key, params[src])
+                data = _set_later(data, key, params[src])
         data["run_dir"] = f"{self.path}/runs/{trial_id}"
         data["name"] = f"{self.name}-{trial_id}"
         data["progress"] = False
@@ -394,6 +395,14 @@ class Experiment:
             search["scheduler"]["hyperparam_mutations"] = {k: d.to_yaml() for k, d in self.mutations.items()}
         search["name"] = self.name
         return {"train": copy.deepcopy(self.train), "search": search}
+
+
+def _set_later(data: dict, key: str, value: Any) -> dict:
+    """A trial's value of ``key``; a top-level ``algo.K`` also beats the base file's ``algo.<name>.K``."""
+    if key.startswith("algo.") and key.count(".") == 1:
+        data = given_later(data, [key.split(".", 1)[1]])
+    set_path(data, key, value)
+    return data
 
 
 def _merge(data: dict, over: dict) -> dict:

@@ -74,6 +74,16 @@ def test_spec_overrides_ties_and_trial_configs(tmp_path):
     assert load_experiment(ROOT / "tune_configs/counting_compare_algos.yaml").num_trials() == 15
 
 
+def test_a_trials_algo_value_beats_the_base_files_per_algorithm_value(tmp_path):
+    """A searched algo.kl_coef reaches the trial even where the base config sets algo.grpo.kl_coef."""
+    train = copy.deepcopy(TINY_TRAIN)
+    train["algo"] = {"name": "grpo", "grpo": {"kl_coef": 0.02}}
+    exp = validate(experiment(tmp_path, train=train, param_space={"algo.kl_coef": {"grid": [0.0, 0.2]}}))
+    assert exp.trial_config({"algo.kl_coef": 0.2}).algo.kl_coef == 0.2
+    assert exp.trial_config({"algo.kl_coef": 0.0}).algo.kl_coef == 0.0
+    assert exp.train["algo"]["grpo"] == {"kl_coef": 0.02}  # the base stays as given
+
+
 @pytest.mark.parametrize("name", ["counting_ppo_dynamic_search", "counting_compare_algos", "counting_pbt",
                                   "seqgan_oracle_search", "chitchat_search", "chitchat_compare_algos"])
 def test_experiment_files_validate(name):

@@ -234,14 +234,20 @@ class LocalCluster:
         self.shutdown()
 
 
-def submit(cluster: LocalCluster, *cmd: str, wait_s: float = 120, options: tuple | list = ()):
-    """`ray job submit --working-dir <repo> [options] -- cmd`; "No available agent" (the head's job agent not
-    yet registered) is retried."""
+def submit(cluster: LocalCluster, *cmd: str, **kwargs) -> subprocess.CompletedProcess:
+    """:func:`submit_job` to this cluster's head."""
+    return submit_job(cluster.address, cluster.env, *cmd, **kwargs)
+
+
+def submit_job(address: str, env: dict, *cmd: str, wait_s: float = 120, options: tuple | list = (),
+               working_dir: Path = ROOT, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir <working_dir> [options] -- cmd` (run from ``cwd``). The head answers `ray job
+    list` before its job agent has registered; until then a submission is refused with "No available agent" (HTTP
+    500, no job created), so that one answer is retried."""
     deadline = time.monotonic() + wait_s
     while True:
-        r = subprocess.run([RAY, "job", "submit", "--address", cluster.address, "--working-dir", str(ROOT),
-                            *options, "--", *cmd],
-                           env=cluster.env, capture_output=True, text=True, timeout=900)
+        r = subprocess.run([RAY, "job", "submit", "--address", address, "--working-dir", str(working_dir),
+                            *options, "--", *cmd], env=env, capture_output=True, text=True, timeout=900, cwd=cwd)
         if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr or time.monotonic() > deadline:
             return r
         time.sleep(2)

@@ -6,30 +6,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.deploy.local_cluster import RAY, ROOT
+from tests.deploy.local_cluster import submit_job as submit
+
 pytestmark = pytest.mark.ray
-
-ROOT = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def submit(address: str, env: dict, *cmd: str, wait_s: float = 120, working_dir: Path = ROOT,
-           cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`ray job submit --working-dir <repo> -- cmd` (run from ``cwd``). The head answers `ray job list` before its
-    job agent has registered; until then a submission is refused with "No available agent" (HTTP 500, no job
-    created), so that one answer is retried."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        r = subprocess.run([RAY, "job", "submit", "--address", address, "--working-dir", str(working_dir), "--",
-                            *cmd], env=env, capture_output=True, text=True, timeout=900, cwd=cwd)
-        if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr or time.monotonic() > deadline:
-            return r
-        time.sleep(3)
 
 
 def test_job_submit_runs_training_on_the_cluster_and_says_where_a_relative_run_dir_is(ray_head):

@@ -11,7 +11,7 @@ import pytest
 
 from rayseq.checkpoint import list_checkpoints
 from rayseq.serving.model import ChatModel, GenRequest
-from tests.deploy.test_job_submit import submit
+from tests.deploy.local_cluster import submit_job as submit
 
 pytestmark = pytest.mark.ray
 

@@ -144,6 +144,11 @@ def collect(run_dir: Path, algo: str, seed: int) -> dict:
     curve = [
         (r["stage"], r["iteration"], r["val/precision"]) for r in table.to_pylist() if r["val/precision"] is not None
     ]
+    if "val/precision" in pre and not any(c[0] == "mle" for c in curve):  # started from another run (init_from):
+        import yaml  # its curve starts at the pretrained model's validation precision, where the stage starts
+
+        start = s["iterations"] - yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["iters"]
+        curve.insert(0, ("start", start, pre["val/precision"]))
     return {
         "algo": algo,
         "seed": seed,

@@ -49,3 +49,40 @@ def test_seeds_that_ran_differently_are_flagged(tmp_path):
     runs = [_run(tmp_path, "seqgan", 0, GAN), _run(tmp_path, "seqgan", 1, [*GAN, "algo.lr=1e-3"])]
     (line,) = resolved_settings(runs, ["seqgan"], GAN)
     assert "NOT the same for every seed" in line
+
+
+def _finished(tmp_path: Path, algo: str, overrides: list[str], curve: list[tuple[str, int, float]], iterations: int,
+              pre_val: float) -> Path:
+    """A finished run's files as the Trainer writes them: config.yaml, summary.json, metrics.parquet."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run_dir = Path(_run(tmp_path, algo, 0, overrides)["run_dir"])
+    test = {"test/precision": 0.9, "test/precision_sampled": 0.7, "test/y1_tv": 0.1}
+    summary = {"metrics": {**test, "val/precision": curve[-1][2]}, "wall_s": 1.0, "iterations": iterations,
+               "pretrain_metrics": {**test, "val/precision": pre_val},
+               "details": {"y1_dist": {}, "y1_truth": {}}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    stage, it, val = zip(*curve)
+    pq.write_table(pa.table({"stage": list(stage), "iteration": list(it), "val/precision": list(val)}),
+                   run_dir / "metrics.parquet")
+    return run_dir
+
+
+def test_a_run_started_from_a_pretrained_run_curves_from_its_start(tmp_path):
+    """--pretrain-once: the algorithm's run has no MLE stage, so its learning curve begins at the pretrained model's
+    validation precision, at the iteration where the stage began (here after 1,000 MLE + 3 D-pretraining steps)."""
+    from benchmarks.counting import collect
+
+    curve = [("train", 1005, 0.80), ("train", 1010, 0.85)]
+    run = _finished(tmp_path, "seqgan", GAN, curve, iterations=1010, pre_val=0.77)  # train.iters=7: from 1003
+    c = collect(run, "seqgan", 0)["curve"]
+    assert (c["stage"], c["iteration"], c["precision"]) == (["start", "train", "train"], [1003, 1005, 1010],
+                                                            [0.77, 0.80, 0.85])
+    # a run that did its own MLE stage already has its start on the curve: nothing is added
+    (tmp_path / "own").mkdir()
+    own = _finished(tmp_path / "own", "seqgan", GAN, [("mle", 1000, 0.77), ("train", 1010, 0.80)], iterations=1010,
+                    pre_val=0.77)
+    assert collect(own, "seqgan", 0)["curve"]["stage"] == ["mle", "train"]

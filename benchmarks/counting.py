@@ -14,6 +14,8 @@ Run book (from the repository root)
   python benchmarks/counting.py --config tune_configs/seqgan_counting.yaml --pretrain-once \
       --algos seqgan seqgan_ppo seqgan_ppo_dynamic --out benchmarks/results/counting_seqgan \
       --notes benchmarks/results/counting_seqgan/findings.md      # Table 1's SeqGAN block (its YAML's header)
+A run whose directory already holds a finished run of the same resolved config is kept, not rerun (--fresh reruns
+everything): an interrupted benchmark, or one given more --algos or --seeds, trains only what is missing or changed.
 
 Time on the 2-core development machine (--jobs 2, in-process runs): one default run takes ~1-1.5 min
 (1,000 MLE iterations at ~0.03 s, 200 algorithm iterations at ~0.1 s, 48 evaluations at ~0.4 s), so
@@ -108,7 +110,7 @@ def _config_data(path: str | None) -> dict | None:
 
 
 def _finished_as(run_dir: Path, config: str | None, overrides: list[str], algo: str, seed: int) -> bool:
-    """``run_dir`` holds a finished run of exactly this config (a pretraining that --pretrain-once reuses)."""
+    """``run_dir`` holds a finished run of exactly this config (kept, not rerun, unless --fresh)."""
     import yaml
 
     from rayseq.config import build_config, config_to_dict
@@ -590,6 +592,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="smoke test: first seed only, train.pretrain_iters=200 train.iters=40, files *_quick",
     )
     p.add_argument("--report-only", action="store_true", help="no training: tables and plots from existing runs")
+    p.add_argument("--fresh", action="store_true",
+                   help="rerun every run; by default a run whose directory holds a finished run of the same resolved "
+                        "config is kept")
     p.add_argument("--notes", default=None, help="a Markdown file appended to the report (the findings)")
     p.add_argument("--pretrain-once", action="store_true",
                    help="pretrain once per seed (train.iters=0, the first algorithm: MLE, and D for SeqGAN) and start "
@@ -647,12 +652,19 @@ def main(argv: list[str] | None = None) -> int:
             if args.pretrain_once:  # one pretraining per seed (MLE, and D for SeqGAN), every algorithm starts from it
                 pre = {s: runs_root / f"pretrained-s{s}" for s in seeds}
                 pre_overrides = [*overrides, "train.iters=0"]
-                todo = [s for s in seeds if not _finished_as(pre[s], args.config, pre_overrides, args.algos[0], s)]
+                todo = [s for s in seeds
+                        if args.fresh or not _finished_as(pre[s], args.config, pre_overrides, args.algos[0], s)]
                 for fut in [pool.submit(run_one, pre_overrides, args.algos[0], s, str(pre[s]), args.config)
                             for s in todo]:
                     fut.result()
                 per_seed = {s: [*overrides, f"train.init_from={pre[s]}"] for s in seeds}
-            futures = {pool.submit(run_one, per_seed[s], a, s, str(d), args.config): (a, s, d) for a, s, d in jobs}
+            kept = [] if args.fresh else [(a, s, d) for a, s, d in jobs
+                                          if _finished_as(d, args.config, per_seed[s], a, s)]
+            for a, s, d in kept:  # an interrupted or extended benchmark reruns only what is missing or changed
+                runs.append(collect(d, a, s))
+                print(f"kept {d} (finished, same config)", flush=True)
+            futures = {pool.submit(run_one, per_seed[s], a, s, str(d), args.config): (a, s, d)
+                       for a, s, d in jobs if (a, s, d) not in kept}
             bar = tqdm(total=len(futures), unit="run", dynamic_ncols=True, disable=None)  # None: off unless a tty
             for k, fut in enumerate(as_completed(futures), 1):
                 a, s, d = futures[fut]

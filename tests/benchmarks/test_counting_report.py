@@ -86,3 +86,21 @@ def test_a_run_started_from_a_pretrained_run_curves_from_its_start(tmp_path):
     own = _finished(tmp_path / "own", "seqgan", GAN, [("mle", 1000, 0.77), ("train", 1010, 0.80)], iterations=1010,
                     pre_val=0.77)
     assert collect(own, "seqgan", 0)["curve"]["stage"] == ["mle", "train"]
+
+
+def test_a_finished_run_of_the_same_config_is_kept_and_fresh_reruns_it(tmp_path, capsys):
+    from benchmarks.counting import main
+
+    argv = ["--algos", "reinforce", "--seeds", "0", "--jobs", "1", "--out", str(tmp_path), "train.pretrain_iters=20",
+            "train.iters=2", "train.eval_every=2", "task.test_size=100", "task.val_size=100"]
+    summary = tmp_path / "runs" / "counting" / "reinforce-s0" / "summary.json"
+    assert main(argv) == 0
+    first = summary.read_text()
+    summary.write_text(first.replace('"wall_s"', '"wall_s_marker": 1, "wall_s"', 1))  # a rerun would overwrite it
+    assert main(argv) == 0
+    assert "wall_s_marker" in summary.read_text()
+    assert f"kept {summary.parent} (finished, same config)" in capsys.readouterr().out
+    assert main([*argv, "--fresh"]) == 0
+    assert "wall_s_marker" not in summary.read_text()
+    assert main([*argv[:-1], "task.val_size=101"]) == 0  # another config: rerun, not kept
+    assert "kept" not in capsys.readouterr().out

@@ -121,6 +121,14 @@ def _finished_as(run_dir: Path, config: str | None, overrides: list[str], algo: 
     return yaml.safe_load((run_dir / "config.yaml").read_text()) == want
 
 
+def kept_runs(jobs: list, per_seed: dict, pretrain_todo: list[int], config: str | None, fresh: bool) -> list:
+    """The ``(algo, seed, run_dir)`` jobs not to rerun: an interrupted or extended benchmark trains only what is
+    missing or changed. None with ``fresh``; none of a seed pretrained anew (its runs started from the old model)."""
+    if fresh:
+        return []
+    return [(a, s, d) for a, s, d in jobs if s not in pretrain_todo and _finished_as(d, config, per_seed[s], a, s)]
+
+
 def run_one(overrides: list[str], algo: str, seed: int, run_dir: str, config: str | None = None) -> str:
     """Trains one (algorithm, seed) from scratch into ``run_dir`` (``config``: an experiment YAML under the
     overrides); returns ``run_dir``."""
@@ -461,6 +469,17 @@ def resolved_settings(runs: list[dict], algos: list[str], overrides: list[str], 
     return lines
 
 
+def algo_lrs(algos: list[str], overrides: list[str], config: str | None = None) -> str:
+    """The algorithm stage's learning rate as the runs resolve it: one value, or one per algorithm when per-algorithm
+    keys (``algo.seqgan_ppo.lr=...``) make them differ."""
+    from rayseq.config import build_config
+
+    lrs = {a: build_config(_config_data(config), [*overrides, f"algo.name={a}"]).algo.lr for a in algos}
+    if len(set(lrs.values())) == 1:
+        return f"lr {lrs[algos[0]]}"
+    return "lr " + ", ".join(f"{LABELS.get(a, a)} {v}" for a, v in lrs.items())
+
+
 def write_report(args, overrides, runs, failures, suffix, quick) -> str:
     _use_repo()
     from rayseq.config import build_config, config_to_dict
@@ -477,7 +496,7 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
     same_pre = pretraining_identical(runs)
     budget = (
         f"MLE pretraining {t.pretrain_iters} iterations × {t.pretrain_batch_size} pairs (lr {t.pretrain_lr}), "
-        f"then {t.iters} algorithm iterations × {t.batch_size} inputs (lr {cfg.algo.lr}); "
+        f"then {t.iters} algorithm iterations × {t.batch_size} inputs ({algo_lrs(algos, overrides, args.config)}); "
         f"validation every {t.eval_every} iterations on {cfg.task.val_size} inputs (the curves); the table: "
         f"{cfg.task.test_size} test inputs, evaluated once at the end of each run"
     )
@@ -640,29 +659,28 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from tqdm import tqdm
 
+        per_seed, todo = {s: overrides for s in seeds}, []
+        if args.pretrain_once:  # one pretraining per seed (MLE, and D for SeqGAN), every algorithm starts from it
+            pre = {s: runs_root / f"pretrained-s{s}" for s in seeds}
+            pre_overrides = [*overrides, "train.iters=0"]
+            todo = [s for s in seeds
+                    if args.fresh or not _finished_as(pre[s], args.config, pre_overrides, args.algos[0], s)]
+            per_seed = {s: [*overrides, f"train.init_from={pre[s]}"] for s in seeds}
+        kept = kept_runs(jobs, per_seed, todo, args.config, args.fresh)
         print(
-            f"{len(jobs)} runs ({', '.join(args.algos)} × seeds {seeds}), {args.jobs} at a time; "
-            f"overrides: {' '.join(overrides)}",
+            f"{len(jobs)} runs ({', '.join(args.algos)} × seeds {seeds}), {len(kept)} of them kept (finished, same "
+            f"config), {args.jobs} at a time; overrides: {' '.join(overrides)}",
             flush=True,
         )
+        for a, s, d in kept:
+            runs.append(collect(d, a, s))
+            print(f"kept {d} (finished, same config)", flush=True)
         extra = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a fresh process per run
         pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), **extra)
         try:
-            per_seed = {s: overrides for s in seeds}
-            if args.pretrain_once:  # one pretraining per seed (MLE, and D for SeqGAN), every algorithm starts from it
-                pre = {s: runs_root / f"pretrained-s{s}" for s in seeds}
-                pre_overrides = [*overrides, "train.iters=0"]
-                todo = [s for s in seeds
-                        if args.fresh or not _finished_as(pre[s], args.config, pre_overrides, args.algos[0], s)]
-                for fut in [pool.submit(run_one, pre_overrides, args.algos[0], s, str(pre[s]), args.config)
-                            for s in todo]:
-                    fut.result()
-                per_seed = {s: [*overrides, f"train.init_from={pre[s]}"] for s in seeds}
-            kept = [] if args.fresh else [(a, s, d) for a, s, d in jobs
-                                          if _finished_as(d, args.config, per_seed[s], a, s)]
-            for a, s, d in kept:  # an interrupted or extended benchmark reruns only what is missing or changed
-                runs.append(collect(d, a, s))
-                print(f"kept {d} (finished, same config)", flush=True)
+            for fut in [pool.submit(run_one, pre_overrides, args.algos[0], s, str(pre[s]), args.config)
+                        for s in todo]:
+                fut.result()
             futures = {pool.submit(run_one, per_seed[s], a, s, str(d), args.config): (a, s, d)
                        for a, s, d in jobs if (a, s, d) not in kept}
             bar = tqdm(total=len(futures), unit="run", dynamic_ncols=True, disable=None)  # None: off unless a tty

@@ -12,7 +12,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.counting import BASE_OVERRIDES, resolved_settings  # noqa: E402
+from benchmarks.counting import BASE_OVERRIDES, algo_lrs, resolved_settings  # noqa: E402
 from rayseq.config import build_config, config_to_dict  # noqa: E402
 
 OVERRIDES = [*BASE_OVERRIDES, "train.iters=7"]
@@ -36,6 +36,12 @@ def test_each_algorithm_shows_its_own_resolved_bounds(tmp_path):
     for key in ("alpha1 10,", "beta1 0.5,", "alpha2 0.2,", "beta2 0.2,", "use_baseline False"):
         assert key in seqgan_dyn, seqgan_dyn
     assert "; D: " in seqgan_dyn and "d_steps 2," in seqgan_dyn  # the override, as the run resolved it
+
+
+def test_the_budget_line_shows_each_algorithms_own_lr():
+    algos = ["seqgan", "seqgan_ppo"]
+    assert algo_lrs(algos, [*GAN, "algo.lr=1e-4"]) == "lr 0.0001"
+    assert algo_lrs(algos, [*GAN, "algo.lr=1e-4", "algo.seqgan_ppo.lr=1e-5"]) == "lr SeqGAN 0.0001, SeqGAN-PPO 1e-05"
 
 
 def test_without_config_yaml_the_overrides_resolve_the_same(tmp_path):
@@ -88,19 +94,34 @@ def test_a_run_started_from_a_pretrained_run_curves_from_its_start(tmp_path):
     assert collect(own, "seqgan", 0)["curve"]["stage"] == ["mle", "train"]
 
 
-def test_a_finished_run_of_the_same_config_is_kept_and_fresh_reruns_it(tmp_path, capsys):
+def test_kept_runs_are_the_finished_ones_of_the_same_config_unless_fresh_or_pretrained_anew(tmp_path):
+    from benchmarks.counting import kept_runs, run_overrides
+
+    def finished(algo: str, seed: int, overrides: list[str]) -> tuple:
+        d = tmp_path / f"{algo}-s{seed}"
+        d.mkdir()
+        cfg = build_config(None, run_overrides(overrides, algo, seed, d))
+        (d / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        (d / "summary.json").write_text("{}")
+        return algo, seed, d
+
+    same, other, unfinished = finished("ppo", 0, OVERRIDES), finished("ppo", 1, [*OVERRIDES, "algo.lr=0.5"]), \
+        finished("reinforce", 0, OVERRIDES)
+    (unfinished[2] / "summary.json").unlink()
+    jobs, per_seed = [same, other, unfinished], {0: OVERRIDES, 1: OVERRIDES}
+    assert kept_runs(jobs, per_seed, [], None, fresh=False) == [same]
+    assert kept_runs(jobs, per_seed, [], None, fresh=True) == []
+    assert kept_runs(jobs, per_seed, [0], None, fresh=False) == []  # seed 0 pretrained anew
+
+
+def test_a_second_run_of_the_benchmark_keeps_the_finished_runs(tmp_path, capsys):
     from benchmarks.counting import main
 
-    argv = ["--algos", "reinforce", "--seeds", "0", "--jobs", "1", "--out", str(tmp_path), "train.pretrain_iters=20",
-            "train.iters=2", "train.eval_every=2", "task.test_size=100", "task.val_size=100"]
+    argv = ["--pretrain-once", "--algos", "reinforce", "--seeds", "0", "--jobs", "1", "--out", str(tmp_path),
+            "train.pretrain_iters=20", "train.iters=2", "train.eval_every=2", "task.test_size=100", "task.val_size=100"]
     summary = tmp_path / "runs" / "counting" / "reinforce-s0" / "summary.json"
     assert main(argv) == 0
-    first = summary.read_text()
-    summary.write_text(first.replace('"wall_s"', '"wall_s_marker": 1, "wall_s"', 1))  # a rerun would overwrite it
+    summary.write_text(summary.read_text().replace('"wall_s"', '"wall_s_marker": 1, "wall_s"', 1))
     assert main(argv) == 0
-    assert "wall_s_marker" in summary.read_text()
+    assert "wall_s_marker" in summary.read_text()  # a rerun would have rewritten it
     assert f"kept {summary.parent} (finished, same config)" in capsys.readouterr().out
-    assert main([*argv, "--fresh"]) == 0
-    assert "wall_s_marker" not in summary.read_text()
-    assert main([*argv[:-1], "task.val_size=101"]) == 0  # another config: rerun, not kept
-    assert "kept" not in capsys.readouterr().out

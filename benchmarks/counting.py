@@ -16,6 +16,7 @@ Run book (from the repository root)
       --notes benchmarks/results/counting_seqgan/findings.md      # Table 1's SeqGAN block (its YAML's header)
 A run whose directory already holds a finished run of the same resolved config is kept, not rerun (--fresh reruns
 everything): an interrupted benchmark, or one given more --algos or --seeds, trains only what is missing or changed.
+The check compares configs, not code: after changing training code, pass --fresh.
 
 Time on the 2-core development machine (--jobs 2, in-process runs): one default run takes ~1-1.5 min
 (1,000 MLE iterations at ~0.03 s, 200 algorithm iterations at ~0.1 s, 48 evaluations at ~0.4 s), so

@@ -110,15 +110,29 @@ def _config_data(path: str | None) -> dict | None:
     return load_yaml(path) if path else None
 
 
+def resolved_for(algo: str, overrides: list[str], config: str | None = None):
+    """The config ``algo``'s runs resolve to under ``overrides`` (its own defaults and per-algorithm keys applied)."""
+    from rayseq.config import build_config
+
+    return build_config(_config_data(config), [*overrides, f"algo.name={algo}"])
+
+
+def run_config(overrides: list[str], algo: str, seed: int, run_dir: Path, config: str | None = None):
+    """The config of one (algorithm, seed) run into ``run_dir``: what it trains with and writes to config.yaml."""
+    from rayseq.config import build_config
+
+    return build_config(_config_data(config), run_overrides(overrides, algo, seed, run_dir))
+
+
 def _finished_as(run_dir: Path, config: str | None, overrides: list[str], algo: str, seed: int) -> bool:
     """``run_dir`` holds a finished run of exactly this config (kept, not rerun, unless --fresh)."""
     import yaml
 
-    from rayseq.config import build_config, config_to_dict
+    from rayseq.config import config_to_dict
 
     if not (run_dir / "summary.json").exists():
         return False
-    want = config_to_dict(build_config(_config_data(config), run_overrides(overrides, algo, seed, run_dir)))
+    want = config_to_dict(run_config(overrides, algo, seed, run_dir, config))
     return yaml.safe_load((run_dir / "config.yaml").read_text()) == want
 
 
@@ -134,13 +148,12 @@ def run_one(overrides: list[str], algo: str, seed: int, run_dir: str, config: st
     """Trains one (algorithm, seed) from scratch into ``run_dir`` (``config``: an experiment YAML under the
     overrides); returns ``run_dir``."""
     _use_repo()
-    from rayseq.config import build_config
     from rayseq.distributed.driver import Trainer
 
     path = Path(run_dir)
     if path.exists():
         shutil.rmtree(path)
-    Trainer(build_config(_config_data(config), run_overrides(overrides, algo, seed, path))).run()
+    Trainer(run_config(overrides, algo, seed, path, config)).run()
     return run_dir
 
 
@@ -446,7 +459,7 @@ def resolved_settings(runs: list[dict], algos: list[str], overrides: list[str], 
     config ``overrides`` resolve to for that algorithm, which is what config.yaml holds."""
     import yaml
 
-    from rayseq.config import build_config, config_to_dict
+    from rayseq.config import config_to_dict
 
     lines = []
     for a in algos:
@@ -458,7 +471,7 @@ def resolved_settings(runs: list[dict], algos: list[str], overrides: list[str], 
                 c = yaml.safe_load(path.read_text())
                 sections.append(({k: v for k, v in c["algo"].items() if k != "name"}, c.get("disc")))
         if not sections:
-            c = config_to_dict(build_config(_config_data(config), [*overrides, f"algo.name={a}"]))
+            c = config_to_dict(resolved_for(a, overrides, config))
             sections.append(({k: v for k, v in c["algo"].items() if k != "name"}, c.get("disc")))
         algo, disc = sections[0]
         text = ", ".join(f"{k} {_setting(v)}" for k, v in algo.items())
@@ -473,9 +486,7 @@ def resolved_settings(runs: list[dict], algos: list[str], overrides: list[str], 
 def algo_lrs(algos: list[str], overrides: list[str], config: str | None = None) -> str:
     """The algorithm stage's learning rate as the runs resolve it: one value, or one per algorithm when per-algorithm
     keys (``algo.seqgan_ppo.lr=...``) make them differ."""
-    from rayseq.config import build_config
-
-    lrs = {a: build_config(_config_data(config), [*overrides, f"algo.name={a}"]).algo.lr for a in algos}
+    lrs = {a: resolved_for(a, overrides, config).algo.lr for a in algos}
     if len(set(lrs.values())) == 1:
         return f"lr {lrs[algos[0]]}"
     return "lr " + ", ".join(f"{LABELS.get(a, a)} {v}" for a, v in lrs.items())
@@ -483,12 +494,12 @@ def algo_lrs(algos: list[str], overrides: list[str], config: str | None = None) 
 
 def write_report(args, overrides, runs, failures, suffix, quick) -> str:
     _use_repo()
-    from rayseq.config import build_config, config_to_dict
+    from rayseq.config import config_to_dict
 
     out = Path(args.out)
     algos = [a for a in args.algos if any(r["algo"] == a for r in runs)]
     # the shared settings, resolved for the first algorithm (overrides may hold keys only some algorithms read)
-    cfg = build_config(_config_data(args.config), [*overrides, f"algo.name={algos[0]}"])
+    cfg = resolved_for(algos[0], overrides, args.config)
     t = cfg.train
     summary = summarize(runs, algos)
     machine = machine_info()
@@ -633,7 +644,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, user_overrides = parse_args(sys.argv[1:] if argv is None else argv)
     _use_repo()
-    from rayseq.config import ConfigError, build_config
+    from rayseq.config import ConfigError
 
     quick = args.quick
     suffix = "_quick" if quick else ""
@@ -644,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(a, s, runs_root / f"{a}-s{s}") for s in seeds for a in args.algos]
     try:  # fail before starting anything on a bad override
         for a, s, d in jobs:
-            build_config(_config_data(args.config), run_overrides(overrides, a, s, d))
+            run_config(overrides, a, s, d, args.config)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

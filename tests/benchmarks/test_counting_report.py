@@ -12,7 +12,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.counting import BASE_OVERRIDES, algo_lrs, resolved_settings  # noqa: E402
+from benchmarks.counting import BASE_OVERRIDES, algo_lrs, resolved_settings, run_overrides  # noqa: E402
 from rayseq.config import build_config, config_to_dict  # noqa: E402
 
 OVERRIDES = [*BASE_OVERRIDES, "train.iters=7"]
@@ -20,9 +20,10 @@ GAN = [*OVERRIDES, "disc.d_steps=2"]
 
 
 def _run(tmp_path: Path, algo: str, seed: int, overrides: list[str]) -> dict:
+    """A run's directory with the config.yaml the benchmark's run would write."""
     run_dir = tmp_path / f"{algo}-s{seed}"
     run_dir.mkdir()
-    cfg = build_config(None, [*overrides, f"algo.name={algo}", f"seed={seed}"])
+    cfg = build_config(None, run_overrides(overrides, algo, seed, run_dir))
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     return {"algo": algo, "seed": seed, "run_dir": str(run_dir)}
 
@@ -95,13 +96,10 @@ def test_a_run_started_from_a_pretrained_run_curves_from_its_start(tmp_path):
 
 
 def test_kept_runs_are_the_finished_ones_of_the_same_config_unless_fresh_or_pretrained_anew(tmp_path):
-    from benchmarks.counting import kept_runs, run_overrides
+    from benchmarks.counting import kept_runs
 
     def finished(algo: str, seed: int, overrides: list[str]) -> tuple:
-        d = tmp_path / f"{algo}-s{seed}"
-        d.mkdir()
-        cfg = build_config(None, run_overrides(overrides, algo, seed, d))
-        (d / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        d = Path(_run(tmp_path, algo, seed, overrides)["run_dir"])
         (d / "summary.json").write_text("{}")
         return algo, seed, d
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -197,6 +198,51 @@ def test_load_yaml_invalid_and_empty(tmp_path):
     assert load_yaml(empty) == {}
 
 
+
+def test_load_yaml_base_overlay_merges_section_by_section(tmp_path):
+    """``base:`` makes a file an overlay of another (tune_configs/chitchat_bot.yaml on chitchat_quick.yaml): the
+    base's sections stay but for the keys the overlay sets; a list replaces the base's; chains resolve in order."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "root.yaml").write_text(
+        "algo: {name: ppo, lr: 0.001, grpo: {kl_coef: 0.05}}\ntrain: {iters: 10, pretrain_iters: 20}\n"
+        "reward: {terms: [{fn: task}, {fn: length}]}\n")
+    (tmp_path / "mid.yaml").write_text("base: sub/root.yaml\nalgo: {grpo: {kl_coef: 0.02}}\ntrain: {iters: 30}\n")
+    (tmp_path / "top.yaml").write_text("base: mid.yaml\nalgo: {name: grpo}\nreward: {terms: [{fn: task}]}\n")
+    data = load_yaml(tmp_path / "top.yaml")
+    assert data == {"algo": {"name": "grpo", "lr": 0.001, "grpo": {"kl_coef": 0.02}},
+                    "train": {"iters": 30, "pretrain_iters": 20}, "reward": {"terms": [{"fn": "task"}]}}
+    cfg = build_config(data)
+    assert (cfg.algo.name, cfg.algo.kl_coef, cfg.train.iters, cfg.train.pretrain_iters) == ("grpo", 0.02, 30, 20)
+
+
+def test_load_yaml_base_errors_name_the_file(tmp_path):
+    missing = tmp_path / "a.yaml"
+    missing.write_text("base: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match="not found") as info:
+        load_yaml(missing)
+    assert "nowhere.yaml" in str(info.value) and f"the base: of {missing}" in str(info.value)
+    (tmp_path / "b.yaml").write_text("base: c.yaml\n")
+    (tmp_path / "c.yaml").write_text("base: b.yaml\n")
+    with pytest.raises(ConfigError, match="extends itself"):
+        load_yaml(tmp_path / "b.yaml")
+    bad = tmp_path / "d.yaml"
+    bad.write_text("base: [x.yaml]\n")
+    with pytest.raises(ConfigError, match="base: is the path") as info:
+        load_yaml(bad)
+    assert str(bad) in str(info.value)
+
+
+def test_shipped_chatbot_config_is_the_quick_schedule_with_the_chosen_rl_settings():
+    """tune_configs/chitchat_bot.yaml (issue 31's chosen chatbot defaults) changes only the algorithm and the
+    reward of chitchat_quick.yaml: the same data, model and MLE schedule, so their pretrained runs are the same."""
+    root = Path(__file__).resolve().parents[1] / "tune_configs"
+    quick, bot = build_config(load_yaml(root / "chitchat_quick.yaml")), build_config(load_yaml(root / "chitchat_bot.yaml"))
+    assert (bot.algo.name, bot.algo.kl_coef) == ("grpo", 0.02)
+    assert [(t.fn, t.weight) for t in bot.reward.terms] == [("task", 1.0), ("novelty", 0.1)]
+    assert quick.reward.terms == [] and quick.algo.name == "ppo_dynamic"  # the papers' reward and algorithm
+    for section in ("task", "model", "train", "learner", "rollout"):
+        assert getattr(bot, section) == getattr(quick, section), section
+
 def test_yaml_round_trip(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("# header\nalgo:\n  name: ppo_dynamic\n  alpha1: .inf\nseed: 2\n")
@@ -266,10 +312,6 @@ def test_a_later_top_level_algo_key_beats_the_files_per_algorithm_value():
     assert build_config(data, ["algo.grpo.kl_coef=0.4"]).algo.kl_coef == 0.4
     assert build_config(data, ["algo.kl_coef=0.3", "algo.grpo.kl_coef=0.4"]).algo.kl_coef == 0.4
     assert data["algo"]["grpo"] == {"kl_coef": 0.02, "group_size": 4}  # the caller's data is not changed
-    from pathlib import Path
-
-    from rayseq.config import load_yaml
-
     quick = load_yaml(Path(__file__).resolve().parents[1] / "tune_configs/chitchat_quick.yaml")
     assert build_config(quick, ["algo.name=grpo", "algo.kl_coef=0.3"]).algo.kl_coef == 0.3
 

@@ -56,10 +56,14 @@ def deep_merge(base: dict, extra: dict) -> dict:
     return out
 
 
-def load_yaml(path: str | Path) -> dict:
+def load_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
+    """A config file as a dict. ``base: OTHER.yaml`` (a path relative to the file) makes it an overlay: OTHER is
+    loaded first (its own ``base:`` too) and this file's keys are merged into it, section by section (a list or a
+    value replaces the base's)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        where = f" (the base: of {_chain[-1]})" if _chain else ""
+        raise ConfigError(f"config file not found: {path}{where}")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -68,7 +72,16 @@ def load_yaml(path: str | Path) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
-    return data
+    if "base" not in data:
+        return data
+    base = data.pop("base")
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: base: is the path of the config file this one extends, got {base!r}")
+    chain = (*_chain, path.resolve())
+    base_path = (path.parent / base).resolve()
+    if base_path in chain:
+        raise ConfigError(f"{path}: base: {base} extends itself ({' -> '.join(str(p) for p in (*chain, base_path))})")
+    return deep_merge(load_yaml(base_path, chain), data)
 
 
 def described_yaml(data: dict, cfg: BaseModel, width: int = 118) -> str:

@@ -129,7 +129,7 @@ def counting(seeds: list[int]) -> tuple[list[dict], float]:
 
 CHITCHAT_CONFIG = ROOT / "tune_configs" / "chitchat_quick.yaml"
 CHITCHAT_DATA = ROOT / "data" / "chitchat"
-# shorter than benchmarks/chitchat.py's schedule (1,500 MLE iterations): about 15 minutes for 2 archs x 2 seeds
+# shorter than benchmarks/chitchat.py's schedule (3,000 MLE iterations): about 15 minutes for 2 archs x 2 seeds
 CHITCHAT_SCHEDULE = ["train.pretrain_iters=800", "train.iters=150", "train.pretrain_eval_every=100",
                      "train.eval_every=25", "train.checkpoint_every=0"]
 CHITCHAT_ARCHS = {
@@ -323,7 +323,7 @@ def render(payload: dict) -> str:
         lines.append("")
     if c := payload.get("chitchat"):
         lines += [f"### Chit-chat, {c['mle_iters']:,} MLE then {c['rl_iters']} {c['algo']} iterations in-process "
-                  f"(a shorter schedule than benchmarks/chitchat.py's 1,500 MLE), same budget: the GRU's loop time "
+                  f"(a shorter schedule than benchmarks/chitchat.py's 3,000 MLE), same budget: the GRU's loop time "
                   f"{c['budget_s']:.0f} s", "",
                   f"`{c['config']}` with `{' '.join(c['schedule'])}`, batch {c['batch']}, the same for both archs. "
                   "BLEU-2: corpus BLEU-2 of greedy replies against all references of each input (validation: "

@@ -233,15 +233,17 @@ def test_load_yaml_base_errors_name_the_file(tmp_path):
 
 
 def test_shipped_chatbot_config_is_the_quick_schedule_with_the_chosen_rl_settings():
-    """tune_configs/chitchat_bot.yaml (issue 31's chosen chatbot defaults) changes only the algorithm and the
-    reward of chitchat_quick.yaml: the same data, model and MLE schedule, so their pretrained runs are the same."""
+    """tune_configs/chitchat_bot.yaml (issue 31's chosen chatbot defaults) changes only the algorithm, the reward
+    and the RL length of chitchat_quick.yaml: the same data, model and MLE schedule, so their pretrained runs are
+    the same."""
     root = Path(__file__).resolve().parents[1] / "tune_configs"
     quick, bot = build_config(load_yaml(root / "chitchat_quick.yaml")), build_config(load_yaml(root / "chitchat_bot.yaml"))
-    assert (bot.algo.name, bot.algo.kl_coef) == ("grpo", 0.02)
+    assert (bot.algo.name, bot.algo.kl_coef, bot.train.iters) == ("grpo", 0.02, 300)
     assert [(t.fn, t.weight) for t in bot.reward.terms] == [("task", 1.0), ("novelty", 0.1)]
     assert quick.reward.terms == [] and quick.algo.name == "ppo_dynamic"  # the papers' reward and algorithm
-    for section in ("task", "model", "train", "learner", "rollout"):
+    for section in ("task", "model", "learner", "rollout", "scorer"):
         assert getattr(bot, section) == getattr(quick, section), section
+    assert bot.train.model_copy(update={"iters": quick.train.iters}) == quick.train
 
 def test_yaml_round_trip(tmp_path):
     path = tmp_path / "exp.yaml"

@@ -93,7 +93,7 @@ def test_ctrl_c_then_resume_without_config_continues_the_same_run(corpus, tmp_pa
     # (MLE is still running), the progress output
     r = cli(*start[3:], f"train.pretrain_iters={second_stop + 3}", "train.iters=2", "progress=lines", "--resume")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert (f"changed: progress bar -> lines; train.pretrain_iters 1500 -> {second_stop + 3}; train.iters 150 -> 2"
+    assert (f"changed: progress bar -> lines; train.pretrain_iters 3000 -> {second_stop + 3}; train.iters 150 -> 2"
             in r.stderr)
     rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
     assert [row["iteration"] for row in rows] == list(range(1, second_stop + 3 + 2 + 1))  # none repeated or lost

@@ -237,7 +237,8 @@ def test_shipped_chatbot_config_is_the_quick_schedule_with_the_chosen_rl_setting
     and the RL length of chitchat_quick.yaml: the same data, model and MLE schedule, so their pretrained runs are
     the same."""
     root = Path(__file__).resolve().parents[1] / "tune_configs"
-    quick, bot = build_config(load_yaml(root / "chitchat_quick.yaml")), build_config(load_yaml(root / "chitchat_bot.yaml"))
+    quick = build_config(load_yaml(root / "chitchat_quick.yaml"))
+    bot = build_config(load_yaml(root / "chitchat_bot.yaml"))
     assert (bot.algo.name, bot.algo.kl_coef, bot.train.iters) == ("grpo", 0.02, 300)
     assert [(t.fn, t.weight) for t in bot.reward.terms] == [("task", 1.0), ("novelty", 0.1)]
     assert quick.reward.terms == [] and quick.algo.name == "ppo_dynamic"  # the papers' reward and algorithm

@@ -671,10 +671,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from tqdm import tqdm
 
-        per_seed, todo = {s: overrides for s in seeds}, []
+        per_seed, todo = {s: overrides for s in seeds}, []  # todo: the seeds to pretrain (--pretrain-once)
+        pre, pre_overrides = {s: runs_root / f"pretrained-s{s}" for s in seeds}, [*overrides, "train.iters=0"]
         if args.pretrain_once:  # one pretraining per seed (MLE, and D for SeqGAN), every algorithm starts from it
-            pre = {s: runs_root / f"pretrained-s{s}" for s in seeds}
-            pre_overrides = [*overrides, "train.iters=0"]
             todo = [s for s in seeds
                     if args.fresh or not _finished_as(pre[s], args.config, pre_overrides, args.algos[0], s)]
             per_seed = {s: [*overrides, f"train.init_from={pre[s]}"] for s in seeds}

@@ -198,7 +198,6 @@ def test_load_yaml_invalid_and_empty(tmp_path):
     assert load_yaml(empty) == {}
 
 
-
 def test_load_yaml_base_overlay_merges_section_by_section(tmp_path):
     """``base:`` makes a file an overlay of another (tune_configs/chitchat_bot.yaml on chitchat_quick.yaml): the
     base's sections stay but for the keys the overlay sets; a list replaces the base's; chains resolve in order."""
@@ -245,6 +244,7 @@ def test_shipped_chatbot_config_is_the_quick_schedule_with_the_chosen_rl_setting
     for section in ("task", "model", "learner", "rollout", "scorer"):
         assert getattr(bot, section) == getattr(quick, section), section
     assert bot.train.model_copy(update={"iters": quick.train.iters}) == quick.train
+
 
 def test_yaml_round_trip(tmp_path):
     path = tmp_path / "exp.yaml"

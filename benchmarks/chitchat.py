@@ -29,6 +29,7 @@ replies in chitchat.md, runs under runs/chitchat/.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -88,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     mle_bleu = None
     summary: dict[str, dict[str, list]] = {}
     everyday: dict[str, list[str]] = {}  # algo -> seed 0's greedy replies to EVERYDAY
+    parts: dict[str, list[dict]] = {}  # algo -> its runs' BLEU-2 factors (bleu_parts)
+    tasks: dict = {}
     for algo in ["pretrained", *args.algos, *variants]:
         vals = {k: [] for k in [*KEYS, "everyday_distinct", "everyday_unk"]}
+        parts[algo] = []
         for s in args.seeds:
             d = runs_dir / (f"pretrain-s{s}" if algo == "pretrained" else f"{algo}-s{s}")
             if not (d / "summary.json").is_file():
@@ -98,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             m = r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
             for k, key in zip(KEYS, keys):  # vals keeps the test/ names whichever split it holds
                 vals[k].append(m.get(key))
-            replies = everyday_replies(d)
+            model = load_model(d)
+            replies = everyday_replies(model)
+            parts[algo].append(bleu_parts(model, d, args.split, tasks))
             vals["everyday_distinct"].append(len(set(replies)))
             vals["everyday_unk"].append(sum("…" in x for x in replies))
             everyday.setdefault(algo, replies)
@@ -107,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             if s == args.seeds[0] and algo != "pretrained":
                 samples[algo] = r["summary"]["details"]
             payload["runs"][f"{algo}-s{s}"] = {k: m.get(k) for k in keys}
+            payload["runs"][f"{algo}-s{s}-bleu_parts"] = parts[algo][-1]
         b = [x for x in vals["test/bleu2"] if x is not None]
         summary[algo] = vals
         if algo == "pretrained" and b:
@@ -119,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                      mean_std([float(x) for x in n_test]), mean_std([float(x) for x in vals["everyday_distinct"]]),
                      str(sum(vals["everyday_unk"])) + " / " + mean_std(vals["test/unk_replies"]),
                      mean_std(vals["test/reply_len"]), str(len(b))))
-    table = _table(rows, args, samples, everyday, variants)
+    table = _table(rows, args, samples, everyday, variants, parts)
     name = "chitchat" if args.split == "test" else "chitchat_val"
     _plot(curves, args.out / "chitchat_curves.png")
     _plot_summary(summary, args.out / f"{name}_algorithms.png", args.split)
@@ -143,17 +150,55 @@ def parse_variants(specs: list[list[str]], algos: list[str]) -> dict[str, list[s
 TEST_INPUTS = 1000  # tune_configs/chitchat_quick.yaml's task.test_size (and val_size)
 
 
-def everyday_replies(run_dir: Path) -> list[str]:
-    """A run's greedy replies to :data:`EVERYDAY` from its last checkpoint (the pretraining run's: the MLE model),
-    decoded as the model has it: no repetition penalty, no n-gram ban (serving's defaults would hide a template)."""
+def load_model(run_dir: Path):
+    """A run's model from its last checkpoint (the pretraining run's: the MLE model), as serving loads it."""
     import torch
 
-    from rayseq.serving.model import ChatModel, GenRequest
+    from rayseq.serving.model import ChatModel
 
     torch.set_num_threads(1)
-    model = ChatModel(run_dir)
+    return ChatModel(run_dir)
+
+
+def everyday_replies(model) -> list[str]:
+    """A model's (:func:`load_model`) greedy replies to :data:`EVERYDAY`, decoded as the model has it: no repetition
+    penalty, no n-gram ban (serving's defaults would hide a template)."""
+    from rayseq.serving.model import GenRequest
+
     off = dict(temperature=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0, max_tokens=model.max_tgt_len)
     return [r.replies[0] for r in model.generate([GenRequest(m, **off) for m in EVERYDAY])]
+
+
+def bleu_parts(model, run_dir: Path, split: str, tasks: dict) -> dict:
+    """The factors of a model's corpus BLEU-2 on the split's greedy replies (``rayseq.rewards.corpus_bleu_parts``:
+    BP, p_1, p_2, reply and reference words), which tell a gain in n-gram precision from one in length. Kept in
+    ``bleu_parts_<split>.json`` in the run beside the checkpoint it was computed from; ``tasks`` caches the task (its
+    data) by config across runs."""
+    import yaml
+
+    from rayseq.config import build_config
+    from rayseq.rewards import corpus_bleu_parts
+    from rayseq.tasks import make_task
+
+    cache = run_dir / f"bleu_parts_{split}.json"
+    if cache.is_file():
+        kept = json.loads(cache.read_text())
+        if kept.get("checkpoint") == Path(model.checkpoint).name:
+            return kept
+    cfg = build_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    key = cfg.task.model_dump_json()
+    task = tasks[key] if key in tasks else tasks.setdefault(key, make_task(cfg.task, cfg.reward))
+    src, src_len, refs = task.split(split)
+    replies = task.greedy_replies(model.generator, src, src_len)
+    if task.words is not None:  # BLEU counts words, as the run's own evaluation does (PairsTask.evaluate)
+        refs, replies = task.word_references(task.split_keys(split)), [task.words(r) for r in replies]
+    judged = [i for i, r in enumerate(refs) if len(r)]
+    parts = corpus_bleu_parts([replies[i] for i in judged], [refs[i] for i in judged], max_order=2)
+    out = {"checkpoint": Path(model.checkpoint).name, "bleu2": 100 * parts["bleu"], "bp": parts["bp"],
+           "p1": 100 * parts["precisions"][0], "p2": 100 * parts["precisions"][1],
+           "reply_words": parts["hyp_len"] / len(judged), "reference_words": parts["ref_len"] / len(judged)}
+    cache.write_text(json.dumps(out, indent=1))
+    return out
 
 
 def _prepare(config: str, overrides: list[str]) -> None:
@@ -170,7 +215,7 @@ def _paper(table: dict, algo: str) -> str:
     return f"{table[algo]:.2f}" + ("" if algo == "pretrained" else f" ({table[algo] - table['pretrained']:+.2f})")
 
 
-def _table(rows, args, samples, everyday, variants) -> str:
+def _table(rows, args, samples, everyday, variants, parts) -> str:
     split = {"test": "test", "val": "validation"}[args.split]
     head = ("algorithm", f"{split} BLEU-2 (ours)", "gain over pretrained MLE", "Tuan et al. Table 2 (gain)",
             "ERPO Table 1 (gain)", "sentence BLEU-2 (the reward)", "distinct-1", "distinct-2", "Self-BLEU-2",
@@ -186,6 +231,17 @@ def _table(rows, args, samples, everyday, variants) -> str:
               "budget, so an algorithm's gain over `mle` is what it adds beyond more training. Papers: Tuan et "
               "al. Table 2 (OpenSubtitles, BLEU-2), Tan et al. (ERPO) Table 1 (IWSLT'14 de-en, BLEU-4, attention LSTM, "
               "beam 5).", ""]
+    lines += ["Where the BLEU-2 comes from: BLEU-2 = BP · √(p1 · p2), BP = exp(1 − r/c) when the replies' c words "
+              "are fewer than the references' r (else 1); means over seeds, seed by seed in the JSON:", "",
+              "| algorithm | BLEU-2 | BP | p1 (%) | p2 (%) | reply words / reference words (per input) |",
+              "|---|---|---|---|---|---|"]
+    for algo, ps in parts.items():
+        if ps:
+            mean = {k: statistics.mean(p[k] for p in ps) for k in ("bleu2", "bp", "p1", "p2", "reply_words",
+                                                                   "reference_words")}
+            lines.append(f"| {algo} | {mean['bleu2']:.2f} | {mean['bp']:.3f} | {mean['p1']:.2f} | {mean['p2']:.2f} | "
+                         f"{mean['reply_words']:.2f} / {mean['reference_words']:.2f} |")
+    lines.append("")
     lines += [f"Greedy replies (seed {args.seeds[0]}, no repetition penalty) to {len(EVERYDAY)} everyday messages:", "",
               "| message | " + " | ".join(everyday) + " |", "|" + "---|" * (len(everyday) + 1)]
     lines += ["| " + " | ".join([m, *(everyday[a][i] for a in everyday)]) + " |" for i, m in enumerate(EVERYDAY)]

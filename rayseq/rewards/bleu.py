@@ -113,6 +113,18 @@ def corpus_bleu(
     ``sentence_bleu``; hypotheses with fewer references are padded with ``None`` (sacrebleu's convention
     for a variable number of references).
     """
+    return corpus_bleu_parts(hyps, refs, max_order, hyp_len)["bleu"]
+
+
+def corpus_bleu_parts(
+    hyps: Sequence[Sequence[int]] | np.ndarray,
+    refs: Sequence[Sequence[Sequence[int]]],
+    max_order: int = 2,
+    hyp_len: np.ndarray | Sequence[int] | None = None,
+) -> dict:
+    """``corpus_bleu`` and the factors of BLEU = BP · exp(mean log p_n) (module docstring), to tell a gain in
+    n-gram precision from one in length: ``bleu`` and ``precisions`` (p_1..p_N) in [0, 1], ``bp``, ``hyp_len``
+    (c, hypothesis tokens summed) and ``ref_len`` (r, the closest reference lengths summed)."""
     from sacrebleu.metrics import BLEU  # evaluation only: the reward path above needs numpy alone
 
     h_tok, h_len = _flatten_hyps(hyps, hyp_len)
@@ -127,7 +139,9 @@ def corpus_bleu(
     width = max(map(len, refs))
     # sacrebleu wants reference *streams*: stream j holds the j-th reference of every sentence (or None).
     streams = [[_join(rs[j]) if j < len(rs) else None for rs in refs] for j in range(width)]
-    return BLEU(max_ngram_order=max_order, tokenize="none").corpus_score(hyp_str, streams).score / 100
+    score = BLEU(max_ngram_order=max_order, tokenize="none").corpus_score(hyp_str, streams)
+    return {"bleu": score.score / 100, "precisions": [p / 100 for p in score.precisions], "bp": score.bp,
+            "hyp_len": score.sys_len, "ref_len": score.ref_len}
 
 
 # -- internals --------------------------------------------------------------------------------------------

@@ -41,6 +41,14 @@ def test_a_variant_starts_from_the_seeds_pretrained_model_and_has_its_row(corpus
         assert f"group_size: {g}" in (runs / run / "config.yaml").read_text()
     table = (tmp_path / "chitchat.md").read_text()
     assert "| g4 |" in table and "| grpo |" in table and "`g4`: `algo.name=grpo algo.group_size=4`" in table
+    # BLEU-2's factors, recomputed from each run's last checkpoint, multiply back to the run's own test BLEU-2
+    report = json.loads((tmp_path / "chitchat.json").read_text())["runs"]
+    for run in ("pretrained", "grpo", "g4"):
+        parts, own = report[f"{run}-s0-bleu_parts"], report[f"{run}-s0"]["test/bleu2"]
+        assert parts["bleu2"] == pytest.approx(own, abs=1e-9)
+        assert parts["bleu2"] == pytest.approx(parts["bp"] * (parts["p1"] * parts["p2"]) ** 0.5, rel=1e-9)
+        assert 0 < parts["bp"] <= 1 and parts["reply_words"] > 0
+    assert "| grpo | " in table.split("Where the BLEU-2 comes from")[1]
     assert main(["--config", str(cfg), "--seeds", "0", "--out", str(tmp_path), *args, "--algos", "grpo",
                  "--variant", "g4", "algo.name=grpo", "algo.group_size=4", "--split", "val", "--report-only"]) == 0
     val = json.loads((tmp_path / "chitchat_val.json").read_text())

@@ -18,7 +18,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 import rayseq.rewards.bleu as bleu_mod
-from rayseq.rewards import corpus_bleu, sentence_bleu, sentence_bleu_padded
+from rayseq.rewards import corpus_bleu, corpus_bleu_parts, sentence_bleu, sentence_bleu_padded
 
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-6
@@ -235,6 +235,22 @@ def test_corpus_bleu_of_one_sentence_is_its_sentence_bleu():
     # With |h| ≥ N the effective order is N either way and the statistics are the same.
     hyp, refs = [1, 2, 3, 4, 2], [[1, 2, 4, 4], [2, 3]]
     assert corpus_bleu([hyp], [refs]) == pytest.approx(sentence_bleu([hyp], [refs])[0], abs=1e-12)
+
+
+def test_corpus_bleu_parts_by_hand():
+    # Two hypotheses against one reference each (Papineni et al. 2002, Sec. 2; BP Sec. 2.2.2):
+    #   h1 = 1 2 3 vs r1 = 1 2 4 5: unigrams 1, 2 match (2 of 3), bigram (1 2) matches (1 of 2)
+    #   h2 = 7 8   vs r2 = 7 9 8 6 6: unigrams 7, 8 match (2 of 2), no bigram matches (0 of 1)
+    # p1 = 4/5, p2 = 1/3, c = 5, r = 9: BP = exp(1 - 9/5), BLEU-2 = BP · sqrt(p1 · p2)
+    parts = corpus_bleu_parts([[1, 2, 3], [7, 8]], [[[1, 2, 4, 5]], [[7, 9, 8, 6, 6]]], max_order=2)
+    assert parts["precisions"] == pytest.approx([4 / 5, 1 / 3], abs=1e-12)
+    assert (parts["hyp_len"], parts["ref_len"]) == (5, 9)
+    assert parts["bp"] == pytest.approx(np.exp(1 - 9 / 5), abs=1e-12)
+    assert parts["bleu"] == pytest.approx(np.exp(1 - 9 / 5) * np.sqrt(4 / 5 * 1 / 3), abs=1e-12)
+    assert parts["bleu"] == corpus_bleu([[1, 2, 3], [7, 8]], [[[1, 2, 4, 5]], [[7, 9, 8, 6, 6]]])
+    # the closest reference length counts (a tie goes to the shorter), and c >= r means BP = 1
+    assert corpus_bleu_parts([[1, 2, 3]], [[[1, 2], [1, 2, 3, 4, 5, 6]]])["ref_len"] == 2
+    assert corpus_bleu_parts([[1, 2, 3]], [[[1, 2], [1, 2, 3, 4]]])["bp"] == 1.0
 
 
 def test_importing_the_reward_does_not_load_sacrebleu():

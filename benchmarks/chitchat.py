@@ -23,7 +23,8 @@ in-process, two at a time (benchmarks/_compare.py). The corpus is prepared into 
 
 Outputs in ``--out`` (default benchmarks/results): chitchat.md / .json, chitchat_algorithms.png (BLEU-2 per
 algorithm; the reward against distinct-2), chitchat_curves.png (validation BLEU-2 against iteration), sample
-replies in chitchat.md, runs under runs/chitchat/.
+replies and where each row's BLEU-2 comes from (brevity penalty, p1, p2) in chitchat.md, runs under runs/chitchat/;
+with ``--split val`` the same as chitchat_val.*.
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                      mean_std(vals["test/reply_len"]), str(len(b))))
     table = _table(rows, args, samples, everyday, variants, parts)
     name = "chitchat" if args.split == "test" else "chitchat_val"
-    _plot(curves, args.out / "chitchat_curves.png")
-    _plot_summary(summary, args.out / f"{name}_algorithms.png", args.split)
+    _plot(curves, args.out / f"{name}_curves.png")  # --split val: chitchat_val_curves.png, the candidates
+    _plot_summary(summary, args.out / f"{name}_algorithms.png", args.split, parts)
     write_report(args.out, name, table, payload)
     return 0
 
@@ -254,15 +255,19 @@ def _table(rows, args, samples, everyday, variants, parts) -> str:
     return "\n".join(lines)
 
 
-def _plot_summary(summary: dict, path: Path, split: str = "test") -> None:
-    """Left: held-out BLEU-2 per algorithm (mean and each seed); right: the reward against diversity."""
+def _plot_summary(summary: dict, path: Path, split: str = "test", parts: dict | None = None) -> None:
+    """Left: held-out BLEU-2 per algorithm (mean and each seed); middle: the reward against diversity; right (with
+    ``parts``, :func:`bleu_parts` per algorithm): its two factors, the brevity penalty against bigram precision."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     algos = [a for a, v in summary.items() if any(x is not None for x in v["test/bleu2"])]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    parts = {a: ps for a, ps in (parts or {}).items() if ps}
+    fig, axes = plt.subplots(1, 3 if parts else 2, figsize=(17 if parts else 12, 4.5),
+                             gridspec_kw={"width_ratios": [3, 2, 2] if parts else [3, 2]})
+    ax, ax2 = axes[:2]
     palette = [f"C{k}" for k in (0, 1, 2, 3, 4, 5, 6, 8, 9)]  # C7 is gray: kept for the MLE rows
     for i, a in enumerate(algos):
         ys = [x for x in summary[a]["test/bleu2"] if x is not None]
@@ -273,6 +278,10 @@ def _plot_summary(summary: dict, path: Path, split: str = "test") -> None:
         d = [x for x in summary[a]["test/distinct2"] if x is not None]
         ax2.scatter(statistics.mean(d), statistics.mean(r), color=colour)
         ax2.annotate(a, (statistics.mean(d), statistics.mean(r)), fontsize=7, xytext=(3, 2), textcoords="offset points")
+        if a in parts:
+            bp, p2 = (statistics.mean(x[k] for x in parts[a]) for k in ("bp", "p2"))
+            axes[2].scatter(bp, p2, color=colour)
+            axes[2].annotate(a, (bp, p2), fontsize=7, xytext=(3, 2), textcoords="offset points")
     if "pretrained" in algos:
         base = statistics.mean(x for x in summary["pretrained"]["test/bleu2"] if x is not None)
         ax.axhline(base, ls=":", c="k", label="pretrained MLE")
@@ -283,6 +292,10 @@ def _plot_summary(summary: dict, path: Path, split: str = "test") -> None:
     ax2.set_xlabel("distinct-2 (diversity)")
     ax2.set_ylabel(f"{split} sentence BLEU-2 (the reward)")
     ax2.set_title("reward against diversity")
+    if parts:
+        axes[2].set_xlabel("brevity penalty (1: replies as long as the references)")
+        axes[2].set_ylabel(f"{split} bigram precision p2 (%)")
+        axes[2].set_title("BLEU-2 = BP · √(p1 · p2): its two levers")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -48,6 +48,9 @@ ERPO = {"pretrained": 26.44, "raml": 27.22, "spg": 26.62, "mixer": 26.53, "sched
         "erpo_interpolation": 27.82}  # Tan et al. Table 1 (IWSLT'14 BLEU; their MLE is trained to convergence)
 KEYS = ["test/bleu2", "test/sentence_bleu2", "test/distinct1", "test/distinct2", "test/self_bleu2", "test/reply_len",
         "test/distinct_replies", "test/unk_replies"]
+# Issue 31's goal for an RL row against the pretrained model it starts from, per seed and on the mean
+GOAL_GAIN, GOAL_EVERYDAY = 1.0, 15  # BLEU-2 gain at least; distinct replies to the 20 everyday messages at least
+HEDGE = "not sure"  # the MLE models' template on everyday messages ("I'm not sure."): counted, not judged
 # 20 varied everyday messages (issue 31's goal: at least 15 distinct greedy replies to them)
 EVERYDAY = (
     "Hi! How was your weekend?", "I'm thinking of making pasta for dinner tonight.",
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                      str(sum(vals["everyday_unk"])) + " / " + mean_std(vals["test/unk_replies"]),
                      mean_std(vals["test/reply_len"]), str(len(b))))
     table = _table(rows, args, samples, everyday, variants, parts)
+    table += "\n" + goal_table(payload["runs"], [*args.algos, *variants], args.seeds, args.split)
     name = "chitchat" if args.split == "test" else "chitchat_val"
     _plot(curves, args.out / f"{name}_curves.png")  # --split val: chitchat_val_curves.png, the candidates
     _plot_summary(summary, args.out / f"{name}_algorithms.png", args.split, parts)
@@ -200,6 +204,43 @@ def bleu_parts(model, run_dir: Path, split: str, tasks: dict) -> dict:
            "reply_words": parts["hyp_len"] / len(judged), "reference_words": parts["ref_len"] / len(judged)}
     cache.write_text(json.dumps(out, indent=1))
     return out
+
+
+def goal_table(runs: dict, algos: list[str], seeds: list[int], split: str = "test") -> str:
+    """Issue 31's goal seed by seed for each row (``runs``: the report's JSON ``runs``): BLEU-2 gain ≥ GOAL_GAIN over
+    the seed's pretrained model, distinct-2 at least its, no ``<unk>`` in a greedy reply (held-out or everyday), at
+    least GOAL_EVERYDAY distinct replies to the everyday messages; ✓/✗ per criterion, and on the means."""
+    def mark(ok: bool) -> str:
+        return "✓" if ok else "✗"
+
+    lines = [f"Issue 31's goal, seed by seed ({split} inputs; ✓ met): BLEU-2 gain ≥ +{GOAL_GAIN:.1f}, distinct-2 at "
+             f"least the pretrained model's, no <unk> in a greedy reply, ≥ {GOAL_EVERYDAY} distinct replies to the "
+             f"{len(EVERYDAY)} everyday messages; \"{HEDGE}\" counts everyday replies with the MLE template.", "",
+             f"| row | seed | {split} BLEU-2: pretrained → row (gain) | distinct-2 | <unk> replies | distinct / "
+             f"{len(EVERYDAY)} everyday | \"{HEDGE}\" / {len(EVERYDAY)} everyday |", "|---|---|---|---|---|---|---|"]
+    for algo in algos:
+        per = []
+        for s in seeds:
+            pre, run = runs.get(f"pretrained-s{s}"), runs.get(f"{algo}-s{s}")
+            if not pre or not run:
+                continue
+            b0, b1 = pre[f"{split}/bleu2"], run[f"{split}/bleu2"]
+            d0, d1 = pre[f"{split}/distinct2"], run[f"{split}/distinct2"]
+            e0, e1 = runs[f"pretrained-s{s}-everyday"], runs[f"{algo}-s{s}-everyday"]
+            unk = sum("…" in x for x in e1) + round((run[f"{split}/unk_replies"] or 0) * TEST_INPUTS)
+            hedge = [sum(HEDGE in x.lower() for x in e) for e in (e0, e1)]
+            per.append((b0, b1, d0, d1, unk, len(set(e0)), len(set(e1)), *hedge))
+            lines.append(f"| {algo} | {s} | {b0:.2f} → {b1:.2f} ({b1 - b0:+.2f}) {mark(b1 - b0 >= GOAL_GAIN)} | "
+                         f"{d0:.4f} → {d1:.4f} {mark(d1 >= d0)} | {unk} {mark(unk == 0)} | {len(set(e0))} → "
+                         f"{len(set(e1))} {mark(len(set(e1)) >= GOAL_EVERYDAY)} | {hedge[0]} → {hedge[1]} |")
+        if len(per) > 1:
+            m = [statistics.mean(col) for col in zip(*per)]
+            gain = m[1] - m[0]
+            lines.append(f"| {algo} | mean | {m[0]:.2f} → {m[1]:.2f} ({gain:+.2f}) {mark(gain >= GOAL_GAIN)}"
+                         f" | {m[2]:.4f} → {m[3]:.4f} {mark(m[3] >= m[2])} | {sum(p[4] for p in per)} "
+                         f"{mark(m[4] == 0)} | {m[5]:.1f} → {m[6]:.1f} {mark(m[6] >= GOAL_EVERYDAY)} | "
+                         f"{m[7]:.1f} → {m[8]:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _prepare(config: str, overrides: list[str]) -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.chitchat import main, parse_variants
+from benchmarks.chitchat import EVERYDAY, goal_table, main, parse_variants
 from tests.tasks.test_chitchat import tiny_args
 
 
@@ -21,6 +21,26 @@ def test_parse_variants_and_its_one_line_errors():
     assert "a label is" in parse_variants([["a/b", "x=1"]], [])
     assert "KEY=VALUE" in parse_variants([["a"]], [])
     assert "KEY=VALUE" in parse_variants([["a", "algo.name"]], [])
+
+
+def test_goal_table_marks_each_criterion_per_seed_and_on_the_mean():
+    def run(bleu, d2, unk=0.0):
+        return {"test/bleu2": bleu, "test/distinct2": d2, "test/unk_replies": unk}
+
+    same, varied = ["I'm not sure."] * 20, [f"reply {i}" for i in range(20)]
+    runs = {"pretrained-s0": run(3.0, 0.05), "pretrained-s1": run(4.0, 0.06),
+            "pretrained-s0-everyday": same, "pretrained-s1-everyday": varied,
+            # seed 0 meets every criterion (+1.5, 0.06 >= 0.05, 20 distinct); seed 1 none but <unk> (+0.2 ...)
+            "a-s0": run(4.5, 0.06), "a-s0-everyday": varied,
+            "a-s1": run(4.2, 0.04, unk=0.002), "a-s1-everyday": ["ok …"] * 20}
+    table = goal_table(runs, ["a", "missing"], [0, 1])
+    rows = {line.split(" | ")[1]: line for line in table.splitlines() if line.startswith("| a |")}
+    assert rows["0"] == "| a | 0 | 3.00 → 4.50 (+1.50) ✓ | 0.0500 → 0.0600 ✓ | 0 ✓ | 1 → 20 ✓ | 20 → 0 |"
+    # 2 held-out replies (0.002 of 1,000) and 20 everyday ones hold <unk>
+    assert rows["1"] == "| a | 1 | 4.00 → 4.20 (+0.20) ✗ | 0.0600 → 0.0400 ✗ | 22 ✗ | 20 → 1 ✗ | 0 → 0 |"
+    assert rows["mean"] == ("| a | mean | 3.50 → 4.35 (+0.85) ✗ | 0.0550 → 0.0500 ✗ | 22 ✗ | 10.5 → 10.5 ✗ | "
+                            "10.0 → 0.0 |")
+    assert "| missing |" not in table and len(EVERYDAY) == 20
 
 
 @pytest.mark.slow

@@ -130,11 +130,13 @@ def main(argv: list[str] | None = None) -> int:
                      mean_std([float(x) for x in n_test]), mean_std([float(x) for x in vals["everyday_distinct"]]),
                      str(sum(vals["everyday_unk"])) + " / " + mean_std(vals["test/unk_replies"]),
                      mean_std(vals["test/reply_len"]), str(len(b))))
-    table = _table(rows, args, samples, everyday, variants, parts)
+    parts_mean = {a: {k: statistics.mean(p[k] for p in ps) for k in ps[0] if k != "checkpoint"}
+                  for a, ps in parts.items() if ps}
+    table = _table(rows, args, samples, everyday, variants, parts_mean)
     table += "\n" + goal_table(payload["runs"], [*args.algos, *variants], args.seeds, args.split)
     name = "chitchat" if args.split == "test" else "chitchat_val"
     _plot(curves, args.out / f"{name}_curves.png")  # --split val: chitchat_val_curves.png, the candidates
-    _plot_summary(summary, args.out / f"{name}_algorithms.png", args.split, parts)
+    _plot_summary(summary, args.out / f"{name}_algorithms.png", args.split, parts_mean)
     write_report(args.out, name, table, payload)
     return 0
 
@@ -192,11 +194,9 @@ def bleu_parts(model, run_dir: Path, split: str, tasks: dict) -> dict:
             return kept
     cfg = build_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
     key = cfg.task.model_dump_json()
-    task = tasks[key] if key in tasks else tasks.setdefault(key, make_task(cfg.task, cfg.reward))
-    src, src_len, refs = task.split(split)
-    replies = task.greedy_replies(model.generator, src, src_len)
-    if task.words is not None:  # BLEU counts words, as the run's own evaluation does (PairsTask.evaluate)
-        refs, replies = task.word_references(task.split_keys(split)), [task.words(r) for r in replies]
+    if key not in tasks:
+        tasks[key] = make_task(cfg.task, cfg.reward)
+    _, replies, refs = tasks[key].greedy_words(model.generator, split)  # words, as the run's own evaluation counts
     judged = [i for i, r in enumerate(refs) if len(r)]
     parts = corpus_bleu_parts([replies[i] for i in judged], [refs[i] for i in judged], max_order=2)
     out = {"checkpoint": Path(model.checkpoint).name, "bleu2": 100 * parts["bleu"], "bp": parts["bp"],
@@ -277,12 +277,9 @@ def _table(rows, args, samples, everyday, variants, parts) -> str:
               "are fewer than the references' r (else 1); means over seeds, seed by seed in the JSON:", "",
               "| algorithm | BLEU-2 | BP | p1 (%) | p2 (%) | reply words / reference words (per input) |",
               "|---|---|---|---|---|---|"]
-    for algo, ps in parts.items():
-        if ps:
-            mean = {k: statistics.mean(p[k] for p in ps) for k in ("bleu2", "bp", "p1", "p2", "reply_words",
-                                                                   "reference_words")}
-            lines.append(f"| {algo} | {mean['bleu2']:.2f} | {mean['bp']:.3f} | {mean['p1']:.2f} | {mean['p2']:.2f} | "
-                         f"{mean['reply_words']:.2f} / {mean['reference_words']:.2f} |")
+    for algo, mean in parts.items():
+        lines.append(f"| {algo} | {mean['bleu2']:.2f} | {mean['bp']:.3f} | {mean['p1']:.2f} | {mean['p2']:.2f} | "
+                     f"{mean['reply_words']:.2f} / {mean['reference_words']:.2f} |")
     lines.append("")
     lines += [f"Greedy replies (seed {args.seeds[0]}, no repetition penalty) to {len(EVERYDAY)} everyday messages:", "",
               "| message | " + " | ".join(everyday) + " |", "|" + "---|" * (len(everyday) + 1)]
@@ -298,14 +295,15 @@ def _table(rows, args, samples, everyday, variants, parts) -> str:
 
 def _plot_summary(summary: dict, path: Path, split: str = "test", parts: dict | None = None) -> None:
     """Left: held-out BLEU-2 per algorithm (mean and each seed); middle: the reward against diversity; right (with
-    ``parts``, :func:`bleu_parts` per algorithm): its two factors, the brevity penalty against bigram precision."""
+    ``parts``, the mean of :func:`bleu_parts` per algorithm): BLEU-2's two factors, brevity penalty against bigram
+    precision."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     algos = [a for a, v in summary.items() if any(x is not None for x in v["test/bleu2"])]
-    parts = {a: ps for a, ps in (parts or {}).items() if ps}
+    parts = parts or {}
     fig, axes = plt.subplots(1, 3 if parts else 2, figsize=(17 if parts else 12, 4.5),
                              gridspec_kw={"width_ratios": [3, 2, 2] if parts else [3, 2]})
     ax, ax2 = axes[:2]
@@ -320,7 +318,7 @@ def _plot_summary(summary: dict, path: Path, split: str = "test", parts: dict | 
         ax2.scatter(statistics.mean(d), statistics.mean(r), color=colour)
         ax2.annotate(a, (statistics.mean(d), statistics.mean(r)), fontsize=7, xytext=(3, 2), textcoords="offset points")
         if a in parts:
-            bp, p2 = (statistics.mean(x[k] for x in parts[a]) for k in ("bp", "p2"))
+            bp, p2 = parts[a]["bp"], parts[a]["p2"]
             axes[2].scatter(bp, p2, color=colour)
             axes[2].annotate(a, (bp, p2), fontsize=7, xytext=(3, 2), textcoords="offset points")
     if "pretrained" in algos:

@@ -318,6 +318,15 @@ class PairsTask(Task):
         lens = self.reply_lengths(tokens, mask)
         return [tokens[i, : lens[i]] for i in range(len(tokens))]
 
+    def greedy_words(self, generator, split: str, device="cpu") -> tuple[list[np.ndarray], list[np.ndarray], list]:
+        """The greedy reply (ids) to each input of ``split``, the same replies and the inputs' references as BLEU,
+        distinct-n, Self-BLEU and lengths count them: words (those a subword model's pieces spell), else the ids."""
+        src, src_len, refs = self.split(split)
+        replies = self.greedy_replies(generator, src, src_len, device)
+        if self.words is None:
+            return replies, replies, refs
+        return replies, [self.words(r) for r in replies], self.word_references(self.split_keys(split))
+
     def reply_text(self, ids: np.ndarray) -> str:
         return decode_ids(self.vocab, ids, self.data.tokenizer.get("kind", "words"))
 
@@ -344,12 +353,7 @@ class PairsTask(Task):
         src, src_len, refs = self.split(split)
         was_training = generator.training
         generator.eval()
-        replies = self.greedy_replies(generator, src, src_len, device)
-        if self.words is not None:  # BLEU, distinct-n, Self-BLEU and lengths count words
-            refs = self.word_references(self.split_keys(split))
-            replies_w = [self.words(r) for r in replies]
-        else:
-            replies_w = replies
+        replies, replies_w, refs = self.greedy_words(generator, split, device)
         sampled, sampled_mask = self.decode(generator, src, src_len, device,
                                             seed=self.cfg.val_seed if split == "val" else self.cfg.test_seed)
         reward, terms = sampled_reward(self, src, src_len, sampled, sampled_mask, key=self.split_keys(split))

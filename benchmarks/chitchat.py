@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     everyday: dict[str, list[str]] = {}  # algo -> seed 0's greedy replies to EVERYDAY
     parts: dict[str, list[dict]] = {}  # algo -> its runs' BLEU-2 factors (bleu_parts)
     tasks: dict = {}
+    chosen: dict[str, list[tuple[int, int]]] = {}  # algo -> (seed, RL iteration of its best evaluation) per run
     for algo in ["pretrained", *args.algos, *variants]:
         vals = {k: [] for k in [*KEYS, "everyday_distinct", "everyday_unk"]}
         parts[algo] = []
@@ -103,10 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             if not (d / "summary.json").is_file():
                 continue
             r = load_run(d, ["val/bleu2"])  # the curve on the validation inputs; the figures on the test ones
-            m = r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
+            # a run with train.best_metric ships its best evaluation (chosen on validation): that model is the row
+            best = r["summary"].get("best") if algo != "pretrained" else None
+            m = best["metrics"] if best else r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
+            if best:
+                chosen.setdefault(algo, []).append((s, rl_iteration(d, r["summary"], best["iteration"])))
             for k, key in zip(KEYS, keys):  # vals keeps the test/ names whichever split it holds
                 vals[k].append(m.get(key))
-            model = load_model(d)
+            model = load_model(d / "best" if best else d)
             replies = everyday_replies(model)
             parts[algo].append(bleu_parts(model, d, args.split, tasks))
             vals["everyday_distinct"].append(len(set(replies)))
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             payload["runs"][f"{algo}-s{s}-everyday"] = replies
             curves.setdefault(algo, []).append(r["curve"]["val/bleu2"])
             if s == args.seeds[0] and algo != "pretrained":
-                samples[algo] = r["summary"]["details"]
+                samples[algo] = (best or r["summary"])["details"]
             payload["runs"][f"{algo}-s{s}"] = {k: m.get(k) for k in keys}
             payload["runs"][f"{algo}-s{s}-bleu_parts"] = parts[algo][-1]
         b = [x for x in vals["test/bleu2"] if x is not None]
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                      mean_std(vals["test/reply_len"]), str(len(b))))
     parts_mean = {a: {k: statistics.mean(p[k] for p in ps) for k in ps[0] if k != "checkpoint"}
                   for a, ps in parts.items() if ps}
-    table = _table(rows, args, samples, everyday, variants, parts_mean)
+    table = _table(rows, args, samples, everyday, variants, parts_mean, chosen)
     table += "\n" + goal_table(payload["runs"], [*args.algos, *variants], args.seeds, args.split)
     name = "chitchat" if args.split == "test" else "chitchat_val"
     _plot(curves, args.out / f"{name}_curves.png")  # --split val: chitchat_val_curves.png, the candidates
@@ -206,6 +211,14 @@ def bleu_parts(model, run_dir: Path, split: str, tasks: dict) -> dict:
     return out
 
 
+def rl_iteration(run_dir: Path, summary: dict, iteration: int) -> int:
+    """The algorithm stage's iteration of the run's global ``iteration`` (which counts the pretraining's too)."""
+    import yaml
+
+    iters = yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["iters"]
+    return iteration - (summary["iterations"] - iters)
+
+
 def goal_table(runs: dict, algos: list[str], seeds: list[int], split: str = "test") -> str:
     """Issue 31's goal seed by seed for each row (``runs``: the report's JSON ``runs``): BLEU-2 gain ≥ GOAL_GAIN over
     the seed's pretrained model, distinct-2 at least its, no ``<unk>`` in a greedy reply (held-out or everyday), at
@@ -257,7 +270,7 @@ def _paper(table: dict, algo: str) -> str:
     return f"{table[algo]:.2f}" + ("" if algo == "pretrained" else f" ({table[algo] - table['pretrained']:+.2f})")
 
 
-def _table(rows, args, samples, everyday, variants, parts) -> str:
+def _table(rows, args, samples, everyday, variants, parts, chosen) -> str:
     split = {"test": "test", "val": "validation"}[args.split]
     head = ("algorithm", f"{split} BLEU-2 (ours)", "gain over pretrained MLE", "Tuan et al. Table 2 (gain)",
             "ERPO Table 1 (gain)", "sentence BLEU-2 (the reward)", "distinct-1", "distinct-2", "Self-BLEU-2",
@@ -267,6 +280,8 @@ def _table(rows, args, samples, everyday, variants, parts) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += [""] + [f"`{v}`: `{' '.join(o)}` (from the same pretrained model)" for v, o in variants.items()]
+    lines += [""] + [f"`{a}`: each run's best evaluation on the validation inputs (`train.best_metric`), at RL "
+                     "iteration " + ", ".join(f"{it} (seed {s})" for s, it in its) for a, its in chosen.items()]
     lines += ["", f"Schedule: `{args.config}`; seeds {args.seeds}; corpus BLEU-2 (sacrebleu) of greedy replies on "
               f"the {split} inputs (unseen in training) against all their references. `pretrained` is the MLE model "
               "every algorithm starts from (the papers' MLE row); `mle` continues MLE for the algorithm stage's "

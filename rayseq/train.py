@@ -151,23 +151,26 @@ TABLE_ROWS = (
 
 
 def format_table(summary: dict) -> str:
-    """The test set's figures (``test/*``) of the pretrained model and of the final one; then, for a task with a
-    reward, the mean reward of sampled replies on the test and validation sets, and each term of a configured one."""
+    """The test set's figures (``test/*``) of the pretrained model and of the final one (and of the best evaluation's,
+    with ``train.best_metric``); then, for a task with a reward, the mean reward of sampled replies on the test and
+    validation sets, and each term of a configured one."""
     pre, fin = summary["pretrain_metrics"], summary["metrics"]
-    algo = summary["algo"]
-    rows = [("test set", "MLE (pretrained)", algo)]
+    best = summary.get("best")
+    cols = [pre, fin, *([best["metrics"]] if best else [])]
+    rows = [("test set", "MLE (pretrained)", summary["algo"],
+             *([f"best {best['metric']} (iteration {best['iteration']})"] if best else []))]
     keys = [(f"test/{name}", label) for name, label in TABLE_ROWS]
     for split, where in (("test", ""), ("val", "validation ")):  # the reward, then each of its terms
         keys += [(f"{split}/reward", f"{where}reward (sampled replies)")]
         keys += [(k, f"{where}reward: {k.rsplit('/', 1)[1]}") for k in fin if k.startswith(f"{split}/reward/")]
     for key, label in keys:
         if key in fin:
-            a = f"{pre[key]:.4f}" if key in pre else "-"
-            rows.append((label, a, f"{fin[key]:.4f}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+            rows.append((label, *(f"{c[key]:.4f}" if key in c else "-" for c in cols)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols) + 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append(f"run dir: {summary['run_dir']}   wall: {summary['wall_s']:.0f} s")
+    lines.append(f"run dir: {summary['run_dir']}   wall: {summary['wall_s']:.0f} s"
+                 + (f"   best: {summary['run_dir']}/best" if best else ""))
     return "\n".join(lines)
 
 

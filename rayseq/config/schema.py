@@ -359,6 +359,40 @@ class TrainConfig(_Section):
         None, description="Start the algorithm stage from this run's checkpoint (file, run dir or URI), skipping "
         "pretraining: compare algorithms from one pretrained generator and discriminator.",
     )
+    best_metric: str | None = Field(
+        None, description="Keep the algorithm stage's best evaluation by this validation metric (val/*, e.g. "
+        "val/bleu2) in run_dir/best, a run folder of its own (serve, export and train.init_from read it); its test "
+        "figures are computed at the end (summary.json `best`). None = only the final model.",
+    )
+    best_mode: Literal["max", "min"] = Field("max", description="Whether a higher or a lower best_metric is better.")
+    best_keep_start: list[str] = Field(
+        default_factory=list, description="Validation metrics (val/*) an evaluation must keep at least at the "
+        "start's value (the pretrained model's) to be the best, e.g. [val/distinct2, val/distinct_replies]: a gain "
+        "that costs this diversity is not chosen. Needs a start: train.pretrain_iters > 0 or train.init_from.",
+    )
+
+    @field_validator("best_metric")
+    @classmethod
+    def _best_metric(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("val/"):
+            raise ValueError(f"{v!r}: the best is chosen on validation metrics (val/...), never on test/*")
+        return v
+
+    @field_validator("best_keep_start")
+    @classmethod
+    def _best_keep_start(cls, v: list[str]) -> list[str]:
+        if bad := [k for k in v if not k.startswith("val/")]:
+            raise ValueError(f"{bad[0]!r}: only validation metrics (val/...) can be kept")
+        return v
+
+    @model_validator(mode="after")
+    def _best_needs(self) -> TrainConfig:
+        if self.best_keep_start and self.best_metric is None:
+            raise ValueError("train.best_keep_start is read only with train.best_metric (set both)")
+        if self.best_keep_start and self.pretrain_iters == 0 and not self.init_from:
+            raise ValueError("train.best_keep_start compares with the start's validation figures: pretrain "
+                             "(train.pretrain_iters > 0) or start from a pretrained run (train.init_from)")
+        return self
 
 
 class RunConfig(_Section):

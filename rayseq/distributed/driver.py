@@ -49,6 +49,7 @@ from rayseq.storage import RunStore
 from rayseq.tasks import make_task
 
 STAGES = ("mle", "disc", "train")
+BEST_DIR = "best"  # run_dir/best: train.best_metric's checkpoint and best.json
 log = logging.getLogger(__name__)
 
 
@@ -80,6 +81,7 @@ class Trainer:
         self.stage = "mle"
         self.stage_iter = 0
         self.pretrain_metrics: dict = {}
+        self.best: dict | None = None  # train.best_metric: {"iteration", "value", "val"} of the best evaluation so far
         self._test_cache: tuple | None = None  # (learner version, test metrics, details)
         self._stop = False
         self.carry = Carry()  # the batch one iteration sent ahead for the next (chained, pipelined)
@@ -98,15 +100,13 @@ class Trainer:
             # a batch drawn ahead (sent with the last update, or pipelined) is drawn again by a resumed run
             **(self.carry.rng_ahead or self._rng_state()),
             "pretrain_metrics": self.pretrain_metrics,
+            "best": self.best,
         }
 
     def _rng_state(self) -> dict:
         return {"numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate()}
 
-    def save(self, groups: ActorGroups | None = None) -> str:
-        """Checkpoint (metrics first: rows past a checkpoint are dropped again on resume)."""
-        self.metrics.flush()
-        t0 = time.perf_counter()
+    def _payload(self, groups: ActorGroups | None = None) -> dict:
         payload = {
             "format": "rayseq-checkpoint-v1",
             "config": config_to_dict(self.cfg),
@@ -116,7 +116,13 @@ class Trainer:
         }
         if getattr(registry.model_class(self.cfg.model.arch), "weights_format", "torch") == "safetensors":
             payload["weights_format"] = "safetensors"  # the trained weights beside the .pt (rayseq.checkpoint)
-        path = save_checkpoint(self.store, self.iteration, payload, keep=self.cfg.train.keep_checkpoints)
+        return payload
+
+    def save(self, groups: ActorGroups | None = None) -> str:
+        """Checkpoint (metrics first: rows past a checkpoint are dropped again on resume)."""
+        self.metrics.flush()
+        t0 = time.perf_counter()
+        path = save_checkpoint(self.store, self.iteration, self._payload(groups), keep=self.cfg.train.keep_checkpoints)
         if self.metrics.rows:  # written with the next flush
             self.metrics.rows[-1]["time/checkpoint_s"] = time.perf_counter() - t0
         return path
@@ -152,6 +158,7 @@ class Trainer:
         self.rng.bit_generator.state = d["numpy_rng"]
         random.setstate(_as_random_state(d["python_rng"]))
         self.pretrain_metrics = dict(d["pretrain_metrics"])
+        self.best = d.get("best")  # (a checkpoint written before train.best_metric has none)
         rows = [r for r in MetricsLog.read_rows(self.store) if r["iteration"] <= self.iteration]
         self.metrics.rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
 
@@ -205,6 +212,7 @@ class Trainer:
                     final = self._run_stages(groups, bar)
                     test, details = self._test(groups)
                     ckpt = self.save(groups)
+                    best = self._best_summary(groups, (test, details))
                     break
                 except LearnerLost as exc:
                     bar.close()
@@ -227,6 +235,7 @@ class Trainer:
                 "run_dir": self.run_dir,
                 "checkpoint": ckpt,
                 "rollout_workers": cfg.rollout.num_workers,
+                **({"best": best} if best is not None else {}),
             }
             self.store.write_text("summary.json", to_json(summary))
             return summary
@@ -274,6 +283,7 @@ class Trainer:
             self.rng.bit_generator.state = self._start_state["numpy_rng"]
             random.setstate(self._start_state["python_rng"])
             self.iteration, self.stage, self.stage_iter, self.pretrain_metrics = 0, "mle", 0, {}
+            self.best = None
             self.metrics.rows = []
             if self.cfg.train.init_from:
                 self._init_from(groups, self._init_from_checkpoint())
@@ -281,6 +291,33 @@ class Trainer:
         log.warning("%s at iteration %d; learner group rebuilt (restart %d of learner.max_restarts=%d) from %s in "
                     "%.1f s: iterations %d..%d are run again", exc, lost_at, restarts, self.cfg.learner.max_restarts,
                     where, time.perf_counter() - t0, self.iteration + 1, lost_at)
+
+    def _consider_best(self, groups: ActorGroups, ev: dict) -> None:
+        """``train.best_metric``: when this evaluation beats the best so far and keeps ``train.best_keep_start`` at the
+        start's values, its weights go to ``run_dir/best`` (a run folder of one checkpoint)."""
+        if not is_best(ev, self.best, self.pretrain_metrics, self.cfg.train):
+            return
+        key = self.cfg.train.best_metric
+        self.best = {"iteration": self.iteration, "value": ev[key], "val": dict(ev)}
+        save_checkpoint(RunStore(self.store.display(BEST_DIR)), self.iteration, self._payload(groups), keep=1)
+        self.store.write_text(f"{BEST_DIR}/best.json", to_json({**self.best, "metric": key}))
+
+    def _best_summary(self, groups: ActorGroups, final_test: tuple[dict, dict]) -> dict | None:
+        """summary.json's ``best``: the best evaluation's iteration, checkpoint and figures, its test figures computed
+        now by the learner on the best weights (the run's last act: the learner's state is not saved again)."""
+        if self.best is None:
+            return None
+        path = list_checkpoints(RunStore(self.store.display(BEST_DIR)))[-1]
+        if self.best["iteration"] == self.iteration:
+            test, details = final_test
+        else:
+            groups.learner.load_state_dict(load_checkpoint(path)["learner"])
+            test, details = groups.learner.evaluate("test")
+            self._test_cache = None
+        best = {"iteration": self.best["iteration"], "metric": self.cfg.train.best_metric, "value": self.best["value"],
+                "checkpoint": path, "metrics": {**self.best["val"], **test}}
+        self.store.write_text(f"{BEST_DIR}/best.json", to_json(best))
+        return {**best, "details": details}
 
     def _test(self, groups: ActorGroups) -> tuple[dict, dict]:
         """``test/*`` metrics and details of the learner's generator now, computed once per weights version:
@@ -317,6 +354,10 @@ class Trainer:
             if stage != "disc" and ((every and self.stage_iter % every == 0) or self.stage_iter == n_iters):
                 ev = groups.learner.evaluate("val")[0]
                 m.update(ev)
+                if cfg.train.best_metric:  # its names checked at the first evaluation, MLE's included
+                    check_best_keys(ev, cfg.train)
+                    if stage == "train":
+                        self._consider_best(groups, ev)
             self.metrics.log(stage, self.iteration, m)
             if cfg.train.checkpoint_every and self.iteration % cfg.train.checkpoint_every == 0:
                 self.save(groups)
@@ -324,6 +365,32 @@ class Trainer:
                 self.report(self.metrics.rows[-1], self)
             bar.update(_postfix(m))
         return ev
+
+
+def check_best_keys(figures: dict, train, *, keep_only: bool = False, whose: str = "this task's") -> None:
+    """A ConfigError naming the first of ``train.best_metric`` and ``train.best_keep_start`` (only the latter with
+    ``keep_only``) that ``figures`` lacks, and the validation figures it has."""
+    for key in [*([] if keep_only else [train.best_metric]), *train.best_keep_start]:
+        if key not in figures:
+            have = ", ".join(sorted(k for k in figures if k.startswith("val/"))) or "none"
+            raise ConfigError(f"train.best_metric / train.best_keep_start: {key} is not among {whose} validation "
+                              f"figures ({have})")
+
+
+def is_best(ev: dict, best: dict | None, start: dict, train) -> bool:
+    """Whether the evaluation ``ev`` (val/* figures) is the new best: ``train.best_metric`` better than ``best``'s
+    value (``train.best_mode``; the first qualifying evaluation always is) and each of ``train.best_keep_start`` at
+    least its value in ``start`` (the pretrained model's figures). A metric the evaluation lacks is a ConfigError."""
+    check_best_keys(ev, train)
+    check_best_keys(start, train, keep_only=True, whose="the start's")
+    if any(ev[k] < start[k] for k in train.best_keep_start):
+        return False
+    value = ev[train.best_metric]
+    if math.isnan(value):
+        return False
+    if best is None:
+        return True
+    return value > best["value"] if train.best_mode == "max" else value < best["value"]
 
 
 def _postfix(m: dict) -> dict:

@@ -43,13 +43,18 @@ def test_goal_table_marks_each_criterion_per_seed_and_on_the_mean():
     assert "| missing |" not in table and len(EVERYDAY) == 20
 
 
+def pre_iterations(runs) -> int:
+    return json.loads((runs / "pretrain-s0" / "summary.json").read_text())["iterations"]
+
+
 @pytest.mark.slow
 def test_a_variant_starts_from_the_seeds_pretrained_model_and_has_its_row(corpus, tmp_path):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text("task:\n  name: chitchat\n")
     args = [a for a in tiny_args(corpus) if not a.startswith("algo.name")]
     rc = main(["--config", str(cfg), "--seeds", "0", "--jobs", "1", "--out", str(tmp_path), *args,
-               "train.iters=2", "--algos", "grpo", "--variant", "g4", "algo.name=grpo", "algo.group_size=4"])
+               "train.iters=2", "--algos", "grpo", "--variant", "g4", "algo.name=grpo", "algo.group_size=4",
+               "train.eval_every=1", "train.best_metric=val/bleu2"])  # g4's row: each run's best evaluation
     assert rc == 0
     runs = tmp_path / "runs" / "chitchat"
     assert sorted(p.name for p in runs.iterdir()) == ["g4-s0", "grpo-s0", "pretrain-s0"]  # one pretraining
@@ -60,9 +65,14 @@ def test_a_variant_starts_from_the_seeds_pretrained_model_and_has_its_row(corpus
         assert s["pretrain_metrics"] == pre  # the same start: the pretrained model's figures, carried over
         assert f"group_size: {g}" in (runs / run / "config.yaml").read_text()
     table = (tmp_path / "chitchat.md").read_text()
-    assert "| g4 |" in table and "| grpo |" in table and "`g4`: `algo.name=grpo algo.group_size=4`" in table
-    # BLEU-2's factors, recomputed from each run's last checkpoint, multiply back to the run's own test BLEU-2
+    assert "| g4 |" in table and "| grpo |" in table and ("`g4`: `algo.name=grpo algo.group_size=4 train.eval_every=1 "
+                                                          "train.best_metric=val/bleu2`") in table
+    best = json.loads((runs / "g4-s0" / "summary.json").read_text())["best"]
+    assert f"`g4`: each run's best evaluation on the validation inputs (`train.best_metric`), at RL iteration " \
+           f"{best['iteration'] - pre_iterations(runs)} (seed 0)" in table
+    # BLEU-2's factors, recomputed from the checkpoint each row reports (g4: its best), multiply back to its test BLEU-2
     report = json.loads((tmp_path / "chitchat.json").read_text())["runs"]
+    assert report["g4-s0"]["test/bleu2"] == best["metrics"]["test/bleu2"]
     for run in ("pretrained", "grpo", "g4"):
         parts, own = report[f"{run}-s0-bleu_parts"], report[f"{run}-s0"]["test/bleu2"]
         assert parts["bleu2"] == pytest.approx(own, abs=1e-9)

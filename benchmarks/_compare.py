@@ -116,8 +116,9 @@ def mean_std(xs: list[float]) -> str:
 
 
 def plot_curves(curves: dict, path: Path, *, ylabel: str, title: str, hlines=(), markers: bool = False,
-                xlabel: str = "iteration (pretraining, then the algorithm)") -> None:
-    """One line per run, one colour per algorithm: ``curves[algo]`` = list of [(iteration, value), ...]."""
+                xlabel: str = "iteration (pretraining, then the algorithm)", chosen: dict | None = None) -> None:
+    """One line per run, one colour per algorithm: ``curves[algo]`` = list of [(iteration, value), ...]; ``chosen``
+    (algo -> [(iteration, value), ...]) marks each run's chosen evaluation with a star."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,6 +130,11 @@ def plot_curves(curves: dict, path: Path, *, ylabel: str, title: str, hlines=(),
             if c:
                 x, y = zip(*c)
                 ax.plot(x, y, "-o" if markers else "-", ms=3, color=f"C{j}", alpha=0.8, label=algo if i == 0 else None)
+    for j, algo in enumerate(curves):
+        if (chosen or {}).get(algo):
+            x, y = zip(*chosen[algo])
+            ax.plot(x, y, "*", ms=11, color=f"C{j}", markeredgecolor="k",
+                    label="chosen on validation" if algo == next(a for a in curves if chosen.get(a)) else None)
     for y, style, label in hlines:
         ax.axhline(y, ls=style, c="gray", label=label)
     ax.set_xlabel(xlabel)

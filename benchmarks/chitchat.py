@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parts: dict[str, list[dict]] = {}  # algo -> its runs' BLEU-2 factors (bleu_parts)
     tasks: dict = {}
     chosen: dict[str, list[tuple[int, int]]] = {}  # algo -> (seed, RL iteration of its best evaluation) per run
+    stars: dict[str, list[tuple[int, float]]] = {}  # algo -> (iteration, val BLEU-2) of each run's best, on the plot
     for algo in ["pretrained", *args.algos, *variants]:
         vals = {k: [] for k in [*KEYS, "everyday_distinct", "everyday_unk"]}
         parts[algo] = []
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             m = best["metrics"] if best else r["summary"]["pretrain_metrics" if algo == "pretrained" else "metrics"]
             if best:
                 chosen.setdefault(algo, []).append((s, rl_iteration(d, r["summary"], best["iteration"])))
+                if best["metrics"].get("val/bleu2") is not None:  # (the plot's curve, whatever chose)
+                    stars.setdefault(algo, []).append((best["iteration"], best["metrics"]["val/bleu2"]))
             for k, key in zip(KEYS, keys):  # vals keeps the test/ names whichever split it holds
                 vals[k].append(m.get(key))
             model = load_model(d / "best" if best else d)
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     table = _table(rows, args, samples, everyday, variants, parts_mean, chosen)
     table += "\n" + goal_table(payload["runs"], [*args.algos, *variants], args.seeds, args.split)
     name = "chitchat" if args.split == "test" else "chitchat_val"
-    _plot(curves, args.out / f"{name}_curves.png")  # --split val: chitchat_val_curves.png, the candidates
+    _plot(curves, args.out / f"{name}_curves.png", stars)  # --split val: chitchat_val_curves.png, the candidates
     _plot_summary(summary, args.out / f"{name}_algorithms.png", args.split, parts_mean)
     write_report(args.out, name, table, payload)
     return 0
@@ -355,9 +358,9 @@ def _plot_summary(summary: dict, path: Path, split: str = "test", parts: dict | 
     plt.close(fig)
 
 
-def _plot(curves: dict, path: Path) -> None:
+def _plot(curves: dict, path: Path, chosen: dict | None = None) -> None:
     plot_curves(curves, path, ylabel="validation BLEU-2", title="chitchat-dataset: BLEU-2 during training",
-                markers=True)
+                markers=True, chosen=chosen)
 
 
 if __name__ == "__main__":

@@ -361,8 +361,9 @@ class TrainConfig(_Section):
     )
     best_metric: str | None = Field(
         None, description="Keep the algorithm stage's best evaluation by this validation metric (val/*, e.g. "
-        "val/bleu2) in run_dir/best, a run folder of its own (serve, export and train.init_from read it); its test "
-        "figures are computed at the end (summary.json `best`). None = only the final model.",
+        "val/bleu2) in run_dir/best, a run folder of its own (serve, export and train.init_from read it); the start "
+        "(the pretrained model) is the first candidate, so an evaluation must beat it. Its test figures are computed "
+        "at the end (summary.json `best`). None = only the final model.",
     )
     best_mode: Literal["max", "min"] = Field("max", description="Whether a higher or a lower best_metric is better.")
     best_keep_start: list[str] = Field(

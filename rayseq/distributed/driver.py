@@ -258,6 +258,8 @@ class Trainer:
             if plan[stage] == 0 and stage != "train":
                 continue
             groups.learner.start_stage(stage)  # (the first call waits for the learner actor: before the bar)
+            if stage == "train" and self.cfg.train.best_metric and self.best is None and self.stage_iter == 0:
+                self._best_start(groups)
             if self.stage_iter < plan[stage]:
                 bar.start(STAGE_LABELS.get(stage, self.cfg.algo.name), plan[stage], self.stage_iter)
             final = self._run_stage(groups, stage, plan[stage], bar)
@@ -292,11 +294,23 @@ class Trainer:
                     "%.1f s: iterations %d..%d are run again", exc, lost_at, restarts, self.cfg.learner.max_restarts,
                     where, time.perf_counter() - t0, self.iteration + 1, lost_at)
 
+    def _best_start(self, groups: ActorGroups) -> None:
+        """``train.best_metric``: the start of the algorithm stage (the pretrained model, as scored in
+        ``pretrain_metrics``) is the first candidate, so an evaluation is the best only if it beats the start; when
+        none does, ``run_dir/best`` is the start (the algorithm did not improve on it)."""
+        start = {k: v for k, v in self.pretrain_metrics.items() if k.startswith("val/")}
+        if self.cfg.train.best_metric in start:  # (no figures without pretraining or train.init_from)
+            self._keep_best(groups, start)
+
     def _consider_best(self, groups: ActorGroups, ev: dict) -> None:
-        """``train.best_metric``: when this evaluation beats the best so far and keeps ``train.best_keep_start`` at the
-        start's values, its weights go to ``run_dir/best`` (a run folder of one checkpoint)."""
-        if not is_best(ev, self.best, self.pretrain_metrics, self.cfg.train):
-            return
+        """``train.best_metric``: when this evaluation beats the best so far (the start included) and keeps
+        ``train.best_keep_start`` at the start's values, its weights go to ``run_dir/best``."""
+        if is_best(ev, self.best, self.pretrain_metrics, self.cfg.train):
+            self._keep_best(groups, ev)
+
+    def _keep_best(self, groups: ActorGroups, ev: dict) -> None:
+        """The learner's weights now, with validation figures ``ev``, as ``run_dir/best`` (a run folder of one
+        checkpoint and best.json)."""
         key = self.cfg.train.best_metric
         self.best = {"iteration": self.iteration, "value": ev[key], "val": dict(ev)}
         save_checkpoint(RunStore(self.store.display(BEST_DIR)), self.iteration, self._payload(groups), keep=1)

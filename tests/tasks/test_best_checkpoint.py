@@ -64,14 +64,14 @@ def test_a_metric_the_task_lacks_stops_at_the_first_evaluation(corpus, tmp_path,
 
 def test_best_evaluation_kept_on_ray_with_its_test_figures_and_resumed(corpus, tmp_path, ray_session):
     """RL on 2 Ray rollout workers from a pretrained run, evaluated every 2 iterations: run_dir/best holds the
-    evaluation the rule picks from metrics.parquet's own validation rows (highest val/bleu2 among those keeping the
-    start's val/distinct2), its test figures are the best checkpoint's own, it serves; and a resumed, longer run
-    keeps choosing over both parts."""
+    evaluation the rule picks from metrics.parquet's own validation rows (highest val/bleu2 among the start and the
+    evaluations keeping the start's val/distinct2), its test figures are the best checkpoint's own, it serves; and
+    a resumed, longer run keeps choosing over both parts."""
     from rayseq.serving.model import ChatModel
     from rayseq.train import main
 
-    Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=15", "train.iters=0",
-                 f"run_dir={tmp_path / 'pre'}")).run()
+    pre = Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=15", "train.iters=0",
+                       f"run_dir={tmp_path / 'pre'}")).run()
     rl = tmp_path / "rl"
     args = [*tiny_args(corpus), "rollout.num_workers=2", "train.iters=6", "train.eval_every=2", "algo.lr=3e-2",
             "train.best_metric=val/bleu2", "train.best_keep_start=[val/distinct2]",
@@ -85,7 +85,9 @@ def test_best_evaluation_kept_on_ray_with_its_test_figures_and_resumed(corpus, t
         assert len(evals) == iters // 2
         ok = [r for r in evals if r["val/distinct2"] >= start["val/distinct2"]]
         assert ok, "no evaluation kept the start's distinct-2: pick another seed for this test"
-        chosen = max(ok, key=lambda r: (r["val/bleu2"], -r["iteration"]))
+        first = {"iteration": pre["iterations"], **start}  # the start is the first candidate
+        chosen = max([first, *ok], key=lambda r: (r["val/bleu2"], -r["iteration"]))  # a tie: the earlier
+        assert chosen is not first, "the start stayed the best: pick another seed for this test"
         best = summary["best"]
         assert best["iteration"] == chosen["iteration"] and best["value"] == chosen["val/bleu2"]
         assert best["metrics"]["val/distinct2"] == chosen["val/distinct2"]
@@ -98,3 +100,22 @@ def test_best_evaluation_kept_on_ray_with_its_test_figures_and_resumed(corpus, t
         assert test["test/bleu2"] == pytest.approx(best["metrics"]["test/bleu2"], abs=1e-9)
         if iters == 6:
             assert main([f"run_dir={rl}", "--resume", "train.iters=10", "rollout.num_workers=0"]) == 0
+
+
+def test_the_start_stays_the_best_when_no_evaluation_beats_it(corpus, tmp_path):
+    """An algorithm stage that does not move the model (a learning rate of 1e-12): every evaluation ties the start,
+    so RUN/best is the start, the pretrained weights, with the pretrained model's own test figures."""
+    import torch
+
+    from rayseq.checkpoint import load_checkpoint
+
+    pre = Trainer(tiny(corpus, "rollout.num_workers=0", "train.pretrain_iters=15", "train.iters=0",
+                       f"run_dir={tmp_path / 'pre'}")).run()
+    summary = Trainer(tiny(corpus, "rollout.num_workers=0", "train.iters=4", "train.eval_every=2", "algo.lr=1e-12",
+                           "train.best_metric=val/bleu2", f"train.init_from={tmp_path / 'pre'}",
+                           f"run_dir={tmp_path / 'rl'}")).run()
+    best = summary["best"]
+    assert best["iteration"] == pre["iterations"] and best["value"] == pre["pretrain_metrics"]["val/bleu2"]
+    assert best["metrics"]["test/bleu2"] == pre["pretrain_metrics"]["test/bleu2"]
+    ours, theirs = (load_checkpoint(p)["learner"]["generator"] for p in (tmp_path / "rl" / "best", tmp_path / "pre"))
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)

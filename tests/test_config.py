@@ -232,18 +232,24 @@ def test_load_yaml_base_errors_name_the_file(tmp_path):
 
 
 def test_shipped_chatbot_config_is_the_quick_schedule_with_the_chosen_rl_settings():
-    """tune_configs/chitchat_bot.yaml (issue 31's chosen chatbot defaults) changes only the algorithm, the reward
-    and the RL length of chitchat_quick.yaml: the same data, model and MLE schedule, so their pretrained runs are
-    the same."""
+    """tune_configs/chitchat_bot.yaml (issue 31's chosen chatbot defaults) changes the model (a GRU of 256), the
+    algorithm, the reward, the RL length and evaluation and keeps its best evaluation; the data, the MLE schedule and
+    the resources are chitchat_quick.yaml's."""
     root = Path(__file__).resolve().parents[1] / "tune_configs"
     quick = build_config(load_yaml(root / "chitchat_quick.yaml"))
     bot = build_config(load_yaml(root / "chitchat_bot.yaml"))
     assert (bot.algo.name, bot.algo.kl_coef, bot.train.iters) == ("grpo", 0.02, 300)
-    assert [(t.fn, t.weight) for t in bot.reward.terms] == [("task", 1.0), ("novelty", 0.1)]
+    assert [(t.fn, t.weight, t.kwargs) for t in bot.reward.terms] == [("task", 1.0, {}), ("novelty", 0.1, {}),
+                                                                      ("length", 0.1, {"target": 12})]
+    assert bot.train.best_metric == "val/bleu2"
+    assert bot.train.best_keep_start == ["val/distinct2", "val/distinct_replies"]
     assert quick.reward.terms == [] and quick.algo.name == "ppo_dynamic"  # the papers' reward and algorithm
-    for section in ("task", "model", "learner", "rollout", "scorer"):
+    assert (bot.model.hidden_dim, bot.model.emb_dim, quick.model.hidden_dim) == (256, 128, 128)
+    assert bot.model.model_copy(update={"hidden_dim": 128, "emb_dim": 64}) == quick.model
+    for section in ("task", "learner", "rollout", "scorer"):
         assert getattr(bot, section) == getattr(quick, section), section
-    assert bot.train.model_copy(update={"iters": quick.train.iters}) == quick.train
+    rl = {"iters": quick.train.iters, "eval_every": quick.train.eval_every, "best_metric": None, "best_keep_start": []}
+    assert bot.train.model_copy(update=rl) == quick.train
 
 
 def test_yaml_round_trip(tmp_path):

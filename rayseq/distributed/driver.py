@@ -299,7 +299,8 @@ class Trainer:
         ``pretrain_metrics``) is the first candidate, so an evaluation is the best only if it beats the start; when
         none does, ``run_dir/best`` is the start (the algorithm did not improve on it)."""
         start = {k: v for k, v in self.pretrain_metrics.items() if k.startswith("val/")}
-        if self.cfg.train.best_metric in start:  # (no figures without pretraining or train.init_from)
+        value = start.get(self.cfg.train.best_metric)  # (no figures without pretraining or train.init_from)
+        if value is not None and not math.isnan(value):
             self._keep_best(groups, start)
 
     def _consider_best(self, groups: ActorGroups, ev: dict) -> None:

@@ -12,6 +12,7 @@ and the run's wall clock differ from run to run and are left out; everything els
 extra (transformers); it is skipped, and says so, without it. ``--workers N`` runs them on N Ray rollout workers
 (and a scorer actor) instead: compared with an in-process folder, that is the Ray path's parity (shard seeds make a
 1-worker run sample what the in-process run samples); ``driver/recv_bytes``, which only Ray runs have, is left out.
+``--learners N`` (with ``--workers``) runs the data-parallel algorithms' configurations on N learner ranks.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ CONFIGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "oracle_seqgan": (ORACLE + ["algo.name=seqgan"], ()),
     "counting_seqgan_critic": (TINY + ["algo.name=seqgan_critic", "algo.critic_warmup=1", "disc.pretrain_steps=1",
                                        "disc.num_negatives=32", "disc.epochs=1"], ()),
+    "counting_seqgan_ppo_same_policy": (TINY + ["algo.name=seqgan_ppo", "algo.minibatch_size=8", "algo.mc_rollouts=2",
+                                                "algo.rollout_update_rate=0", "disc.pretrain_steps=1", "disc.d_steps=1",
+                                                "disc.epochs=1", "disc.num_negatives=32"], ()),
+    "counting_actor_critic": (TINY + ["algo.name=actor_critic", "algo.critic_warmup=1"], ()),
+    "counting_mixer_ppo": (TINY + ["algo.name=mixer_ppo", "algo.minibatch_size=8"], ()),
+    "counting_reinforce_kl": (TINY + ["algo.name=reinforce", "algo.kl_coef=0.05", "algo.entropy_coef=0.01"], ()),
     "counting_mle": (TINY + ["algo.name=mle"], ()),
     "counting_raml": (TINY + ["algo.name=raml"], ()),
     "pairs_ppo": (PAIRS + ["algo.name=ppo", "algo.minibatch_size=8"], ("corpus",)),
@@ -95,11 +102,16 @@ def _digest(value, h) -> None:
 
 
 def tensor_hashes(ck: dict) -> dict:
-    """SHA-256 of each top-level entry of the checkpoint's learner state (model, optimizers, discriminator,
-    baseline, critic, RNG, ...) and of the driver state (data RNG, position)."""
+    """SHA-256 of each entry of the checkpoint's learner state (model, optimizers, RNG, and each entry of the
+    algorithm's own state: its modules, e.g. the discriminator or the critic, and counters) and of the driver state
+    (data RNG, position). The algorithm's entries are hashed one by one as ``learner.<name>``, wherever the
+    checkpoint keeps them (a checkpoint written before algorithms owned their modules has them at the top level)."""
     out = {}
     for section in ("learner", "driver"):
-        for k, v in ck[section].items():
+        entries = dict(ck[section])
+        if section == "learner" and isinstance(entries.get("algo"), dict):
+            entries.update(entries.pop("algo"))
+        for k, v in entries.items():
             h = hashlib.sha256()
             _digest(v, h)
             out[f"{section}.{k}"] = h.hexdigest()
@@ -116,7 +128,8 @@ RAY = ["scorer.num_scorers=1", "learner.num_cpus=0.5", "rollout.num_cpus_per_wor
        "scorer.num_cpus_per_scorer=0.5"]
 
 
-def run_one(name: str, out: Path, corpus: Path | None, hf_dir: Path | None, workers: int = 0) -> dict:
+def run_one(name: str, out: Path, corpus: Path | None, hf_dir: Path | None, workers: int = 0,
+            learners: int = 1) -> dict:
     import pyarrow.parquet as pq
 
     from rayseq.checkpoint import load_checkpoint
@@ -127,6 +140,7 @@ def run_one(name: str, out: Path, corpus: Path | None, hf_dir: Path | None, work
     extra = [f"task.data={corpus}"] if corpus is not None else []
     extra += ["model.arch=hf", f"model.path={hf_dir}"] if hf_dir is not None else []
     extra += [f"rollout.num_workers={workers}", *RAY] if workers else []
+    extra += [f"learner.num_learners={learners}"] if learners > 1 else []
     with tempfile.TemporaryDirectory(prefix=f"bitwise-{name}-") as tmp:
         run_dir = Path(tmp) / "run"
         summary = Trainer(build_config(None, [*overrides, *extra, f"run_dir={run_dir}"])).run()
@@ -160,6 +174,21 @@ def _fixtures(needs: set, root: Path) -> tuple[Path | None, Path | None]:
     return corpus, hf_dir
 
 
+def _data_parallel(name: str) -> bool:
+    """Whether configuration ``name``'s algorithm runs on several learner ranks."""
+    from rayseq import registry
+
+    algo = next(o.split("=", 1)[1] for o in CONFIGS[name][0] if o.startswith("algo.name="))
+    return registry.algorithm_class(algo).data_parallel
+
+
+def _renamed(row: dict) -> dict:
+    """A metrics row with its stage as this version names it (the algorithm's own pretraining stage was ``disc``)."""
+    from rayseq.algos.iteration import stage_name
+
+    return {**row, "stage": stage_name(row["stage"])} if "stage" in row else row
+
+
 def compare(a: Path, b: Path) -> int:
     names = sorted({p.stem for p in a.glob("*.json")} | {p.stem for p in b.glob("*.json")})
     bad = 0
@@ -174,7 +203,7 @@ def compare(a: Path, b: Path) -> int:
         diffs = []
         if len(ra["rows"]) != len(rb["rows"]):
             diffs.append(f"{len(ra['rows'])} vs {len(rb['rows'])} rows")
-        for i, (x, y) in enumerate(zip(ra["rows"], rb["rows"])):
+        for i, (x, y) in enumerate(zip(map(_renamed, ra["rows"]), map(_renamed, rb["rows"]))):
             for k in sorted(set(x) | set(y)):
                 if x.get(k) != y.get(k):
                     diffs.append(f"row {i} {k}: {x.get(k)} vs {y.get(k)}")
@@ -200,6 +229,8 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--compare", nargs=2, type=Path)
     ap.add_argument("--workers", type=int, default=0, help="Ray rollout workers (0: in-process)")
+    ap.add_argument("--learners", type=int, default=1,
+                    help="learner ranks (with --workers; only the data-parallel algorithms' configurations run)")
     ap.add_argument("--fixtures", type=Path, default=Path(tempfile.gettempdir()) / "rayseq-bitwise-fixtures")
     args = ap.parse_args(argv)
     if args.list:
@@ -220,6 +251,9 @@ def main(argv=None) -> int:
     args.fixtures.mkdir(parents=True, exist_ok=True)
     for name in names:
         needs = set(CONFIGS[name][1])
+        if args.learners > 1 and not _data_parallel(name):
+            print(f"{name}: skipped (not data-parallel)")
+            continue
         if "hf" in needs:
             try:
                 import transformers  # noqa: F401
@@ -229,7 +263,7 @@ def main(argv=None) -> int:
         corpus, hf_dir = _fixtures(needs, args.fixtures)
         for attempt in range(3):  # a loaded machine: Ray's node may not start within its fixed 30 s; try again
             try:
-                rec = run_one(name, args.out, corpus, hf_dir, args.workers)
+                rec = run_one(name, args.out, corpus, hf_dir, args.workers, args.learners)
                 break
             except Exception as exc:
                 if "timed out during startup" not in str(exc) or attempt == 2:

@@ -3,7 +3,7 @@
 SeqGAN (Yu et al. 2017) Eq. 4: Q(Y_1:t−1, y_t) = (1/N) Σ_n D(Y^n_1:T) for t < T, each prefix Y_1:t completed N
 times by the rollout policy and every completion scored by the discriminator D; Q = D(Y) at t = T. At the
 paper's sizes (B = 64 sequences, T = 20, N = 16, V = 5,000, LSTM generator emb 32 / hidden 32, the CNN D of
-``rayseq.config.DiscConfig``: emb 64, 12 filter sizes, 1,720 features) one update samples
+``rayseq.algos.seqgan.DiscConfig``: emb 64, 12 filter sizes, 1,720 features) one update samples
 B·N·T(T−1)/2 = 194,560 tokens and scores B·(T−1)·N = 19,456 continuations of length T.
 
 Rows (one generator G and one D, both from ``Learner`` at seed 0, and one rollout of B sequences for all):
@@ -14,9 +14,9 @@ Rows (one generator G and one D, both from ``Learner`` at seed 0, and one rollou
                       inverse-CDF sampler fused with the output projection, chunk by chunk) + D over all
                       continuations with ``D.score_shared_prefix`` (the windows inside prefix t are the same
                       for its N continuations: convolved once per sequence) + D(Y) + ``q_values``.
-  (c) Ray             ``RolloutGroup.mc_search`` + ``ScorerGroup.score_mc``: the rollout split over rollout
+  (c) Ray             ``RolloutGroup.run_on_shards`` + ``ScorerGroup.run_on_pending``: the rollout split over rollout
                       workers, each shard's search scored on a scorer actor (1 torch thread each,
-                      ``score_mc``: the same prefix-shared D), weights already synced; only those two calls
+                      ``score_continuations``: the same prefix-shared D), weights already synced; only those two calls
                       are timed.
   (d) lower bound     no search bookkeeping: R = B·N·(T−1) rows decoded for T/2 steps from one state with the
                       same decoder step and fused sampler (the same B·N·T(T−1)/2 sampled tokens), plus one
@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import write_report  # noqa: E402
-from rayseq.algos.seqgan import concat_columns  # noqa: E402
+from rayseq.algos.seqgan import concat_columns, mc_continuations, score_continuations  # noqa: E402
 from rayseq.config import build_config, config_to_dict  # noqa: E402
 from rayseq.distributed.learner import Learner  # noqa: E402
 from rayseq.distributed.worker import RolloutWorker  # noqa: E402
@@ -123,7 +123,7 @@ class InProcess:
         worker.set_weights(learner.get_weights(), 0)
         self.rollout = worker.sample(learner.task.sample_prompts(np.random.default_rng(SEED), s["B"]),
                                      RolloutRequest(max_len=s["T"], seed=SEED))
-        self.gen, self.disc = worker.generator.eval(), learner.disc.eval()
+        self.gen, self.disc = worker.generator.eval(), learner.algo.modules["disc"].eval()
         self.B, self.T, self.N = s["B"], s["T"], s["N"]
         self.bs = cfg.scorer.batch_size
         r = self.rollout
@@ -219,7 +219,7 @@ class RayRows:
                 rt = ActorGroups(cfg)
                 self.rts[layout] = rt
                 rt.rollout.sync_weights()
-                rt.scorer.sync_disc()
+                rt.scorer.sync_weights()
         except BaseException:
             self.shutdown()
             raise
@@ -230,8 +230,10 @@ class RayRows:
     def mc_q(self, layout: tuple[int, int], key: str | None = None) -> dict:
         t0 = time.perf_counter()
         rt = self.rts[layout]
-        pending = rt.rollout.mc_search(self.rollout.split(layout[0]), self.n_rollouts, 1.0, SEED)
-        refs, info = rt.scorer.score_mc(pending)
+        pending = rt.rollout.run_on_shards(mc_continuations, self.rollout.split(layout[0]), self.n_rollouts, 1.0,
+                                           seed=SEED)
+        refs, infos = rt.scorer.run_on_pending(score_continuations, pending)
+        info = {"mc_s": max(i["mc_s"] for i in infos), "score_s": max(i["score_s"] for i in infos)}
         q = concat_columns(rt.fetch(refs), self.rollout.tokens.shape[1])  # the per-shard Q, fetched for the check
         wall = time.perf_counter() - t0
         if key:

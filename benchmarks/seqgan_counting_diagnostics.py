@@ -88,19 +88,20 @@ def probe(trainer, n_probe: int, seed: int) -> dict:
     import numpy as np
     import torch
 
+    from rayseq.algos.seqgan import mc_continuations, score_continuations
     from rayseq.types import PromptBatch, RolloutRequest
 
-    rt, task, cfg = trainer._runtime, trainer.task, trainer.cfg
-    learner = rt._learner
-    rt.sync_weights(rt.learner_version())
-    rt.sync_disc(learner.get_disc_version())
+    groups, task, cfg = trainer.groups, trainer.task, trainer.cfg  # in-process: one worker, one scorer
+    groups.rollout.sync_weights()
+    groups.scorer.sync_weights()
+    worker, scorer = groups.rollout.local, groups.scorer.local
     src, src_len = (a[:n_probe] for a in task.split("val"))
-    rollout = rt._worker.sample(PromptBatch(src, src_len), RolloutRequest(max_len=task.max_tgt_len, temperature=1.0,
-                                                                           seed=seed))
+    rollout = worker.sample(PromptBatch(src, src_len), RolloutRequest(max_len=task.max_tgt_len, temperature=1.0,
+                                                                      seed=seed))
     correct = rollout.score > 0.5  # the worker scored the samples with the task's 0/1 reward
-    batch = rt._worker.mc_search(rollout, cfg.algo.mc_rollouts, 1.0, seed + 1)
-    q, _ = rt._scorer.score_mc(batch)  # (B, 3) Q of Eq. 4
-    disc = rt._scorer.disc
+    batch, _ = worker.run_shard(mc_continuations, rollout, cfg.algo.mc_rollouts, 1.0, seed=seed + 1)
+    q, _ = scorer.run_shard(score_continuations, batch)  # (B, 3) Q of Eq. 4
+    disc = scorer.modules["disc"]
     with torch.no_grad():
         s, sl = torch.from_numpy(src), torch.from_numpy(src_len)
         tgt = torch.from_numpy(task.sample_targets(np.random.default_rng(seed), src, src_len))
@@ -165,7 +166,7 @@ def pretrain(overrides: list[str], seed: int, out_dir: str, n_probe: int) -> str
     probes = []
 
     def report(row, trainer):
-        if trainer.stage == "disc" and trainer.stage_iter == cfg.disc.pretrain_steps:
+        if trainer.stage == "algo_pretrain" and trainer.stage_iter == cfg.disc.pretrain_steps:
             probes.append(probe(trainer, n_probe, 10_000 + seed))
 
     Trainer(cfg, report=report).run()

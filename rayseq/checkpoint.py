@@ -246,14 +246,15 @@ def set_aside_newer(run_dir, kept: str) -> list[str]:
     return moved
 
 
-# what the trained weights depend on (train.init_from): the architecture keys; dropout is training, not shape
-_NOT_WEIGHTS = {"model": {"dropout", "lora_dropout"},
-                "disc": {"dropout", "lr", "batch_size", "pretrain_steps", "d_steps", "epochs", "num_negatives"}}
+# what the generator's weights do not depend on (train.init_from); dropout is training, not shape. An algorithm's own
+# config sections say which of their keys shape its modules' weights (their ``weights_keys``)
+_NOT_WEIGHTS = {"model": {"dropout", "lora_dropout"}}
 
 
 def init_from_differences(ours: dict, task_spec: dict, ck: dict) -> list[str]:
-    """What keeps ``ck``'s weights from this run's model: ``model.*`` (and ``disc.*``'s architecture when both train
-    a discriminator) that differ, the vocabulary and whether the model reads an input. ``ours``: this run's resolved
+    """What keeps ``ck``'s weights from this run's model: ``model.*`` (and the architecture keys of the algorithm's own
+    sections that both runs have, e.g. SeqGAN's ``disc.*``) that differ, the vocabulary and whether the model reads an
+    input. ``ours``: this run's resolved
     config dict; ``task_spec``: its task's :func:`rayseq.tasks.base.task_spec`. Where the data comes from
     (``task.source``, ``task.prepare``), the reward, the algorithm and the schedule do not matter."""
     from rayseq.config import RunConfig, config_to_dict
@@ -262,12 +263,17 @@ def init_from_differences(ours: dict, task_spec: dict, ck: dict) -> list[str]:
         theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
     except ValueError:
         theirs = ck["config"]
+    from rayseq import registry
+
+    shaping = {"model": [k for k in ours["model"] if k not in _NOT_WEIGHTS["model"]]}
+    for sec, model in registry.algorithm_class(ours["algo"]["name"]).sections.items():
+        shaping[sec] = list(model.weights_keys)
     diff = []
-    for sec in ("model", "disc"):
+    for sec, keys in shaping.items():
         if sec not in ours or sec not in theirs:
             continue
-        diff += [f"{sec}.{k} ({theirs[sec].get(k)!r} there, {v!r} here)" for k, v in ours[sec].items()
-                 if k not in _NOT_WEIGHTS[sec] and theirs[sec].get(k) != v]
+        diff += [f"{sec}.{k} ({theirs[sec].get(k)!r} there, {ours[sec][k]!r} here)" for k in keys
+                 if theirs[sec].get(k) != ours[sec][k]]
     their_task = ck.get("task", {})
     if their_task.get("vocab") != task_spec["vocab"]:
         sizes = [len(v["itos"]) if isinstance(v, dict) and "itos" in v else None

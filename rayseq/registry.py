@@ -12,9 +12,9 @@ What a class declares (class attributes):
   class as ``key -> (type, pydantic Field)`` (``config_fields()`` adds the regularizer's keys);
   ``defaults`` — the algorithm's own values of shared keys (SeqGAN-PPO-dynamic's clip bounds of Tuan et al.
   Supplement C), resolved into the config once, so a run's ``config.yaml`` shows what the learner uses;
-  ``adversarial`` — trains SeqGAN's discriminator (reads ``disc.*``); ``monte_carlo`` — its Q comes from
-  SeqGAN's Monte-Carlo search with a rollout policy G_β; ``uses_critic`` — the learner keeps a critic V_ψ;
-  ``needs_references`` — needs a task with reference replies; ``needs_task_reward`` — needs a task reward.
+  ``sections`` — config sections of its own (SeqGAN's ``disc:``); ``own_reward`` — its rewards come from a model it
+  trains itself; ``needs_references`` — needs a task with reference replies; ``needs_task_reward`` — needs a task
+  reward.
 - tasks: ``fields`` — the ``task.*`` keys the task reads besides ``name``, declared as an algorithm's;
   ``defaults`` (optional) — the task's own values of ``task.*`` keys (chitchat's corpus), resolved into the
   config like an algorithm's; ``has_reward`` — a task reward exists; ``has_references`` — inputs have
@@ -85,7 +85,7 @@ COMMON_ALGO_KEYS = ("name", "lr", "max_grad_norm")
 
 # what a class must provide to be used as an algorithm / a task (the optional hooks have defaults elsewhere)
 REQUIRED = {
-    "algo": ("update", "kind", "config_fields", "scoring", "prompt_copies"),  # subclass rayseq.algos.Algorithm
+    "algo": ("update", "kind", "config_fields", "build_modules", "prompt_copies"),  # subclass rayseq.algos.Algorithm
     "task": ("sample_prompts", "rewards", "evaluate", "metric_names", "fields"),
     # the core of the policy protocol (rayseq/models/protocol.py; what else a model needs depends on the algorithm)
     "model": ("from_config", "logprobs", "sample"),

@@ -21,6 +21,7 @@ from rayseq.config import (
     load_yaml,
     task_config_model,
 )
+from rayseq.registry import algorithm_class
 
 
 def test_defaults():
@@ -40,9 +41,10 @@ def test_defaults():
     assert cfg.model.hidden_dim == 128
     assert cfg.seed == 0 and cfg.name is None and cfg.run_dir is None
     # every leaf field is documented (STYLE.md 7); the sections document themselves by their fields
-    sections = [cfg, cfg.task, cfg.model, cfg.algo, cfg.rollout, cfg.scorer, cfg.learner, cfg.disc, cfg.train]
-    # and every key an algorithm or a task declares beside its code
+    sections = [cfg, cfg.task, cfg.model, cfg.algo, cfg.rollout, cfg.scorer, cfg.learner, cfg.train]
+    # and every key an algorithm or a task declares beside its code, and the algorithms' own sections (disc:)
     sections += [algorithm_config_model(n)() for n in ALGOS] + [task_config_model(n)() for n in TASKS]
+    sections += [model() for n in ALGOS for model in algorithm_class(n).sections.values()]
     for section in sections:
         for name, field in type(section).model_fields.items():
             if isinstance(getattr(section, name), BaseModel):
@@ -269,7 +271,7 @@ def test_yaml_round_trip(tmp_path):
     (["algo.name=ppo", "algo.alpha2=0.5"], "algo.alpha2: algo.name=ppo does not read this key"),
     (["algo.name=mle", "algo.gamma=0.9"], "algo.gamma: algo.name=mle does not read this key"),
     (["algo.name=scst", "algo.use_baseline=true"], "algo.use_baseline: algo.name=scst does not read"),
-    (["algo.name=ppo", "disc.lr=0.1"], "disc.lr: algo.name=ppo trains no discriminator"),
+    (["algo.name=ppo", "disc.lr=0.1"], "disc.lr: algo.name=ppo does not read the disc: section"),
     (["task.name=counting", "task.oracle_path=x.npz"], "task.oracle_path: task.name=counting does not read"),
     (["task.name=oracle", "algo.name=mle", "task.min_len=2"], "task.min_len: task.name=oracle does not read"),
     (["algo.name=ppo", "algo.raml.raml_taux=1"], "algo.raml.raml_taux: unknown key"),
@@ -404,7 +406,6 @@ def test_a_config_written_before_algorithms_declared_their_keys_resumes():
         algo: {name: grpo, lr: 0.0003, epochs: 1, minibatch_size: 64, eps: 0.2, max_grad_norm: 5.0, kl_coef: 0.01,
                kl_target: null, entropy_coef: 0.0, group_size: 4}
     """))
-    del saved["disc"]
     cfg, changed = resume_config(saved, None, ["train.iters=6"], stage="train")
     assert changed == [("train.iters", 200, 6)]
     written = config_to_dict(cfg)

@@ -63,6 +63,7 @@ LAYERS = {
 SIDEWAYS = {
     ("rayseq.checkpoint", "rayseq.storage"),  # checkpoints are written through RunStore
     ("rayseq.checkpoint", "rayseq.config"),  # train.init_from compares configs as this version reads them
+    ("rayseq.checkpoint", "rayseq.registry"),  # ... and asks the algorithm which of its own keys shape its weights
     ("rayseq.runlog", "rayseq.storage"),
     ("rayseq.config", "rayseq.registry"),  # configs validate algorithm, task and reward names
     ("rayseq.registry", "rayseq.reward_protocol"),  # reward functions are checked against their protocol

@@ -63,7 +63,8 @@ def part_updates(args, tmp: Path) -> tuple[str, dict]:
     for size, model in sizes.items():
         for algo in (FAMILIES[:3] + FAMILIES[-1:]) if args.quick else FAMILIES:
             stage = "mle" if algo == "mle" else "train"
-            gan = ["disc.pretrain_steps=0", "algo.mc_rollouts=4", *SMALL_D] if algorithm_class(algo).adversarial else []
+            gan = (["disc.pretrain_steps=0", "algo.mc_rollouts=4", *SMALL_D]
+                   if "disc" in algorithm_class(algo).sections else [])
             plan = ([f"train.pretrain_iters={iters}", "train.iters=0"] if algo == "mle" else
                     ["train.pretrain_iters=0", f"train.iters={iters}", *gan])
             base = ["rollout.num_workers=0", "progress=false", "task.test_size=100", f"algo.name={algo}",

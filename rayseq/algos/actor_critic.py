@@ -27,6 +27,7 @@ from rayseq.algos.common import (
     with_entropy,
 )
 from rayseq.losses import gae, reinforce_loss, value_loss
+from rayseq.models import Critic
 from rayseq.types import Rollout, to_torch
 
 # the critic V_ψ (the learner builds it from critic_hidden, critic_lr) and its TD(λ) targets
@@ -42,19 +43,31 @@ CRITIC_FIELDS = {
         "critic only (generator fixed, no d-steps), as Bahdanau et al. (2017) pretrain their critic.")),
 }
 
-def critic_step(state: LearnerState, values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> dict:
-    """One Adam step of the critic towards ``targets`` on the unmasked tokens."""
+def build_critic(run_cfg, generator, device) -> dict:
+    """V_ψ(s_t) on the generator's per-step states (``algo.critic_hidden``) and its Adam (``algo.critic_lr``)."""
+    critic = Critic(generator.state_dim, run_cfg.algo.critic_hidden).to(device)
+    return {"critic": critic, "critic_opt": torch.optim.Adam(critic.parameters(), lr=run_cfg.algo.critic_lr)}
+
+
+def with_warmup(run_cfg) -> int:
+    """``train.iters`` plus the critic-only warm-up (``algo.critic_warmup``)."""
+    return run_cfg.train.iters + run_cfg.algo.critic_warmup
+
+
+def critic_step(modules: dict, values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> dict:
+    """One Adam step of the critic (``modules["critic"]``, ``modules["critic_opt"]``) towards ``targets`` on the
+    unmasked tokens."""
     v_loss, v_stats = value_loss(values, targets, mask)
-    step(state.critic_opt, v_loss, state.critic.parameters(), None)
+    step(modules["critic_opt"], v_loss, modules["critic"].parameters(), None)
     return {"loss/critic": v_loss.item(), "critic/explained_variance": float(v_stats.explained_variance),
             "critic/value_mean": float(v_stats.value_mean)}
 
 
-def critic_pass(state: LearnerState, rollout: Rollout, gamma: float):
+def critic_pass(state: LearnerState, critic, rollout: Rollout, gamma: float):
     """The rollout's tensors, the generator's teacher-forced pass, V_ψ(s_t) (B, T) and the rewards r_t (B, T)."""
     b = rollout_tensors(rollout, state.device, gamma)
     out = state.generator.logprobs(b.src, b.src_len, b.tokens)
-    return b, out, state.critic(out.states), to_torch(rollout.rewards, state.device)
+    return b, out, critic(out.states), to_torch(rollout.rewards, state.device)
 
 
 def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.Tensor, train: bool) -> dict:
@@ -72,13 +85,22 @@ def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.
 class ActorCritic(RolloutAlgo):
     name = "actor_critic"
     fields = {k: BASELINE_FIELDS[k] for k in ("gamma", "normalize_advantages")} | CRITIC_FIELDS
-    uses_critic = True
+
+    def build_modules(self, run_cfg, generator, task, device) -> dict:
+        return build_critic(run_cfg, generator, device)
+
+    def config_lrs(self, run_cfg) -> dict:
+        return {"critic_opt": run_cfg.algo.critic_lr}
+
+    @classmethod
+    def train_iters(cls, cfg) -> int:
+        return with_warmup(cfg)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
-        b, out, values, rewards = critic_pass(state, rollout, cfg.gamma)
+        b, out, values, rewards = critic_pass(state, self.modules["critic"], rollout, cfg.gamma)
         adv, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
         adv = advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages)
         m = policy_step(cfg, state, out, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
-        m.update(critic_step(state, values, targets, b.token_mask))
+        m.update(critic_step(self.modules, values, targets, b.token_mask))
         return {**rollout_metrics(rollout), **m}

@@ -23,10 +23,7 @@ class LearnerState:
     gen_opt: torch.optim.Optimizer
     base_opt: torch.optim.Optimizer
     device: torch.device
-    critic: nn.Module | None = None  # V_ψ(s_t) of actor-critic / SeqGAN-critic (rayseq.models.critic)
-    critic_opt: torch.optim.Optimizer | None = None
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
-    rollout_policy: nn.Module | None = None  # SeqGAN's G_β (Monte-Carlo search), when it differs from G_θ
     dp: DataParallel | None = None  # this learner's rank when learner.num_learners > 1 (rayseq.algos.parallel)
 
 
@@ -132,32 +129,39 @@ def baseline_lr(cfg) -> float:
 
 
 class Algorithm:
-    """What an algorithm class declares, read without instantiating it (rayseq.registry):
+    """An algorithm: what it declares (class attributes, read without instantiating it: rayseq.registry, rayseq.config),
+    the modules it trains besides the generator, and its iteration.
 
-    ``name``; ``kind`` ``"supervised"`` (updates on reference targets) or ``"rollout"`` (on sampled rollouts);
-    ``fields``: every ``algo.*`` key it reads besides name, lr and max_grad_norm (and the regularizer's keys,
-    :data:`rayseq.algos.regularizers.REGULARIZER_FIELDS`, when ``regularized``), as ``key -> (type, pydantic
-    Field)``: rayseq.config validates, documents and prints them; ``defaults``: its own values of keys shared with
-    other algorithms, resolved into the config; ``adversarial``: trains SeqGAN's discriminator (reads ``disc.*``);
-    ``monte_carlo``, ``uses_critic``, ``needs_references``, ``needs_task_reward`` (traits, see rayseq.registry);
-    ``needs_targets``: its prompts carry reference targets. ``seed`` is the run's seed: every random stream an
-    algorithm draws derives from it (:func:`rayseq.seeding.derive_seed`).
+    Declarations: ``name``; ``kind`` ``"supervised"`` (updates on reference targets) or ``"rollout"`` (on sampled
+    rollouts); ``fields``: every ``algo.*`` key it reads besides name, lr and max_grad_norm (and the regularizer's
+    keys, :data:`rayseq.algos.regularizers.REGULARIZER_FIELDS`, when ``regularized``), as ``key -> (type, pydantic
+    Field)``; ``sections``: config sections of its own, ``name -> Section class`` (SeqGAN's ``disc:``);
+    ``defaults``: its own values of keys shared with other algorithms, resolved into the config. rayseq.config
+    validates, documents and prints all of them. The traits below say what the config checks and the learner need to
+    know; nothing else branches on an algorithm.
+
+    State: the learner calls :meth:`build_modules` once and keeps the result in ``modules`` (what a sharded learner
+    wraps and what :meth:`state_dict` saves); rollout workers and scorers hold the copies
+    :meth:`worker_modules` / :meth:`scorer_modules` declare and receive :meth:`worker_weights` /
+    :meth:`scorer_weights`.
+
+    Args:
+        cfg: the run's ``algo:`` section (this algorithm's keys).
+        seed: the run's seed; every random stream an algorithm draws derives from it
+            (:func:`rayseq.seeding.derive_seed`).
     """
 
     name = ""
     kind = "rollout"
     fields: dict = {}  # algo.* keys it reads: key -> (type, pydantic Field); subclasses spread their parent's
+    sections: dict = {}  # config sections of its own: section name -> rayseq.config.base.Section subclass
     defaults: dict = {}
-    adversarial = False
-    monte_carlo = False  # Q from SeqGAN's Monte-Carlo search with a rollout policy G_β
-    uses_critic = False  # the learner keeps a critic V_ψ(s_t)
     needs_references = False  # token-level reward increments against the input's reference replies
     needs_task_reward = False  # learns from the task's reward (not a discriminator's, not only references)
-    needs_targets = False
-    # how its iteration gives a sampled rollout its rewards (what the config checks read, e.g. rollout.pipeline):
-    # "task" (the task's reward, on the workers or scorer actors), "monte_carlo_q" (SeqGAN's Q from Monte-Carlo
-    # search scored by D), "discriminator" (D(Y))
-    scoring = "task"
+    needs_targets = False  # its prompts carry reference targets
+    # its rewards come from a model it trains itself (SeqGAN's discriminator), computed by its iteration on the scorer
+    # actors: the task's reward and reward.* are not read, the run has scorers, and its rollouts cannot be pipelined
+    own_reward = False
     stateful_request = False  # the learner's copy builds the rollout requests (state lives there: interpolation's λ)
     validate_every = 0  # its iteration validates every this many iterations (0: never; on_validation)
     regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)
@@ -168,10 +172,12 @@ class Algorithm:
     # its update runs on learner.num_learners ranks, each on its rows of every minibatch with its share of the
     # losses' denominators (rayseq.algos.parallel); the others run on one learner
     data_parallel = False
+    pretrain_label = ""  # the progress label of its own pretraining stage (pretrain_steps > 0)
 
     def __init__(self, cfg, seed: int = 0):
         self.cfg = cfg
         self.seed = int(seed)
+        self.modules: dict = {}  # what build_modules returned (on the learner; empty elsewhere)
 
     @classmethod
     def config_fields(cls) -> dict:
@@ -179,29 +185,156 @@ class Algorithm:
         keys when ``regularized`` (the learner applies those to every such algorithm: algos/regularizers.py)."""
         return {**cls.fields, **(REGULARIZER_FIELDS if cls.regularized else {})}
 
+    @classmethod
+    def train_iters(cls, cfg) -> int:
+        """Iterations of the ``train`` stage for run config ``cfg``: ``train.iters`` (critic algorithms add their
+        critic-only warm-up)."""
+        return cfg.train.iters
+
     # -- the iteration ------------------------------------------------------------------------------
     def training_step(self, groups, step) -> dict:
         """One iteration against the actor groups (:mod:`rayseq.algos.iteration`): sample → score → update, one
         policy step on the task's reward; the next iteration's batch goes out with the update (chained, staleness
-        0), or with ``rollout.pipeline`` is sampled during it (staleness 1). Returns the iteration's metrics."""
+        0), or with ``rollout.pipeline`` is sampled during it (staleness 1).
+
+        Args:
+            groups: the run's actor groups (:class:`rayseq.algos.iteration.Groups`).
+            step: the driver's side of the iteration (:class:`rayseq.algos.iteration.Step`).
+
+        Returns:
+            The iteration's metrics (the driver adds timing, counters and evaluation).
+        """
         if step.cfg.rollout.pipeline:
             return counted(groups, lambda: pipelined_step(self, groups, step))
         return counted(groups, lambda: rollout_step(self, groups, step, chain=True))
 
     @classmethod
     def pretrain_steps(cls, cfg) -> int:
-        """Iterations of the algorithm's own stage between MLE pretraining and ``train`` (stage ``disc``: SeqGAN's
-        D pretraining); 0: none."""
+        """Iterations of the algorithm's own stage between MLE pretraining and ``train`` (SeqGAN's D pretraining;
+        its progress label: ``pretrain_label``); 0: none."""
         return 0
 
     def pretrain_step(self, groups, step) -> dict:
-        """One iteration of that stage."""
+        """One iteration of that stage (arguments and result as :meth:`training_step`'s)."""
         raise NotImplementedError(f"algo.name={self.name} has no pretraining stage of its own")
 
+    def update(self, state: LearnerState, batch, iteration: int) -> dict:
+        """The update on the learner.
+
+        Args:
+            state: the learner's generator, baseline, their optimizers, device and data-parallel rank.
+            batch: a :class:`rayseq.types.Rollout` (``kind="rollout"``) or a :class:`rayseq.types.PromptBatch` with
+                targets (``kind="supervised"``).
+            iteration: the iteration within the stage (0-based).
+
+        Returns:
+            The update's metrics.
+        """
+        raise NotImplementedError
+
     def assign_scores(self, rollout: Rollout, parts: list) -> dict:
-        """Give a sampled rollout the scores its iteration computed on the scorers (``parts``: per shard, fetched;
-        in place, on the learner, before :meth:`update`); returns metrics."""
+        """Give a sampled rollout the scores its iteration computed on the scorers (in place, on the learner, before
+        :meth:`update`).
+
+        Args:
+            rollout: the rollout the learner assembled from the shards.
+            parts: what the scorers returned, per shard, fetched.
+
+        Returns:
+            Metrics.
+        """
         raise NotImplementedError(f"algo.name={self.name} scores its rollouts with the task's reward only")
+
+    def aux_update(self, state: LearnerState, positives, negatives: Rollout, seed: int) -> dict:
+        """An update of a model of its own on real examples against sampled ones (SeqGAN's d-step), on the learner.
+
+        Args:
+            state: as :meth:`update`'s.
+            positives: real (input, target) pairs, a :class:`rayseq.types.PromptBatch`.
+            negatives: sampled replies.
+            seed: the seed of its shuffling.
+
+        Returns:
+            Metrics.
+        """
+        raise NotImplementedError(f"algo.name={self.name} trains no model besides the generator")
+
+    # -- what it holds ------------------------------------------------------------------------------
+    def build_modules(self, run_cfg, generator: nn.Module, task, device) -> dict:
+        """The modules and optimizers it trains besides the generator and the value baseline, built once by the
+        learner, which keeps them in ``self.modules``: saved by :meth:`state_dict`, given their learning rates
+        by :meth:`config_lrs`.
+
+        Args:
+            run_cfg: the whole run config (:class:`rayseq.config.RunConfig`).
+            generator: the learner's generator (on ``device``).
+            task: the run's task (its vocabulary sizes the models).
+            device: the learner's torch device.
+
+        Returns:
+            ``{name: nn.Module or torch.optim.Optimizer}`` (empty: none).
+        """
+        return {}
+
+    @classmethod
+    def worker_modules(cls, run_cfg, task, device) -> dict:
+        """Copies a rollout worker holds besides the generator (SeqGAN's G_β), loaded from :meth:`worker_weights`:
+        ``{name: nn.Module}``."""
+        return {}
+
+    @classmethod
+    def scorer_modules(cls, run_cfg, task, device) -> dict:
+        """Copies a scorer actor holds (SeqGAN's D), loaded from :meth:`scorer_weights`: ``{name: nn.Module}``."""
+        return {}
+
+    def worker_weights(self) -> dict:
+        """``{name: state dict}`` of :meth:`worker_modules` the learner publishes with the generator's weights."""
+        return {}
+
+    def scorer_weights(self) -> tuple[int, dict]:
+        """(version, ``{name: state dict}`` of :meth:`scorer_modules`): the scorers load them when the version is
+        new to them. Version 0 with nothing: the scorers hold nothing of this algorithm's."""
+        return 0, {}
+
+    def config_lrs(self, run_cfg) -> dict:
+        """``{optimizer name in modules: learning rate}`` from the config (re-applied after a checkpoint is loaded:
+        a resumed run or a Tune PBT exploit uses its own rates)."""
+        return {}
+
+    def start(self, state: LearnerState) -> None:
+        """The ``train`` stage starts on the learner (the generator is pretrained): e.g. SeqGAN's G_β ← G_θ."""
+
+    def state_dict(self) -> dict:
+        """What checkpoints keep of it: each module's and optimizer's state dict under its name, and its own state
+        (:meth:`own_state_dict`)."""
+        return {**{k: m.state_dict() for k, m in self.modules.items()}, **self.own_state_dict()}
+
+    def load_state_dict(self, d: dict) -> None:
+        """Restore :meth:`state_dict` (a module missing from ``d`` keeps its state)."""
+        for k, m in self.modules.items():
+            if k in d:
+                m.load_state_dict(d[k])
+        self.load_own_state_dict(d)
+
+    def own_state_dict(self) -> dict:
+        """Its state beside the modules (counters, schedules); empty: none."""
+        return {}
+
+    def load_own_state_dict(self, d: dict) -> None:
+        """Restore :meth:`own_state_dict`."""
+
+    def init_from(self, d: dict) -> dict:
+        """Start from another run's pretrained state (``train.init_from``): take what it has of what this algorithm
+        pretrains itself.
+
+        Args:
+            d: that run's algorithm entries (:meth:`state_dict`'s).
+
+        Returns:
+            ``{what: whether it was there}`` for each thing the algorithm pretrains (SeqGAN: its discriminator); a
+            missing one is pretrained in the algorithm's own stage.
+        """
+        return {}
 
     # -- optional hooks (defaults: what most algorithms want) ------------------------------------------
     @classmethod
@@ -219,13 +352,6 @@ class Algorithm:
     def on_validation(self, state, reward: float) -> dict:
         """Called with the validation reward every ``validate_every`` iterations; returns metrics."""
         return {}
-
-    def state_dict(self) -> dict:
-        """Algorithm state that checkpoints keep (empty: none)."""
-        return {}
-
-    def load_state_dict(self, d: dict) -> None:
-        """Restore :meth:`state_dict`."""
 
 
 class SupervisedAlgo(Algorithm):

@@ -4,9 +4,12 @@ blocks (math layer: no Ray here).
 ``groups`` has three typed actor groups (:mod:`rayseq.distributed.groups` implements them, in-process or on Ray
 actors, with one interface); the protocols below say what an algorithm may call:
 
-- ``groups.rollout`` (:class:`RolloutGroupLike`): publish the learner's weights, sample, Monte-Carlo continuations;
-- ``groups.scorer`` (:class:`ScorerGroupLike`): publish D's weights, D's scores (Q of continuations, D(Y));
-- ``groups.learner`` (:class:`LearnerGroupLike`): updates, d-steps, validation, requests built on the learner.
+- ``groups.rollout`` (:class:`RolloutGroupLike`): publish the learner's weights, sample, run an algorithm's function
+  on the sampled shards (SeqGAN's Monte-Carlo continuations);
+- ``groups.scorer`` (:class:`ScorerGroupLike`): publish what the algorithm has the scorers hold, run its function on
+  the shards or on what the workers computed (SeqGAN's Q from D, D(Y));
+- ``groups.learner`` (:class:`LearnerGroupLike`): updates, the algorithm's other updates (SeqGAN's d-steps),
+  validation, requests built on the learner.
 
 ``step`` (:class:`Step`) is the driver's side: the task, the data RNG, the stage's position, the seeds, and the
 batch that went out ahead of this iteration (chained and pipelined modes, :func:`rollout_step` and
@@ -28,7 +31,8 @@ from rayseq.types import PromptBatch, RolloutRequest
 
 class RolloutGroupLike(Protocol):
     def sync_weights(self) -> None:
-        """Publish the learner's current weights (generator and G_β); the next calls sample with them."""
+        """Publish the learner's current weights (the generator's, and what the algorithm publishes with them); the
+        next calls sample with them."""
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
         """Shard handles of one reply per prompt (scored with the task's reward where it was sampled or on the
@@ -41,19 +45,22 @@ class RolloutGroupLike(Protocol):
     def take_next(self) -> list:
         """The shards of the batch that went out with the last update (``LearnerGroupLike.update``'s next_batch)."""
 
-    def mc_search(self, shards: list, n_rollouts: int, temperature: float, seed: int) -> list:
-        """Pending Monte-Carlo continuations of every prefix of ``shards`` (SeqGAN Eq. 4), for the scorers."""
+    def run_on_shards(self, fn, shards: list, *args, seed: int) -> list:
+        """``fn(worker, shard, *args, seed=...) -> (data, info)`` on each shard where it was sampled (a worker holds
+        ``generator``, ``modules``, ``device``, ``task``, ``cfg``, ``index``); pending calls, for
+        :meth:`ScorerGroupLike.run_on_pending`."""
 
 
 class ScorerGroupLike(Protocol):
-    def sync_disc(self) -> None:
-        """Publish the learner's discriminator to the scorers."""
+    def sync_weights(self) -> None:
+        """Publish what the learner's algorithm has the scorers hold (``Algorithm.scorer_weights``)."""
 
-    def score_mc(self, pending: list) -> tuple[list, dict]:
-        """Q (B_i, T_i) per shard from D on the continuations; timings ``mc_s``, ``score_s``."""
+    def run_on_pending(self, fn, pending: list) -> tuple[list, list]:
+        """``fn(scorer, data) -> (result, info)`` on what each pending call computed; per-shard result handles and
+        infos."""
 
-    def score_sequences(self, shards: list) -> tuple[list, dict]:
-        """D(Y) (B_i,) per shard; timings ``score_s``."""
+    def run_on_shards(self, fn, shards: list) -> tuple[list, list]:
+        """``fn(scorer, shard) -> (result, info)`` on each rollout shard; per-shard result handles and infos."""
 
 
 class LearnerGroupLike(Protocol):
@@ -66,8 +73,9 @@ class LearnerGroupLike(Protocol):
     def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
         """A supervised update on reference targets."""
 
-    def train_discriminator(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
-        """One d-step: real ``positives`` against sampled ``negatives`` (shard handles)."""
+    def aux_update(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
+        """The algorithm's update of a model of its own: real ``positives`` against sampled ``negatives`` (shard
+        handles)."""
 
     def validate(self) -> dict:
         """The validation reward handed to the learner's copy of the algorithm (``on_validation``)."""
@@ -83,6 +91,16 @@ class Groups(Protocol):
     remote: bool  # members are Ray actors (driver/recv_bytes is measured)
     restarts: int  # worker and scorer restarts so far
     recv_bytes: int  # what the driver fetched so far
+
+
+ALGO_PRETRAIN = "algo_pretrain"  # the algorithm's own pretraining stage (Algorithm.pretrain_steps: SeqGAN's D)
+STAGES = ("mle", ALGO_PRETRAIN, "train")  # a run's stages, in order
+_OLD_STAGE_NAMES = {"disc": ALGO_PRETRAIN}  # as checkpoints and metrics written before it had a neutral name say
+
+
+def stage_name(stage: str) -> str:
+    """A stage's name as this version calls it (an older checkpoint's ``disc`` is ``algo_pretrain``)."""
+    return _OLD_STAGE_NAMES.get(stage, stage)
 
 
 def rollout_seed(run_seed: int, k: int) -> int:

@@ -1,16 +1,22 @@
 """SeqGAN (Yu et al. 2017, Algorithm 1 and Eq. 4-8) in one file, and its PPO / PPO-dynamic variants (Tuan et al.
 2018, Table 1 lower block, Supplement C).
 
-Algorithm 1 is :meth:`Adversarial.training_step` (one iteration) and :meth:`Adversarial.pretrain_step` (stage
-``disc``), written against the actor groups (:mod:`rayseq.algos.iteration`):
+Algorithm 1 is :meth:`Adversarial.training_step` (one iteration) and :meth:`Adversarial.pretrain_step` (the
+algorithm's own pretraining stage), written against the actor groups (:mod:`rayseq.algos.iteration`):
 
-    pretrain G_θ by MLE; G_β ← G_θ                                  (the driver's ``mle`` stage; the learner copies G_β)
-    pretrain D on G_θ's samples against real data                   (stage ``disc``: :meth:`Adversarial.d_step`)
-    repeat:  for g-steps: sample Y ~ G_θ (rollout group), Q(Y_1:t−1, y_t) by Monte-Carlo search with G_β (rollout
-                          group, :mod:`rayseq.rewards.mc_search`) scored by D (scorer group) (Eq. 4), update θ (Eq. 8)
-                          on the learner, where :meth:`Adversarial.assign_scores` gives the rollout its Q;
+    pretrain G_θ by MLE; G_β ← G_θ                                  (stage ``mle``; then :meth:`Adversarial.start`)
+    pretrain D on G_θ's samples against real data                   (its own stage: :meth:`Adversarial.d_step`)
+    repeat:  for g-steps: sample Y ~ G_θ (rollout group), Q(Y_1:t−1, y_t) by Monte-Carlo search with G_β on the rollout
+                          workers (:func:`mc_continuations`, :mod:`rayseq.rewards.mc_search`) scored by D on the
+                          scorers (:func:`score_continuations`) (Eq. 4), update θ (Eq. 8) on the learner, where
+                          :meth:`Adversarial.assign_scores` gives the rollout its Q;
                           β ← r·β + (1−r)·θ                         (:func:`average_rollout_policy`, after the update)
              for d-steps: fresh negatives from G_θ, train D k epochs (:meth:`Adversarial.d_step`, :func:`d_step`, Eq. 5)
+
+The family's state is its own: D and its optimizer, D's version (the d-steps so far) and G_β live in the learner's
+copy of the algorithm (:meth:`Adversarial.build_modules`, checkpointed with it); the rollout workers hold a G_β copy
+and the scorers a D copy (:meth:`Adversarial.worker_modules`, :meth:`Adversarial.scorer_modules`). The ``disc:``
+config section is the family's (:class:`DiscConfig`).
 
 The reward of token y_t is Q(Y_1:t−1, y_t), delivered as ``Rollout.returns``; the generator follows the policy
 gradient
@@ -28,12 +34,14 @@ with no baseline, as SeqGAN's code (``algo.use_baseline=true`` subtracts the lea
 
 from __future__ import annotations
 
+import copy
 import time
 from functools import partial
+from typing import ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo
 from rayseq.algos.iteration import counted
@@ -41,8 +49,49 @@ from rayseq.algos.parallel import DataParallel
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
 from rayseq.algos.reinforce import Reinforce
+from rayseq.config.base import Section
 from rayseq.losses import discriminator_loss, ppo_clip_loss
-from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
+from rayseq.models import make_discriminator, make_generator
+from rayseq.rewards.mc_search import mc_search, q_values
+from rayseq.types import MCBatch, PromptBatch, Rollout, RolloutRequest, to_torch
+
+
+class DiscConfig(Section):
+    """``disc:`` — SeqGAN's CNN discriminator (Yu et al. Sec. 4 and Appendix) and its training (Alg. 1): the SeqGAN
+    family's config section (``Algorithm.sections``)."""
+
+    emb_dim: int = Field(64, ge=1, description="Token embedding size of D.")
+    filter_sizes: list[int] = Field(
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20], min_length=1, description="Convolution window sizes (paper)."
+    )
+    num_filters: list[int] = Field(
+        [100, 200, 200, 200, 200, 100, 100, 100, 100, 100, 160, 160], min_length=1,
+        description="Feature maps per window size (paper).",
+    )
+    dropout: float = Field(0.25, ge=0.0, lt=1.0, description="Dropout before the output (code: keep 0.75).")
+    l2_reg: float = Field(0.2, ge=0.0, description="L2 penalty on the output layer (SeqGAN code: 0.2).")
+    lr: float = Field(1e-4, gt=0, description="Adam learning rate of D (SeqGAN code: 1e-4).")
+    batch_size: int = Field(64, ge=1, description="D minibatch size.")
+    pretrain_steps: int = Field(50, ge=0, description="D pretraining d-steps before adversarial training (paper: 50).")
+    d_steps: int = Field(5, ge=0, description="d-steps per adversarial iteration (paper: 5).")
+    epochs: int = Field(3, ge=1, description="k: epochs over each d-step's data (paper: 3).")
+    num_negatives: int = Field(10000, ge=1, description="Fresh generated negatives (and as many positives) per d-step.")
+
+    # what a resumed run may change (rayseq.config.resume), and which keys shape D's weights (train.init_from
+    # takes a pretrained D only when they are equal: rayseq.checkpoint.init_from_differences)
+    resumable: ClassVar[tuple[str, ...]] = ("lr",)
+    weights_keys: ClassVar[tuple[str, ...]] = ("emb_dim", "filter_sizes", "num_filters")
+
+    @model_validator(mode="after")
+    def _check_filters(self) -> DiscConfig:
+        if len(self.filter_sizes) != len(self.num_filters):
+            raise ValueError(
+                f"disc.filter_sizes has {len(self.filter_sizes)} entries "
+                f"but disc.num_filters has {len(self.num_filters)}"
+            )
+        if min(self.filter_sizes) < 1 or min(self.num_filters) < 1:
+            raise ValueError("disc.filter_sizes and disc.num_filters must be positive")
+        return self
 
 
 # -- Algorithm 1's discriminator and rollout-policy steps (run by the learner) ------------------------------------
@@ -123,51 +172,134 @@ def concat_columns(parts: list[np.ndarray], width: int) -> np.ndarray:
 
 
 class Adversarial:
-    """What the SeqGAN family shares: Algorithm 1's iteration (``g_steps`` policy steps rewarded by D, then
-    ``disc.d_steps`` d-steps), D pretraining, and G_β's moving average after each update. ``score`` says how a
-    sampled rollout gets D's reward (Monte-Carlo Q here; D(Y) and a critic in SeqGAN-critic), ``policy_update`` the
-    generator's step."""
+    """What the SeqGAN family shares: its state (D, D's optimizer and version, G_β), Algorithm 1's iteration
+    (``g_steps`` policy steps rewarded by D, then ``disc.d_steps`` d-steps), D pretraining, and G_β's moving average
+    after each update. ``score`` says how a sampled rollout gets D's reward (Monte-Carlo Q here; D(Y) and a critic in
+    SeqGAN-critic), ``policy_update`` the generator's step."""
 
-    adversarial = True
+    sections = {"disc": DiscConfig}
+    own_reward = True
     needs_task_reward = False
     defaults = {"use_baseline": False}
+    pretrain_label = "D pretraining"
+    disc_version = 0  # d-steps so far: the version of D the scorers hold (set on the learner's copy)
+    _beta_ready = False  # G_β is published once training starts (start)
 
+    # -- its state: D and its optimizer on the learner, G_β (with a rollout_update_rate); copies on the actors ------
+    def build_modules(self, run_cfg, generator, task, device) -> dict:
+        """D and its Adam (``disc.lr``); G_β when it differs from G_θ (``algo.rollout_update_rate`` > 0)."""
+        disc = make_discriminator(run_cfg, task).to(device)
+        modules = {"disc": disc, "disc_opt": torch.optim.Adam(disc.parameters(), lr=run_cfg.disc.lr)}
+        if self.uses_rollout_policy(run_cfg):
+            modules["rollout_policy"] = copy.deepcopy(generator).eval()  # G_β ← G_θ again when training starts
+        self.disc_cfg, self.pad_id = run_cfg.disc, task.specials.pad  # what its d-steps read
+        return modules
+
+    @classmethod
+    def uses_rollout_policy(cls, run_cfg) -> bool:
+        """Monte-Carlo search with a G_β of its own (``algo.rollout_update_rate`` > 0; 0: G_β is G_θ)."""
+        return getattr(run_cfg.algo, "rollout_update_rate", 0) > 0
+
+    @classmethod
+    def worker_modules(cls, run_cfg, task, device) -> dict:
+        """The rollout workers' G_β (built at start, not on the first weights, so that in-process runs draw the same
+        global random numbers before and after a resume)."""
+        if not cls.uses_rollout_policy(run_cfg):
+            return {}
+        return {"rollout_policy": make_generator(run_cfg, task).to(device).eval()}
+
+    @classmethod
+    def scorer_modules(cls, run_cfg, task, device) -> dict:
+        """The scorers' copy of D."""
+        return {"disc": make_discriminator(run_cfg, task).to(device).eval()}
+
+    def worker_weights(self) -> dict:
+        beta = self.modules.get("rollout_policy")
+        return {"rollout_policy": _cpu(beta)} if beta is not None and self._beta_ready else {}
+
+    def scorer_weights(self) -> tuple[int, dict]:
+        return self.disc_version, {"disc": _cpu(self.modules["disc"])}
+
+    def config_lrs(self, run_cfg) -> dict:
+        return {"disc_opt": run_cfg.disc.lr}
+
+    def start(self, state: LearnerState) -> None:
+        """G_β ← G_θ: the rollout policy starts as the pretrained generator."""
+        beta = self.modules.get("rollout_policy")
+        if beta is not None:
+            beta.load_state_dict(state.generator.state_dict())
+            self._beta_ready = True
+
+    def own_state_dict(self) -> dict:
+        return {"disc_version": self.disc_version}
+
+    def load_own_state_dict(self, d: dict) -> None:
+        self.disc_version = int(d.get("disc_version", self.disc_version))
+
+    def init_from(self, d: dict) -> dict:
+        """A pretrained D, when the run started from has one (its G_β is not taken: training starts from G_θ)."""
+        if "disc" in d:
+            self.modules["disc"].load_state_dict(d["disc"])
+            self.disc_version = int(d.get("disc_version", 0))
+        return {"discriminator": "disc" in d}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        if cfg.rollout.num_workers > 0 and cfg.scorer.num_scorers == 0:
+            raise ValueError("scorer.num_scorers=0: SeqGAN scores Monte-Carlo continuations on scorer actors; "
+                             "set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run in-process)")
+        if cfg.model.arch == "hf":
+            raise ValueError(f"algo.name={cfg.algo.name}: the SeqGAN family is not supported with "
+                             "model.arch=hf (its discriminator and Monte-Carlo search need rayseq's vocabulary "
+                             "and the RNN's states); use a rollout algorithm, e.g. ppo_dynamic or grpo")
+        n = cfg.learner.num_learners
+        if n > 1:  # each rank takes its rows of every d-step minibatch
+            rows = 2 * cfg.disc.num_negatives
+            sizes = {"disc.batch_size": min(cfg.disc.batch_size, rows)}
+            if rows % cfg.disc.batch_size:
+                sizes["2 * disc.num_negatives mod disc.batch_size"] = rows % cfg.disc.batch_size
+            for key, size in sizes.items():
+                if size < n:
+                    raise ValueError(f"learner.num_learners={n}: {key}={size} rows cannot give each learner one; use "
+                                     f"at least {n}")
+
+    # -- Algorithm 1 ------------------------------------------------------------------------------
     def training_step(self, groups, step) -> dict:
         """One iteration of Algorithm 1: g-steps, then d-steps."""
+        return counted(groups, lambda: self._iteration(groups, step))
 
-        def iteration() -> dict:
-            m: dict = {}
-            g_steps = self.cfg.g_steps
-            for g in range(g_steps):
-                t0 = time.perf_counter()
-                groups.rollout.sync_weights()  # G_θ (and G_β) to the rollout workers
-                t1 = time.perf_counter()
-                seed = step.seed(step.iteration * g_steps + g)
-                shards = groups.rollout.sample(step.prompts(self), step.request(self, seed))  # Y ~ G_θ
-                t2 = time.perf_counter()
-                scores, timing = self.score(groups, shards, seed, step)  # Q(Y_1:t−1, y_t), Eq. 4
-                t3 = time.perf_counter()
-                m.update(groups.learner.update(shards, step.stage_iter, scores))  # θ by Eq. 8; β ← r·β + (1−r)·θ
-                t4 = time.perf_counter()
-                m.update(timing)
-                m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3,
-                          "time/mc_total_s": t3 - t2})
-            t5 = time.perf_counter()
-            for _ in range(self.discriminator_steps(step.stage_iter, step.cfg.disc.d_steps)):
-                m.update(self.d_step(groups, step))
-            m["time/disc_s"] = time.perf_counter() - t5
-            return m
-
-        return counted(groups, iteration)
+    def _iteration(self, groups, step) -> dict:
+        m: dict = {}
+        g_steps = self.cfg.g_steps
+        for g in range(g_steps):
+            t0 = time.perf_counter()
+            groups.rollout.sync_weights()  # G_θ (and G_β) to the rollout workers
+            t1 = time.perf_counter()
+            seed = step.seed(step.iteration * g_steps + g)
+            shards = groups.rollout.sample(step.prompts(self), step.request(self, seed))  # Y ~ G_θ
+            t2 = time.perf_counter()
+            scores, timing = self.score(groups, shards, seed, step)  # Q(Y_1:t−1, y_t), Eq. 4
+            t3 = time.perf_counter()
+            m.update(groups.learner.update(shards, step.stage_iter, scores))  # θ by Eq. 8; β ← r·β + (1−r)·θ
+            t4 = time.perf_counter()
+            m.update(timing)
+            m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3,
+                      "time/mc_total_s": t3 - t2})
+        t5 = time.perf_counter()
+        for _ in range(self.discriminator_steps(step.stage_iter, step.cfg.disc.d_steps)):
+            m.update(self.d_step(groups, step))
+        m["time/disc_s"] = time.perf_counter() - t5
+        return m
 
     def score(self, groups, shards: list, seed: int, step) -> tuple[list, dict]:
         """Q(Y_1:t−1, y_t) of every sampled token (Eq. 4): ``algo.mc_rollouts`` continuations of each prefix by G_β
         on the rollout workers, scored by D on the scorers; the per-shard Q handles (the learner's
         :meth:`assign_scores` takes them) and timings."""
-        groups.scorer.sync_disc()
-        pending = groups.rollout.mc_search(shards, self.cfg.mc_rollouts, step.cfg.rollout.temperature, seed)
-        parts, info = groups.scorer.score_mc(pending)
-        return parts, {"time/mc_s": info["mc_s"], "time/score_s": info["score_s"]}
+        groups.scorer.sync_weights()
+        pending = groups.rollout.run_on_shards(mc_continuations, shards, self.cfg.mc_rollouts,
+                                               step.cfg.rollout.temperature, seed=seed)
+        parts, infos = groups.scorer.run_on_pending(score_continuations, pending)
+        return parts, {"time/mc_s": max(i["mc_s"] for i in infos), "time/score_s": max(i["score_s"] for i in infos)}
 
     def assign_scores(self, rollout: Rollout, parts: list) -> dict:
         """On the learner: Q as ``Rollout.returns``, D(Y) of the sampled sequence (Q at its last token) as its
@@ -186,9 +318,18 @@ class Adversarial:
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         """The generator's step (:meth:`policy_update`), then β ← r·β + (1−r)·θ (``algo.rollout_update_rate``)."""
         m = self.policy_update(state, rollout, iteration)
-        if state.rollout_policy is not None:
-            average_rollout_policy(state.rollout_policy, state.generator, self.cfg.rollout_update_rate)
+        beta = self.modules.get("rollout_policy")
+        if beta is not None:
+            average_rollout_policy(beta, state.generator, self.cfg.rollout_update_rate)
         return m
+
+    def aux_update(self, state: LearnerState, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
+        """One d-step on the learner (:func:`d_step`); D's version advances (the scorers load it when they score)."""
+        out = d_step(self.modules["disc"], self.modules["disc_opt"], positives, negatives, self.disc_cfg,
+                     self.pad_id, state.device, seed, state.dp)
+        self.disc_version += 1
+        out["disc/version"] = float(self.disc_version)
+        return out
 
     def discriminator_steps(self, iteration: int, d_steps: int) -> int:
         """d-steps after the g-steps of ``iteration`` (``disc.d_steps``)."""
@@ -196,7 +337,7 @@ class Adversarial:
 
     @classmethod
     def pretrain_steps(cls, cfg) -> int:
-        """Stage ``disc``: ``disc.pretrain_steps`` d-steps on the pretrained G_θ's samples."""
+        """D pretraining: ``disc.pretrain_steps`` d-steps on the pretrained G_θ's samples."""
         return cfg.disc.pretrain_steps
 
     def pretrain_step(self, groups, step) -> dict:
@@ -204,7 +345,7 @@ class Adversarial:
 
     def d_step(self, groups, step) -> dict:
         """One d-step: ``disc.num_negatives`` fresh negatives from G_θ (on the rollout workers) and as many real
-        examples, ``disc.epochs`` epochs on the learner (:func:`d_step`)."""
+        examples, ``disc.epochs`` epochs on the learner (:meth:`aux_update`, :func:`d_step`)."""
         t0 = time.perf_counter()
         n = step.cfg.disc.num_negatives
         groups.rollout.sync_weights()
@@ -213,9 +354,53 @@ class Adversarial:
         negatives = groups.rollout.sample(step.task.sample_prompts(step.rng, n), request)
         positives = step.task.sample_prompts(step.rng, n, with_targets=True)
         t1 = time.perf_counter()
-        m = groups.learner.train_discriminator(positives, negatives, seed)
+        m = groups.learner.aux_update(positives, negatives, seed)
         m.update({"time/negatives_s": t1 - t0, "time/disc_s": time.perf_counter() - t0})
         return m
+
+
+def _cpu(module) -> dict:
+    return {k: v.detach().cpu() for k, v in module.state_dict().items()}
+
+
+# -- what Algorithm 1 runs on the actors: Monte-Carlo continuations on a rollout worker, Q from D on a scorer ---------
+def mc_continuations(worker, rollout: Rollout, n_rollouts: int, temperature: float, *, seed: int) -> tuple:
+    """On a rollout worker: SeqGAN Eq. 4's continuations of every prefix of the shard ``rollout`` by G_β (the
+    generator while the worker holds no G_β of its own: ``algo.rollout_update_rate=0``), batched from cached states
+    (:func:`rayseq.rewards.mc_search.mc_search`). Returns (:class:`MCBatch`, info: worker, ``mc_s``)."""
+    t0 = time.perf_counter()
+    dev = worker.device
+    policy = worker.modules.get("rollout_policy", worker.generator)
+    gen = torch.Generator(device=dev).manual_seed(int(seed))
+    tokens, mask = to_torch(rollout.tokens, dev), to_torch(rollout.token_mask, dev)
+    c = mc_search(policy, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev), tokens, mask, n_rollouts,
+                  temperature=temperature, generator=gen)
+    info = {"worker": worker.index, "mc_s": time.perf_counter() - t0}
+    batch = MCBatch(src=rollout.src, src_len=rollout.src_len, tokens=rollout.tokens,
+                    lengths=(rollout.token_mask > 0).sum(1).astype(np.int64),
+                    cont=c.tokens.cpu().numpy().astype(np.int32), cont_len=c.lengths.cpu().numpy(), info=info)
+    return batch, dict(info)
+
+
+def score_continuations(scorer, batch: MCBatch) -> tuple:
+    """On a scorer: Q (B, T) float32 by SeqGAN Eq. 4 for the batch's sequences, and timings (``score_s``). The
+    continuations of prefix t share its windows: D convolves them once per sequence
+    (:meth:`rayseq.models.discriminator.CNNDiscriminator.score_shared_prefix`)."""
+    t0 = time.perf_counter()
+    dev, disc = scorer.device, scorer.modules["disc"]
+    B, Tm1, N, T = batch.cont.shape
+    conditional = batch.src.shape[1] > 0
+    src = to_torch(batch.src, dev) if conditional else None
+    src_len = to_torch(batch.src_len, dev) if conditional else None
+    tokens, lengths = to_torch(batch.tokens, dev), to_torch(batch.lengths, dev)
+    cont = to_torch(batch.cont.astype(np.int64), dev)
+    bs = scorer.cfg.scorer.batch_size
+    d_cont = disc.score_shared_prefix(tokens, lengths, cont, to_torch(batch.cont_len, dev),
+                                      torch.arange(1, T, device=dev), src, src_len, batch_size=bs)
+    d_full = disc.score(tokens, lengths, src, src_len, batch_size=bs)
+    q = q_values(d_cont, d_full, lengths)
+    return q.cpu().numpy().astype(np.float32), {"score_s": time.perf_counter() - t0, "scored": B * Tm1 * N,
+                                                "mc_s": batch.info["mc_s"]}
 
 
 # Tuan et al. Supplement C, PPO-dynamic with SeqGAN
@@ -237,8 +422,6 @@ SEQGAN_BASELINE_FIELDS = {k: v for k, v in BASELINE_FIELDS.items() if k != "gamm
 class SeqGAN(Adversarial, Reinforce):
     name = "seqgan"
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS}
-    monte_carlo = True
-    scoring = "monte_carlo_q"
     policy_update = Reinforce.update  # one gradient step on Eq. 8
 
 
@@ -247,8 +430,6 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
     data_parallel = True
     off_policy_ratio = True
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
-    monte_carlo = True
-    scoring = "monte_carlo_q"
 
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
@@ -262,8 +443,6 @@ class SeqGANPPODynamic(Adversarial, RolloutAlgo):
     off_policy_ratio = True
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
     defaults = {"use_baseline": False, **SEQGAN_DYNAMIC_BOUNDS}
-    monte_carlo = True
-    scoring = "monte_carlo_q"
 
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)  # Supplement C's SeqGAN values unless given

@@ -114,6 +114,22 @@ def task_config_model(name: str) -> type[TaskConfig]:
     return _with_fields(TaskConfig, "task", name, registry.task_class)
 
 
+def algorithm_sections(name: str) -> dict:
+    """The config sections algorithm ``name`` declares of its own (``Algorithm.sections``: section name -> Section
+    class, e.g. SeqGAN's ``disc``); {} for a name that does not resolve (its validation says why)."""
+    return dict(registry.algorithm_class(name).sections) if registry.resolves("algo", name) else {}
+
+
+@functools.cache
+def builtin_sections() -> dict[str, tuple[str, ...]]:
+    """Section name -> the built-in algorithms that declare it (``disc`` -> the SeqGAN family)."""
+    out: dict[str, list[str]] = {}
+    for n in registry.ALGORITHMS:
+        for sec in registry.algorithm_class(n).sections:
+            out.setdefault(sec, []).append(n)
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def declared_algo_keys(name: str) -> tuple[str, ...]:
     """The ``algo.*`` keys algorithm ``name`` reads: the common ones and what its class declares."""
     return tuple(algorithm_config_model(name).model_fields)  # the base's first, in the order declared
@@ -186,13 +202,13 @@ def check_pipeline(algo, name: str) -> None:
     if not algo.off_policy_ratio:
         why = ("its update has no importance ratio π_θ / π_behaviour to correct rollouts sampled with the previous "
                "weights")
-    elif algo.adversarial or algo.scoring != "task":
-        why = "its rewards come from the discriminator, which trains between the batches"
+    elif algo.own_reward:
+        why = "its rewards come from a model it trains between the batches"
     elif algo.stateful_request or algo.validate_every:
         why = "its rollout requests depend on the learner's state at sampling time"
     if why:
         raise ValueError(f"rollout.pipeline=true: algo.name={name} cannot train on pipelined rollouts ({why}); use "
-                         f"one of {', '.join(registry.names_with('algo', off_policy_ratio=True, adversarial=False))} "
+                         f"one of {', '.join(registry.names_with('algo', off_policy_ratio=True, own_reward=False))} "
                          "or rollout.pipeline=false")
 
 
@@ -227,11 +243,13 @@ def check_applicable(data: dict) -> None:
                         if section is algo else "")
                 raise ConfigError(f"{where}.{key}: algo.name={sub_name} does not read this key; {sub_name} reads "
                                   f"{', '.join(reads)}{hint}")
-        disc = data.get("disc")
-        if disc and not registry.algorithm_class(name).adversarial:
-            raise ConfigError(f"disc.{next(iter(disc))}: algo.name={name} trains no discriminator (the disc.* keys "
-                              f"are read by the adversarial algorithms: "
-                              f"{', '.join(registry.names_with('algo', adversarial=True))})")
+        own = registry.algorithm_class(name).sections
+        for sec, readers in builtin_sections().items():
+            given = data.get(sec)
+            if given and sec not in own:
+                first = next(iter(given)) if isinstance(given, dict) else ""
+                raise ConfigError(f"{sec}.{first}: algo.name={name} does not read the {sec}: section (its keys are "
+                                  f"read by {', '.join(readers)})")
     task = data.get("task") if isinstance(data.get("task"), dict) else {}
     tname = task.get("name", TaskConfig.model_fields["name"].default)
     if registry.resolves("task", tname):
@@ -248,6 +266,6 @@ def check_applicable(data: dict) -> None:
             raise ConfigError(f"reward.{next(iter(reward))}: task.name={tname} has no reward (its sequences are scored "
                               "by a discriminator); reward.* applies to tasks with one: "
                               f"{', '.join(registry.names_with('task', has_reward=True))}")
-        if reward and registry.resolves("algo", name) and registry.algorithm_class(name).adversarial:
-            raise ConfigError(f"reward.{next(iter(reward))}: algo.name={name} learns from its discriminator, not from "
-                              "reward.*")
+        if reward and registry.resolves("algo", name) and registry.algorithm_class(name).own_reward:
+            raise ConfigError(f"reward.{next(iter(reward))}: algo.name={name} learns from a reward model of its own "
+                              "(SeqGAN's discriminator), not from reward.*")

@@ -9,14 +9,16 @@ from rayseq.config.overrides import deep_merge, parse_overrides
 from rayseq.config.schema import RunConfig, build_config, config_to_dict
 
 # What a resumed run (`python -m rayseq.train run_dir=DIR --resume KEY=VALUE ...`) may change: what its checkpoint
-# does not fix. Everything else — task.*, model.*, algo.name and the algorithm's hyperparameters, seed, batch sizes,
-# rollout.temperature, disc.* but its lr — is what the checkpoint was trained with, and a change is refused.
+# does not fix, and the keys of the algorithm's own sections that their Section class lists as ``resumable`` (SeqGAN's
+# disc.lr). Everything else — task.*, model.*, algo.name and the algorithm's hyperparameters, seed, batch sizes,
+# rollout.temperature, the algorithm's own sections — is what the checkpoint was trained with, and a change is
+# refused.
 RESUMABLE = {
     "reporting": ("name", "run_dir", "progress", "progress_every", "train.eval_every", "train.pretrain_eval_every",
                   "train.checkpoint_every", "train.keep_checkpoints"),
     "length": ("train.iters", "train.pretrain_iters"),  # train.pretrain_iters only while the run is still in MLE
     # re-applied to the optimizers after loading (Learner.apply_config_lrs), as Tune's PBT does
-    "learning rates": ("train.pretrain_lr", "algo.lr", "algo.baseline_lr", "algo.critic_lr", "disc.lr"),
+    "learning rates": ("train.pretrain_lr", "algo.lr", "algo.baseline_lr", "algo.critic_lr"),
     # the in-process and the Ray paths run the same code
     "resources": ("rollout.num_workers", "rollout.num_cpus_per_worker", "rollout.num_gpus_per_worker",
                   "rollout.torch_threads", "rollout.max_restarts", "scorer.num_scorers", "scorer.num_cpus_per_scorer",
@@ -60,6 +62,7 @@ def resume_config(saved: dict, data: dict | None = None, overrides: list[str] | 
     keys = [*old, *(k for k in new if k not in old)]
     changed = [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
     allowed = {k for group in RESUMABLE.values() for k in group}
+    allowed |= {f"{sec}.{k}" for sec, model in after.algorithm.sections.items() for k in model.resumable}
     if stage not in (None, "mle"):
         allowed.discard("train.pretrain_iters")
     if refused := [c for c in changed if c[0] not in allowed and c[0].rsplit(".", 1)[0] not in allowed]:

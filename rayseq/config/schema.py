@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from rayseq import registry
 from rayseq.config.base import ConfigError, did_you_mean
@@ -24,7 +24,9 @@ from rayseq.config.declared import (
     AlgoConfig,
     TaskConfig,
     algorithm_config_model,
+    algorithm_sections,
     builtin_algo_keys,
+    builtin_sections,
     builtin_task_keys,
     check_applicable,
     check_pipeline,
@@ -152,7 +154,7 @@ class ModelConfig(_Section):
     emb_dim: int = Field(128, ge=1, description="rnn: token embedding size (the transformer's is hidden_dim).")
     hidden_dim: int = Field(
         128, ge=1, description="rnn: GRU/LSTM hidden size (paper: 128 for counting); transformer: the width d_model. "
-        "Both: the size of the per-step states the value baseline and the critic read.",
+        "Both: the size of the per-step states the value heads read.",
     )
     num_layers: int = Field(
         1, ge=1, description="rnn: recurrent layers in encoder and decoder; transformer: layers of the encoder and "
@@ -218,38 +220,6 @@ class ModelConfig(_Section):
         return self
 
 
-class DiscConfig(_Section):
-    """SeqGAN's CNN discriminator (Yu et al. Sec. 4 and Appendix) and its training (Alg. 1)."""
-
-    emb_dim: int = Field(64, ge=1, description="Token embedding size of D.")
-    filter_sizes: list[int] = Field(
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20], min_length=1, description="Convolution window sizes (paper)."
-    )
-    num_filters: list[int] = Field(
-        [100, 200, 200, 200, 200, 100, 100, 100, 100, 100, 160, 160], min_length=1,
-        description="Feature maps per window size (paper).",
-    )
-    dropout: float = Field(0.25, ge=0.0, lt=1.0, description="Dropout before the output (code: keep 0.75).")
-    l2_reg: float = Field(0.2, ge=0.0, description="L2 penalty on the output layer (SeqGAN code: 0.2).")
-    lr: float = Field(1e-4, gt=0, description="Adam learning rate of D (SeqGAN code: 1e-4).")
-    batch_size: int = Field(64, ge=1, description="D minibatch size.")
-    pretrain_steps: int = Field(50, ge=0, description="D pretraining d-steps before adversarial training (paper: 50).")
-    d_steps: int = Field(5, ge=0, description="d-steps per adversarial iteration (paper: 5).")
-    epochs: int = Field(3, ge=1, description="k: epochs over each d-step's data (paper: 3).")
-    num_negatives: int = Field(10000, ge=1, description="Fresh generated negatives (and as many positives) per d-step.")
-
-    @model_validator(mode="after")
-    def _check_filters(self) -> DiscConfig:
-        if len(self.filter_sizes) != len(self.num_filters):
-            raise ValueError(
-                f"disc.filter_sizes has {len(self.filter_sizes)} entries "
-                f"but disc.num_filters has {len(self.num_filters)}"
-            )
-        if min(self.filter_sizes) < 1 or min(self.num_filters) < 1:
-            raise ValueError("disc.filter_sizes and disc.num_filters must be positive")
-        return self
-
-
 # resources Ray names itself: reserved through the num_cpus / num_gpus keys, or not reservable per actor
 _BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
@@ -295,11 +265,11 @@ class RolloutConfig(_Section):
 
 
 class ScorerConfig(_Section):
-    """ScorerActors: discriminator / reward scoring of rollouts and Monte-Carlo continuations."""
+    """ScorerActors: rewards of sampled rollouts, and what an algorithm scores with a model of its own (SeqGAN)."""
 
     num_scorers: int = Field(
-        1, ge=0, description="ScorerActor actors, used by tasks and algorithms whose scoring is expensive (SeqGAN's "
-        "discriminator, BLEU); cheap rewards (counting) are computed on the rollout workers.",
+        1, ge=0, description="ScorerActor actors, used by tasks and algorithms whose scoring is expensive (BLEU, a "
+        "reward model, SeqGAN's scoring model); cheap rewards (counting) are computed on the rollout workers.",
     )
     num_cpus_per_scorer: float = Field(0.5, gt=0, description="CPUs reserved per scorer.")
     num_gpus_per_scorer: float = Field(0.0, ge=0, description="GPUs reserved per scorer (fractions ok).")
@@ -307,7 +277,7 @@ class ScorerConfig(_Section):
         default_factory=dict, description="Custom Ray resources reserved per scorer (as rollout.resources_per_worker).",
     )
     torch_threads: int = Field(1, ge=1, description="torch threads inside each scorer.")
-    batch_size: int = Field(4096, ge=1, description="Sequences per discriminator forward pass.")
+    batch_size: int = Field(4096, ge=1, description="Sequences per forward pass of a scoring model.")
 
     @field_validator("resources_per_scorer")
     @classmethod
@@ -357,7 +327,8 @@ class TrainConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept in run_dir/checkpoints.")
     init_from: str | None = Field(
         None, description="Start the algorithm stage from this run's checkpoint (file, run dir or URI), skipping "
-        "pretraining: compare algorithms from one pretrained generator and discriminator.",
+        "pretraining: compare algorithms from one pretrained start (the generator, and what the algorithm pretrains "
+        "itself when that run has it).",
     )
     best_metric: str | None = Field(
         None, description="Keep the algorithm stage's best evaluation by this validation metric (val/*, e.g. "
@@ -397,6 +368,11 @@ class TrainConfig(_Section):
 
 
 class RunConfig(_Section):
+    """A run's whole config: the run-level sections below, and the chosen algorithm's own sections
+    (``Algorithm.sections``), validated by their own models and read as attributes like the others."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)  # the extras: the algorithm's own sections
+
     seed: int = Field(0, description="Seed of models, sampling and data order.")
     name: str | None = Field(None, description="Run name; default `<task>-<algo>-s<seed>-<time>`.")
     run_dir: str | None = Field(None, description="Output directory; default `runs/<name>`.")
@@ -425,7 +401,6 @@ class RunConfig(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     scorer: ScorerConfig = Field(default_factory=ScorerConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
-    disc: DiscConfig = Field(default_factory=DiscConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
 
@@ -441,6 +416,10 @@ class RunConfig(_Section):
             own = algorithm_config_model(algo.get("name", AlgoConfig.model_fields["name"].default))
             algo = _without_unread(algo, own, builtin_algo_keys)
             data = {**data, "algo": _validate_own(own, AlgoConfig, algo, "algo.")}
+        if isinstance(data, dict):
+            algo = data.get("algo", {})
+            name = algo.get("name") if isinstance(algo, dict) else getattr(algo, "name", None)
+            data = _with_sections(data, algorithm_sections(name or AlgoConfig.model_fields["name"].default))
         if isinstance(data, dict) and isinstance(data.get("task", {}), dict):
             task = resolve_task_section(data.get("task", {}))
             model = data.get("model")
@@ -468,9 +447,6 @@ class RunConfig(_Section):
                              f"{', '.join(registry.names_with('task', has_references=True))}")
         if self.rollout.pipeline:
             check_pipeline(algo, self.algo.name)
-        if self.is_gan and self.rollout.num_workers > 0 and self.scorer.num_scorers == 0:
-            raise ValueError("scorer.num_scorers=0: SeqGAN scores Monte-Carlo continuations on scorer actors; "
-                             "set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run in-process)")
         if self.learner.num_learners > 1:
             check_data_parallel(self)
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
@@ -484,10 +460,6 @@ class RunConfig(_Section):
             if self.task.hf_tokenizer != self.model.path:
                 raise ValueError(f"task.hf_tokenizer={self.task.hf_tokenizer}: with model.arch=hf the tokenizer is "
                                  f"the model's (model.path={self.model.path}); leave task.hf_tokenizer out")
-            if self.is_gan:
-                raise ValueError(f"algo.name={self.algo.name}: the SeqGAN family is not supported with "
-                                 "model.arch=hf (its discriminator and Monte-Carlo search need rayseq's vocabulary "
-                                 "and the RNN's states); use a rollout algorithm, e.g. ppo_dynamic or grpo")
         needing = self.reward.needing_references()
         if needing and not task.has_references:
             raise ValueError(f"reward: {needing[0]} compares replies with reference replies; the {self.task.name} task "
@@ -500,7 +472,7 @@ class RunConfig(_Section):
         """Scorer actors this run creates (0 when the rollout workers score: cheap task rewards)."""
         if self.rollout.num_workers == 0:
             return 0
-        return self.scorer.num_scorers if self.is_gan or self.rollouts_scored_remotely else 0
+        return self.scorer.num_scorers if self.algorithm.own_reward or self.rollouts_scored_remotely else 0
 
     @property
     def rollouts_scored_remotely(self) -> bool:
@@ -511,12 +483,12 @@ class RunConfig(_Section):
     @property
     def uses_reward_config(self) -> bool:
         """The reward is ``reward.*`` rather than the task's own (not read by tasks without a reward and by the
-        adversarial algorithms, whose reward is the discriminator's)."""
-        return not self.reward.is_task and self.task_class.has_reward and not self.is_gan
+        algorithms with a reward of their own, ``own_reward``)."""
+        return not self.reward.is_task and self.task_class.has_reward and not self.algorithm.own_reward
 
     @property
     def algorithm(self):
-        """The class of the chosen algorithm (its traits: ``adversarial``, ``monte_carlo``, ``uses_critic``, ...)."""
+        """The class of the chosen algorithm (its traits: ``own_reward``, ``data_parallel``, ...)."""
         return registry.algorithm_class(self.algo.name)
 
     @property
@@ -525,19 +497,9 @@ class RunConfig(_Section):
         return registry.task_class(self.task.name)
 
     @property
-    def is_gan(self) -> bool:
-        """SeqGAN family: a discriminator is trained and scores the rollouts."""
-        return self.algorithm.adversarial
-
-    @property
     def train_stage_iters(self) -> int:
-        """Iterations of stage ``train``: ``train.iters`` plus the critic-only warm-up of critic algorithms."""
-        return self.train.iters + (self.algo.critic_warmup if self.algorithm.uses_critic else 0)
-
-    @property
-    def uses_mc(self) -> bool:
-        """SeqGAN's Q from Monte-Carlo search with a rollout policy G_β (not ``seqgan_critic``)."""
-        return self.algorithm.monte_carlo
+        """Iterations of stage ``train``: ``train.iters``, and what the algorithm adds (a warm-up of its own)."""
+        return self.algorithm.train_iters(self)
 
 
 def _known_keys(loc: tuple) -> list[str]:
@@ -582,9 +544,29 @@ def _without_unread(section: dict, model: type, builtin) -> dict:
     return {k: v for k, v in section.items() if k in model.model_fields or k not in known}
 
 
-def _validate_own(model: type, base: type, section: dict, prefix: str):
-    """A section whose algorithm or task declares keys of its own (``model`` extends ``base``): validated with the
-    rest, as that model (what RunConfig keeps); else left to RunConfig."""
+def _with_sections(data: dict, own: dict) -> dict:
+    """``data`` with the chosen algorithm's own sections (``own``: name -> Section class) validated, the missing ones
+    at their defaults; a section only other algorithms read is dropped (a config written by or for another
+    algorithm: :func:`check_applicable` refuses it where a user gives it); any other unknown top-level key is an
+    error naming it."""
+    out = {}
+    for key, value in data.items():
+        if key in RunConfig.model_fields:
+            out[key] = value
+        elif key in own:
+            out[key] = value if isinstance(value, own[key]) else _validate_own(own[key], None, value or {}, f"{key}.")
+        elif key not in builtin_sections():
+            known = [*RunConfig.model_fields, *own]
+            raise ValueError(f"{key}: unknown key{did_you_mean(key, known)}")
+    for key, model in own.items():
+        out.setdefault(key, model())
+    return out
+
+
+def _validate_own(model: type, base: type | None, section: dict, prefix: str):
+    """A section whose algorithm or task declares keys of its own (``model`` extends ``base``), or a section of the
+    algorithm's own (``base`` None): validated with the rest, as that model (what RunConfig keeps); else left to
+    RunConfig."""
     if model is base:
         return section
     try:
@@ -614,11 +596,6 @@ def check_data_parallel(cfg: RunConfig) -> None:
         sizes["algo.minibatch_size"] = mb
         if batch % mb:
             sizes["train.batch_size mod algo.minibatch_size"] = batch % mb
-    if algo.adversarial:
-        rows = 2 * cfg.disc.num_negatives
-        sizes["disc.batch_size"] = min(cfg.disc.batch_size, rows)
-        if rows % cfg.disc.batch_size:
-            sizes["2 * disc.num_negatives mod disc.batch_size"] = rows % cfg.disc.batch_size
     for key, size in sizes.items():
         if size < n:
             raise ValueError(f"learner.num_learners={n}: {key}={size} rows cannot give each learner one; use at "
@@ -641,8 +618,8 @@ def build_config(data: dict | None = None, overrides: list[str] | None = None) -
 
 def config_to_dict(cfg: RunConfig) -> dict:
     """The resolved config as a JSON/YAML-safe dict (inf stays a float, which YAML writes as .inf), with the
-    keys the run uses: of ``algo:`` and ``task:`` those the chosen algorithm and task read, ``disc:`` only for
-    an adversarial algorithm. So a run's config.yaml shows what the learner uses, and it is itself a valid
+    keys the run uses: of ``algo:`` and ``task:`` those the chosen algorithm and task read, and the algorithm's own
+    sections (``Algorithm.sections``). So a run's config.yaml shows what the learner uses, and it is itself a valid
     ``--config`` (:func:`build_config` refuses keys that do not apply)."""
     d = cfg.model_dump(mode="python", serialize_as_any=True)  # an algorithm's own keys (a subclass) too
     algo = registry.algorithm_class(cfg.algo.name)
@@ -651,9 +628,7 @@ def config_to_dict(cfg: RunConfig) -> dict:
     task_cls = registry.task_class(cfg.task.name)
     task_reads = set(declared_task_keys(cfg.task.name))
     d["task"] = {k: v for k, v in d["task"].items() if k in task_reads}
-    if not algo.adversarial:
-        del d["disc"]
-    if algo.adversarial or not task_cls.has_reward:
+    if algo.own_reward or not task_cls.has_reward:
         del d["reward"]
     elif cfg.reward.terms:
         d["reward"] = {"terms": d["reward"]["terms"], "batch_size": cfg.reward.batch_size}

@@ -1,7 +1,7 @@
 """The driver: stages, evaluation, checkpoints, logging and progress; each iteration is the algorithm's own.
 
-Stages: ``mle`` (MLE pretraining), the algorithm's own pretraining stage ``disc`` when it has one
-(``Algorithm.pretrain_steps``: SeqGAN's D pretraining) and ``train`` (the configured algorithm).
+Stages: ``mle`` (MLE pretraining), the algorithm's own pretraining stage ``algo_pretrain`` when it has one
+(``Algorithm.pretrain_steps``, labelled by its ``pretrain_label``) and ``train`` (the configured algorithm).
 Per iteration the driver hands the actor groups (:mod:`rayseq.distributed.groups`: learner, rollout workers,
 scorers; in-process or Ray actors) and a :class:`~rayseq.algos.iteration.Step` (the task, the data RNG, the stage's
 position, the batch sent ahead) to ``algo.training_step(groups, step)`` (``pretrain_step`` in the algorithm's own
@@ -32,7 +32,7 @@ import yaml
 
 from rayseq import registry
 from rayseq.algos import MLE, make_algo
-from rayseq.algos.iteration import Carry, Step
+from rayseq.algos.iteration import ALGO_PRETRAIN, STAGES, Carry, Step, stage_name
 from rayseq.checkpoint import (
     init_from_differences,
     list_checkpoints,
@@ -48,7 +48,6 @@ from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import make_task
 
-STAGES = ("mle", "disc", "train")
 BEST_DIR = "best"  # run_dir/best: train.best_metric's checkpoint and best.json
 log = logging.getLogger(__name__)
 
@@ -89,8 +88,8 @@ class Trainer:
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _plan(self) -> dict[str, int]:
-        own = self.cfg.algorithm.pretrain_steps(self.cfg)  # the algorithm's own stage (SeqGAN's D pretraining)
-        return {"mle": self.cfg.train.pretrain_iters, "disc": own, "train": self.cfg.train_stage_iters}
+        own = self.cfg.algorithm.pretrain_steps(self.cfg)  # the algorithm's own stage (e.g. SeqGAN's D pretraining)
+        return {"mle": self.cfg.train.pretrain_iters, ALGO_PRETRAIN: own, "train": self.cfg.train_stage_iters}
 
     def _driver_state(self) -> dict:
         return {
@@ -154,13 +153,14 @@ class Trainer:
         groups.learner.load_state_dict(ck["learner"])
         groups.learner.apply_config_lrs()  # this run's learning rates, not the saved ones (Tune PBT mutates them)
         d = ck["driver"]
-        self.iteration, self.stage, self.stage_iter = int(d["iteration"]), d["stage"], int(d["stage_iter"])
+        self.iteration, self.stage, self.stage_iter = int(d["iteration"]), stage_name(d["stage"]), int(d["stage_iter"])
         self.rng.bit_generator.state = d["numpy_rng"]
         random.setstate(_as_random_state(d["python_rng"]))
         self.pretrain_metrics = dict(d["pretrain_metrics"])
         self.best = d.get("best")  # (a checkpoint written before train.best_metric has none)
         rows = [r for r in MetricsLog.read_rows(self.store) if r["iteration"] <= self.iteration]
-        self.metrics.rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
+        self.metrics.rows = [{k: (stage_name(v) if k == "stage" else v) for k, v in r.items() if v is not None}
+                             for r in rows]
 
     def _init_from_checkpoint(self) -> dict:
         """``train.init_from``'s checkpoint, checked before anything is written or started: only what the weights
@@ -178,10 +178,10 @@ class Trainer:
         """Start the algorithm stage from a pretrained run (``train.init_from``), its starting point scored with this
         run's task, data and reward (the table's and summary.json's "before"). A checkpoint without what the
         algorithm pretrains itself (SeqGAN's discriminator, from an MLE-only run) starts at that pretraining (stage
-        ``disc``) from its generator."""
+        ``algo_pretrain``) from its generator."""
         loaded = groups.learner.init_from(ck["learner"])
         self.iteration = int(ck["driver"]["iteration"])
-        self.stage, self.stage_iter = ("train" if all(loaded.values()) else "disc"), 0
+        self.stage, self.stage_iter = ("train" if all(loaded.values()) else ALGO_PRETRAIN), 0
         self.pretrain_metrics = {**groups.learner.evaluate("val")[0], **self._test(groups)[0]}
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -249,6 +249,14 @@ class Trainer:
             self.metrics.close()
             groups.shutdown()
 
+    def _label(self, stage: str) -> str:
+        """A stage's progress label: MLE pretraining, the algorithm's own (its ``pretrain_label``), its name."""
+        if stage == "mle":
+            return "MLE pretraining"
+        algorithm = self.cfg.algorithm
+        return (algorithm.pretrain_label or f"{self.cfg.algo.name} pretraining") if stage == ALGO_PRETRAIN \
+            else self.cfg.algo.name
+
     def _run_stages(self, groups: ActorGroups, bar) -> dict:
         """The stages from where the run stands; the validation metrics at the end of the last."""
         plan = self._plan()
@@ -261,7 +269,7 @@ class Trainer:
             if stage == "train" and self.cfg.train.best_metric and self.best is None and self.stage_iter == 0:
                 self._best_start(groups)
             if self.stage_iter < plan[stage]:
-                bar.start(STAGE_LABELS.get(stage, self.cfg.algo.name), plan[stage], self.stage_iter)
+                bar.start(self._label(stage), plan[stage], self.stage_iter)
             final = self._run_stage(groups, stage, plan[stage], bar)
             bar.close()
             if stage == "mle":  # the pretrained model's test figures are reported beside the final ones
@@ -345,14 +353,15 @@ class Trainer:
     def _run_stage(self, groups: ActorGroups, stage: str, n_iters: int, bar) -> dict:
         """Runs the rest of ``stage``; returns the validation metrics (``val/*``) at its end."""
         cfg = self.cfg
-        # MLE pretraining is MLE's iteration; the algorithm's own stage (disc) its pretrain_step; train its own
+        # MLE pretraining is MLE's iteration; the algorithm's own stage its pretrain_step; train its own
         algo = MLE(cfg.algo, cfg.seed) if stage == "mle" else make_algo(cfg.algo, cfg.seed)
-        iterate = algo.pretrain_step if stage == "disc" else algo.training_step
+        iterate = algo.pretrain_step if stage == ALGO_PRETRAIN else algo.training_step
         batch_size = cfg.train.pretrain_batch_size if stage == "mle" else cfg.train.batch_size
-        # the disc stage leaves G, hence its evaluation, as pretraining ended; other stages evaluate as they go
-        ev = {k: v for k, v in self.pretrain_metrics.items() if k.startswith("val/")} if stage == "disc" else None
+        # the algorithm's own stage leaves G, hence its evaluation, as pretraining ended; the others evaluate as they go
+        own = stage == ALGO_PRETRAIN
+        ev = {k: v for k, v in self.pretrain_metrics.items() if k.startswith("val/")} if own else None
         if self.stage_iter >= n_iters:
-            return ev if stage == "disc" else groups.learner.evaluate("val")[0]
+            return ev if own else groups.learner.evaluate("val")[0]
         while self.stage_iter < n_iters:
             if self._stop:
                 raise Interrupted()
@@ -366,7 +375,7 @@ class Trainer:
             every = cfg.train.eval_every
             if stage == "mle" and cfg.train.pretrain_eval_every is not None:
                 every = cfg.train.pretrain_eval_every
-            if stage != "disc" and ((every and self.stage_iter % every == 0) or self.stage_iter == n_iters):
+            if not own and ((every and self.stage_iter % every == 0) or self.stage_iter == n_iters):
                 ev = groups.learner.evaluate("val")[0]
                 m.update(ev)
                 if cfg.train.best_metric:  # its names checked at the first evaluation, MLE's included
@@ -417,7 +426,6 @@ def _postfix(m: dict) -> dict:
     return out
 
 
-STAGE_LABELS = {"mle": "MLE pretraining", "disc": "D pretraining"}  # stage train: the algorithm's name
 
 
 class Progress:

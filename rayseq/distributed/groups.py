@@ -3,16 +3,18 @@ whether its members run in this process (``rollout.num_workers=0``: debugging, u
 placement group (``is_local``, as RLlib's ``LearnerGroup``):
 
 - :class:`RolloutGroup`: sample replies with behaviour log-probs (scored on the scorers when the reward is
-  expensive); SeqGAN's Monte-Carlo continuations of every prefix. Receives the learner's weights.
-- :class:`ScorerGroup`: rewards, and the discriminator's scores (Q of the continuations, D(Y)). Receives D's weights.
+  expensive); what an algorithm runs on the shards (SeqGAN's Monte-Carlo continuations). Receives the learner's
+  weights.
+- :class:`ScorerGroup`: rewards, and what an algorithm scores with a model of its own (SeqGAN's Q, D(Y)). Receives
+  that model's weights.
 - :class:`LearnerGroup`: updates, weights, state, evaluation, checkpoints.
 
 :class:`ActorGroups` builds the three for a run (and its placement group) and is what ``training_step`` receives.
 Methods are called in code, never by name strings. Fault recovery lives in :class:`~rayseq.distributed.manager.
 ActorManager`, shared by the groups.
 
-Data flows by reference (DESIGN.md "Data flow"): ``sample``, ``mc_search``, ``score_mc`` and ``score_sequences``
-return per-shard handles (:mod:`rayseq.distributed.handles`: ObjectRefs under Ray, the objects in-process); the
+Data flows by reference (DESIGN.md "Data flow"): ``sample``, ``run_on_shards`` and ``run_on_pending`` return
+per-shard handles (:mod:`rayseq.distributed.handles`: ObjectRefs under Ray, the objects in-process); the
 learner fetches them. The driver holds references and metric dicts only (``recv_bytes`` counts what it fetches).
 The protocols these classes meet, for the math layer's algorithms: :mod:`rayseq.algos.iteration`.
 """
@@ -45,7 +47,7 @@ def _two(method):
 
 
 class LearnerGroup:
-    """The learner: generator, baseline/critic, discriminator, optimizers, the frozen KL reference. One Learner
+    """The learner: generator, baseline, optimizers, the frozen KL reference, the algorithm's own modules. One Learner
     in-process, or ``learner.num_learners`` Ray actors (rank 0 in placement bundle 0, ranks 1.. in the bundles after
     the scorers') in one torch.distributed process group, which each take their rows of every minibatch and sum
     their gradients (:mod:`rayseq.algos.parallel`): calls that change the training state go to every rank, calls
@@ -143,11 +145,13 @@ class LearnerGroup:
             self._version = self._call(lambda a: a.get_version, keeps_version=True)
         return self._version
 
-    def disc_version(self) -> int:
-        return self._call(lambda a: a.get_disc_version, keeps_version=True)
+    def scorer_version(self) -> int:
+        """The version of what the scorers hold of the algorithm's (0: nothing)."""
+        return self._call(lambda a: a.scorer_version, keeps_version=True)
 
     def get_weights(self) -> dict:
-        """The generator's (and G_β's) state dicts, fetched (tests, diagnostics)."""
+        """The published state dicts (the generator's and what the algorithm publishes with it), fetched (tests,
+        diagnostics)."""
         return self._call(lambda a: a.get_weights, keeps_version=True)
 
     def weights_handle(self, version: int):
@@ -160,9 +164,9 @@ class LearnerGroup:
             return published[1]
         return self.actor.get_flat_weights.remote()
 
-    def disc_weights_handle(self):
-        """D's state dict (in-process) or a ref to it (Ray), for the scorer group."""
-        return self.local.get_disc_weights() if self.is_local else self.actor.get_disc_weights.remote()
+    def scorer_weights_handle(self):
+        """What the scorers load of the algorithm's (``{name: state dict}``; under Ray a ref to it)."""
+        return self.local.get_scorer_weights() if self.is_local else self.actor.get_scorer_weights.remote()
 
     # -- the algorithm's calls ----------------------------------------------------------------------
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
@@ -177,9 +181,10 @@ class LearnerGroup:
         """A supervised update on ``batch`` (MLE pretraining, RAML, ...); its metrics."""
         return self._call(lambda a: a.update, batch, iteration, every_rank=True)
 
-    def train_discriminator(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
-        """One d-step on real ``positives`` and the sampled ``negatives`` (shard handles; SeqGAN Algorithm 1)."""
-        return self._call(lambda a: a.train_discriminator, positives, negatives, seed, every_rank=True)
+    def aux_update(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
+        """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (shard
+        handles): ``Algorithm.aux_update`` (SeqGAN's d-step)."""
+        return self._call(lambda a: a.aux_update, positives, negatives, seed, every_rank=True)
 
     def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
                rows=None) -> dict:
@@ -370,19 +375,18 @@ class RolloutGroup:
             self._manager.forget(self._next_shards)
         self._next_shards = None
 
-    def mc_search(self, shards: list, n_rollouts: int, temperature: float, seed: int) -> list:
-        """SeqGAN Eq. 4's continuations of every prefix of the rollout ``shards`` by the rollout policy G_β: shard i
-        searched on worker i (where it was sampled; in-process the rollout as one shard). Returns pending calls for
-        :meth:`ScorerGroup.score_mc`, which scores each as soon as its continuations exist."""
+    def run_on_shards(self, fn, shards: list, *args, seed: int) -> list:
+        """``fn(worker, shard, *args, seed=shard seed) -> (data, info)`` on each of the rollout ``shards``: shard i on
+        worker i (where it was sampled; in-process the rollout as one shard), with the published weights. Returns
+        pending calls for :meth:`ScorerGroup.run_on_pending`, which takes each one's result as soon as it exists."""
         if self.is_local:
-            return [self.local.mc_search(Rollout.concat(shards), n_rollouts, temperature, _shard_seed(seed, 0))]
+            return [self.local.run_shard(fn, Rollout.concat(shards), *args, seed=_shard_seed(seed, 0))]
         seeds = [_shard_seed(seed, i) for i in range(len(shards))]
 
-        def search(i):
-            return lambda w: _two(w.mc_search_shard).remote(shards[i], n_rollouts, temperature, seeds[i],
-                                                             **self._weights())
+        def run(i):
+            return lambda w: _two(w.run_shard).remote(fn, shards[i], *args, seed=seeds[i], **self._weights())
 
-        return [(self, i, search(i)(w), search(i)) for i, w in enumerate(self.actors[: len(shards)])]
+        return [(self, i, run(i)(w), run(i)) for i, w in enumerate(self.actors[: len(shards)])]
 
     def stats(self) -> list[dict]:
         """Each worker's stats, after it has loaded the published weights (it may not have needed them yet)."""
@@ -395,8 +399,9 @@ class RolloutGroup:
 
 
 class ScorerGroup:
-    """``scorer.num_scorers`` ScorerActors (bundles after the workers'), or one in-process (SeqGAN): rewards that
-    are expensive or configured, and the discriminator's scores with D's published weights."""
+    """``scorer.num_scorers`` ScorerActors (bundles after the workers'), or one in-process (an algorithm that scores
+    with a model of its own): rewards that are expensive or configured, and what the algorithm scores with the
+    weights the learner publishes for them."""
 
     kind = "scorer"
 
@@ -405,75 +410,71 @@ class ScorerGroup:
         self._manager = manager
         self._learner = learner
         self.first_bundle = 1 + cfg.rollout.num_workers
-        self.local = ScorerActor(cfg_dict, 0) if self.is_local and cfg.is_gan else None
+        self.local = ScorerActor(cfg_dict, 0) if self.is_local and cfg.algorithm.own_reward else None
         self.actors = [] if self.is_local else actors
         # sampled rollouts go to the scorers for their reward (else the workers score them)
         self.scores_rollouts = cfg.rollouts_scored_remotely and len(self.actors) > 0
-        self.disc_version = -1
-        self._disc_ref = None
+        self.weights_version = -1
+        self._weights_ref = None
 
-    def sync_disc(self) -> None:
-        """Publish the learner's discriminator (one object per d-step version) to every scorer."""
-        version = self._learner.disc_version()
-        if version == self.disc_version:
+    def sync_weights(self) -> None:
+        """Publish what the learner's algorithm has the scorers hold (one object per version) to every scorer."""
+        version = self._learner.scorer_version()
+        if version == self.weights_version:
             return
         if self.is_local:
-            self.local.set_disc_weights(self._learner.disc_weights_handle(), version)
-            self.disc_version = version
+            self.local.set_weights(self._learner.scorer_weights_handle(), version)
+            self.weights_version = version
             return
-        self._disc_ref = self._learner.disc_weights_handle()
-        self.disc_version = version
-        refs = [s.set_disc_weights.remote(self._disc_ref, version) for s in self.actors]
+        self._weights_ref = self._learner.scorer_weights_handle()
+        self.weights_version = version
+        refs = [s.set_weights.remote(self._weights_ref, version) for s in self.actors]
         for i, ref in enumerate(refs):
-            self._manager.get(self, i, ref, lambda a: a.set_disc_weights.remote(self._disc_ref, self.disc_version))
+            self._manager.get(self, i, ref, lambda a: a.set_weights.remote(self._weights_ref, self.weights_version))
 
     def restore(self, actor) -> None:
-        """A restarted scorer gets the current discriminator (ActorManager)."""
-        self._manager.ray.get(actor.set_disc_weights.remote(self._disc_ref, self.disc_version))
+        """A restarted scorer gets the current weights (ActorManager)."""
+        if self._weights_ref is not None:
+            self._manager.ray.get(actor.set_weights.remote(self._weights_ref, self.weights_version))
 
-    def score_mc(self, pending: list) -> tuple[list, dict]:
-        """SeqGAN's Q (B_i, T_i) per shard of the continuations ``RolloutGroup.mc_search`` is computing (Eq. 4, D
-        on each continuation): shard i scored on scorer i mod m as soon as its continuations exist. Returns the
-        per-shard handles and timings (``mc_s``, ``score_s``: the slowest worker's and scorer's)."""
+    def run_on_pending(self, fn, pending: list) -> tuple[list, list]:
+        """``fn(scorer, data) -> (result, info)`` on the data of each pending call of
+        :meth:`RolloutGroup.run_on_shards`: shard i's on scorer i mod m as soon as it exists. Returns the per-shard
+        result handles and infos."""
         if self.is_local:
-            (batch,) = pending
-            q, info = self.local.score_mc(batch)
-            return [q], {"mc_s": batch.info["mc_s"], "score_s": info["score_s"]}
+            ((data, _),) = pending  # run_on_shards' one in-process (data, info)
+            result, info = self.local.run_shard(fn, data)
+            return [result], [info]
         manager, ray = self._manager, self._manager.ray
         m = len(self.actors)
 
-        def score(batch):
-            return lambda a: _two(a.score_mc).remote(batch)
+        def run(data):
+            return lambda a: _two(a.run_shard).remote(fn, data)
 
-        waiting = {pair[1]: (workers, i, pair, search) for workers, i, pair, search in pending}
-        scoring: list = [None] * len(pending)
-        t_mc = []
-        while waiting:  # each shard goes to its scorer as soon as its continuations exist
+        waiting = {pair[1]: (workers, i, pair, submit) for workers, i, pair, submit in pending}
+        running: list = [None] * len(pending)
+        while waiting:  # each shard goes to its scorer as soon as its data exists
             (ready,), _ = ray.wait(list(waiting), num_returns=1)
-            workers, i, pair, search = waiting.pop(ready)
-            batch, info = manager.get_pair(workers, i, pair, search)
-            t_mc.append(info["mc_s"])
-            scoring[i] = (score(batch)(self.actors[i % m]), score(batch))
-        q_refs, t_score = [], []
-        for i, (pair, submit) in enumerate(scoring):
-            q, info = manager.get_pair(self, i % m, pair, submit)
-            q_refs.append(q)
-            t_score.append(info["score_s"])
-        return q_refs, {"mc_s": max(t_mc), "score_s": max(t_score)}
+            workers, i, pair, submit = waiting.pop(ready)
+            data, _ = manager.get_pair(workers, i, pair, submit)
+            running[i] = (run(data)(self.actors[i % m]), run(data))
+        out = [manager.get_pair(self, i % m, pair, submit) for i, (pair, submit) in enumerate(running)]
+        return [r for r, _ in out], [info for _, info in out]
 
-    def score_sequences(self, shards: list) -> tuple[list, dict]:
-        """D(Y) (B_i,) per shard of the rollout's sequences (shard i on scorer i mod m), and timings."""
+    def run_on_shards(self, fn, shards: list) -> tuple[list, list]:
+        """``fn(scorer, shard) -> (result, info)`` on each rollout shard (shard i on scorer i mod m; in-process the
+        rollout as one shard). Returns the per-shard result handles and infos."""
         if self.is_local:
-            d, info = self.local.score_sequences(Rollout.concat(shards))
-            return [d], {"score_s": info["score_s"]}
+            result, info = self.local.run_shard(fn, Rollout.concat(shards))
+            return [result], [info]
         m = len(self.actors)
 
-        def score(i):
-            return lambda a: _two(a.score_sequences).remote(shards[i])
+        def run(i):
+            return lambda a: _two(a.run_shard).remote(fn, shards[i])
 
-        pairs = [score(i)(self.actors[i % m]) for i in range(len(shards))]
-        out = [self._manager.get_pair(self, i % m, pair, score(i)) for i, pair in enumerate(pairs)]
-        return [d for d, _ in out], {"score_s": max(info["score_s"] for _, info in out)}
+        pairs = [run(i)(self.actors[i % m]) for i in range(len(shards))]
+        out = [self._manager.get_pair(self, i % m, pair, run(i)) for i, pair in enumerate(pairs)]
+        return [r for r, _ in out], [info for _, info in out]
 
     def stats(self) -> list[dict]:
         if self.is_local:
@@ -586,7 +587,7 @@ class ActorGroups:
         self.manager.forget(list(self.manager._unconfirmed))  # calls of the lost iterations: their results unused
         self.rollout.drop_next()
         self.rollout.version, self.rollout._weights_ref = -1, None
-        self.scorer.disc_version, self.scorer._disc_ref = -1, None
+        self.scorer.weights_version, self.scorer._weights_ref = -1, None
 
     def fetch(self, handles: list) -> list:
         """The objects behind shard handles, fetched to the driver (tests, benchmarks; the loop never does)."""

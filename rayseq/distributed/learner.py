@@ -1,28 +1,42 @@
-"""Learner: holds the generator, the value baseline, (SeqGAN) the discriminator and the rollout policy
-G_β, and their optimizers; applies the algorithm and the discriminator's d-steps."""
+"""Learner: holds the generator, the value baseline, their optimizers, the frozen KL reference and the configured
+algorithm with the modules it declared (``Algorithm.build_modules``); applies the stage's update (MLE pretraining,
+then the algorithm's) and the algorithm's other updates."""
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 
 import numpy as np
 import torch
 
-from rayseq.algos import MLE, LearnerState, make_algo, seqgan
+from rayseq.algos import MLE, LearnerState, make_algo
 from rayseq.algos.common import baseline_lr
+from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
 from rayseq.distributed.handles import FlatWeights, as_rollout, resolve
 from rayseq.distributed.placement import placement_group_id
-from rayseq.models import Critic, ValueBaseline, make_discriminator, make_generator, reference_policy
+from rayseq.models import ValueBaseline, make_generator, reference_policy
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, Rollout, to_torch
 
+# the learner state's own entries; any other top-level entry of a checkpoint written before algorithms owned their
+# modules (those modules, their optimizers and counters) is the algorithm's
+_LEARNER_KEYS = {"generator", "baseline", "gen_opt", "base_opt", "stage", "version", "torch_rng", "cuda_rng",
+                 "ref_policy", "kl_coef", "algo"}
+
+
+def algorithm_entries(state: dict) -> dict:
+    """The algorithm's entries of a learner checkpoint (``Algorithm.state_dict``), wherever it keeps them: under
+    ``algo``, or at the top level in a checkpoint written before algorithms owned their modules."""
+    return {**{k: v for k, v in state.items() if k not in _LEARNER_KEYS}, **state.get("algo", {})}
+
 
 class Learner:
+    """One learner rank. ``cfg``: the run's config as a dict (validated here)."""
+
     def __init__(self, cfg: dict):
         self.cfg = RunConfig.model_validate(cfg)
         c = self.cfg
@@ -46,22 +60,22 @@ class Learner:
             base_opt=torch.optim.Adam(baseline.parameters(), lr=baseline_lr(c.algo)),
             device=self.device,
         )
-        if c.algorithm.uses_critic:
-            self.state.critic = Critic(generator.state_dim, c.algo.critic_hidden).to(self.device)
-            self.state.critic_opt = torch.optim.Adam(self.state.critic.parameters(), lr=c.algo.critic_lr)
+        # the configured algorithm, with what it trains besides the generator (built once, here)
+        self.algo = make_algo(c.algo, c.seed)
+        self.algo.modules = self.algo.build_modules(c, generator, self.task, self.device)
         # KL to the pretrained policy (in the reward) and the entropy bonus, for regularized (rollout) algorithms
         regularized = c.algorithm.regularized
         self.kl = KLController(c.algo.kl_coef, c.algo.kl_target) if regularized else None
         self.state.entropy_coef = c.algo.entropy_coef if regularized else 0.0
         self.ref_policy = None  # π_ref: the generator as the algorithm stage starts, frozen
         self.stage = "mle"
-        self.algo = MLE(c.algo, c.seed)
+        self.pretrainer = MLE(c.algo, c.seed)  # the update of MLE pretraining (and of the algorithm's own stage)
         self.version = 0
-        self.disc = self.disc_opt = self.rollout_policy = None
-        self.disc_version = 0
-        if c.is_gan:
-            self.disc = make_discriminator(c, self.task).to(self.device)
-            self.disc_opt = torch.optim.Adam(self.disc.parameters(), lr=c.disc.lr)
+
+    @property
+    def updater(self):
+        """Whose ``update`` the stage runs: the algorithm's in ``train``, MLE's before."""
+        return self.algo if self.stage == "train" else self.pretrainer
 
     def placement(self) -> dict:
         """Where the learner runs: pid, device, placement group id (diagnostics)."""
@@ -106,28 +120,25 @@ class Learner:
         return ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
 
     def start_stage(self, stage: str) -> None:
-        """``mle`` (pretraining), ``disc`` (SeqGAN: discriminator pretraining, G unchanged) or ``train``
-        (the configured algorithm, with a fresh Adam at algo.lr; SeqGAN's rollout policy G_β = G_θ)."""
+        """``mle`` (pretraining), ``algo_pretrain`` (the algorithm's own pretraining of its modules; G unchanged) or
+        ``train`` (the configured algorithm, with a fresh Adam at algo.lr, after its ``Algorithm.start``)."""
+        stage = stage_name(stage)
         if stage == self.stage:
             return
-        if stage not in ("disc", "train"):
+        if stage not in (ALGO_PRETRAIN, "train"):
             raise ValueError(f"unknown stage {stage!r}")
         self.stage = stage
         if stage == "train":
-            self.algo = make_algo(self.cfg.algo, self.cfg.seed)
             self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
-            if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
-                self.rollout_policy = self.state.rollout_policy = copy.deepcopy(self.state.generator).eval()
+            self.algo.start(self.state)
             if self.kl is not None and self.kl.coef > 0:
                 self.ref_policy = reference_policy(self.state.generator)
 
     def get_weights(self) -> dict:
-        """Generator (and SeqGAN's rollout policy G_β) state dicts on CPU, published once per version."""
-
-        def cpu(m):
-            return None if m is None else {k: v.detach().cpu() for k, v in m.state_dict().items()}
-
-        return {"generator": cpu(self.state.generator), "rollout_policy": cpu(self.rollout_policy)}
+        """The generator's state dict and what the algorithm publishes to the rollout workers with it
+        (``Algorithm.worker_weights``), on CPU: one version."""
+        return {"generator": {k: v.detach().cpu() for k, v in self.state.generator.state_dict().items()},
+                **self.algo.worker_weights()}
 
     def get_flat_weights(self) -> FlatWeights:
         """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
@@ -137,11 +148,13 @@ class Learner:
         """Generator updates so far (the weights version the rollouts of the next update are tagged with)."""
         return self.version
 
-    def get_disc_version(self) -> int:
-        return self.disc_version
+    def scorer_version(self) -> int:
+        """The version of what the scorers hold of the algorithm's (``Algorithm.scorer_weights``; 0: nothing)."""
+        return self.algo.scorer_weights()[0]
 
-    def get_disc_weights(self) -> dict:
-        return {k: v.detach().cpu() for k, v in self.disc.state_dict().items()}
+    def get_scorer_weights(self) -> dict:
+        """``{name: state dict}`` the scorers load (``Algorithm.scorer_weights``)."""
+        return self.algo.scorer_weights()[1]
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int):
         """The algorithm's request built from the learner's copy (algorithms whose requests carry state)."""
@@ -153,10 +166,12 @@ class Learner:
         return self.algo.on_validation(self.state, reward)
 
     def update(self, batch, iteration: int) -> dict:
+        """The stage's update (MLE's, then the algorithm's) on ``batch``; its metrics."""
         self.state.generator.train()
-        kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and self.algo.kind == "rollout" else {}
-        metrics = {**self.algo.update(self.state, batch, iteration), **kl_metrics}
-        if self.algo.kind == "rollout":
+        rollout = self.updater.kind == "rollout"
+        kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and rollout else {}
+        metrics = {**self.updater.update(self.state, batch, iteration), **kl_metrics}
+        if rollout:
             metrics["rollout/staleness"] = float(self.version - batch.version)
         self.version += 1
         metrics["learner/version"] = float(self.version)
@@ -168,7 +183,7 @@ class Learner:
         order. Returns the metrics: each configured reward term (``reward/<name>``), the scores' (below), the
         update's.
 
-        ``scores``: per-shard handles of what the algorithm's iteration computed on the scorers (SeqGAN's Q, D(Y)),
+        ``scores``: per-shard handles of what the algorithm's iteration computed on the scorers (e.g. action values),
         which the learner's copy of the algorithm gives the rollout (``Algorithm.assign_scores``). ``rows``: (N,) the
         rows of the concatenation to train on (dynamic sampling's kept groups); None: all."""
         t0 = time.perf_counter()
@@ -176,33 +191,33 @@ class Learner:
         rollout = as_rollout(shards if isinstance(shards, Rollout) else parts)
         if rows is not None:
             rollout = rollout.rows(np.asarray(rows, dtype=np.int64))
-        m = {"time/fetch_s": time.perf_counter() - t0,  # the shards from the object store, concatenated
-             "time/sample_s": max(p.info.get("sample_s", 0.0) for p in parts)}  # the slowest worker's sampling
+        metrics = {"time/fetch_s": time.perf_counter() - t0,  # the shards from the object store, concatenated
+                   "time/sample_s": max(p.info.get("sample_s", 0.0) for p in parts)}  # the slowest worker's
         if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
-            m.update(self.task.reward.metrics(rollout.term_scores))
+            metrics.update(self.task.reward.metrics(rollout.term_scores))
         if scores is not None:
-            m.update(self.algo.assign_scores(rollout, resolve(scores)))
+            metrics.update(self.algo.assign_scores(rollout, resolve(scores)))
         t1 = time.perf_counter()
-        m.update(self.update(rollout, iteration))
-        m["time/update_s"] = time.perf_counter() - t1  # the algorithm's update alone (time/learn_s: and the calls)
-        return m
+        metrics.update(self.update(rollout, iteration))
+        metrics["time/update_s"] = time.perf_counter() - t1  # the algorithm's update alone (time/learn_s: and calls)
+        return metrics
 
     def update_and_publish(self, shards: list, iteration: int, scores: list | None = None,
                            rows=None) -> tuple[dict, FlatWeights]:
         """:meth:`update_rollout`, and the updated weights (the Ray groups' two return objects: the metrics go to
         the driver, the weights by reference to the workers with their next call)."""
-        m = self.update_rollout(shards, iteration, scores, rows)
+        metrics = self.update_rollout(shards, iteration, scores, rows)
         t0 = time.perf_counter()
         weights = self.get_flat_weights()
-        m["time/publish_s"] = time.perf_counter() - t0
-        return m, weights
+        metrics["time/publish_s"] = time.perf_counter() - t0
+        return metrics, weights
 
     @torch.no_grad()
     def _kl_penalty(self, rollout: Rollout) -> dict:
         """r_t − β·(log π_old − log π_ref) on the rollout (rayseq.algos.regularizers); then β's controller step."""
-        d = self.device
-        ref = self.ref_policy.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d),
-                                       to_torch(rollout.tokens, d)).logp.cpu().numpy()
+        dev = self.device
+        ref = self.ref_policy.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
+                                       to_torch(rollout.tokens, dev)).logp.cpu().numpy()
         kl = sampled_kl(rollout.logp, ref, rollout.action_mask)
         coef = self.kl.coef
         apply_kl_penalty(rollout, kl, coef)
@@ -211,14 +226,10 @@ class Learner:
         return {"kl/per_reply": per_reply, "kl/per_token": float(kl.sum() / max(rollout.action_mask.sum(), 1.0)),
                 "kl/coef": coef}
 
-    def train_discriminator(self, positives: PromptBatch, negatives: Rollout | list, seed: int) -> dict:
-        """One d-step of SeqGAN's Algorithm 1 (:func:`rayseq.algos.seqgan.d_step`); ``negatives``: a Rollout or the
-        shard handles of one (fetched here)."""
-        out = seqgan.d_step(self.disc, self.disc_opt, positives, as_rollout(negatives), self.cfg.disc,
-                            self.task.specials.pad, self.device, seed, self.state.dp)
-        self.disc_version += 1
-        out["disc/version"] = float(self.disc_version)
-        return out
+    def aux_update(self, positives: PromptBatch, negatives: Rollout | list, seed: int) -> dict:
+        """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (a
+        Rollout, or the shard handles of one, fetched here): ``Algorithm.aux_update``."""
+        return self.algo.aux_update(self.state, positives, as_rollout(negatives), seed)
 
     def evaluate(self, split: str = "val") -> tuple[dict, dict]:
         """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics."""
@@ -226,6 +237,8 @@ class Learner:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """The training state: generator, baseline, their optimizers, stage, version, RNG, the KL reference and the
+        algorithm's own state (``Algorithm.state_dict``, under ``algo``)."""
         s = self.state
         out = {
             "generator": s.generator.state_dict(),
@@ -238,75 +251,50 @@ class Learner:
         }
         if self.device.type == "cuda":  # dropout and anything else drawn on the GPU
             out["cuda_rng"] = torch.cuda.get_rng_state_all()
-        if self.disc is not None:
-            out |= {"disc": self.disc.state_dict(), "disc_opt": self.disc_opt.state_dict(),
-                    "disc_version": self.disc_version}
-        if self.rollout_policy is not None:
-            out["rollout_policy"] = self.rollout_policy.state_dict()
         if self.ref_policy is not None:
             out |= {"ref_policy": self.ref_policy.state_dict(), "kl_coef": self.kl.coef}
-        if s.critic is not None:
-            out |= {"critic": s.critic.state_dict(), "critic_opt": s.critic_opt.state_dict()}
         algo_state = self.algo.state_dict()
         if algo_state:
             out["algo"] = algo_state
         return out
 
-    def load_state_dict(self, d: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (or a checkpoint written before algorithms owned their modules)."""
         s = self.state
-        s.generator.load_state_dict(d["generator"])
-        s.baseline.load_state_dict(d["baseline"])
-        self.start_stage(d["stage"])
-        s.gen_opt.load_state_dict(d["gen_opt"])
-        s.base_opt.load_state_dict(d["base_opt"])
-        self.version = int(d["version"])
-        torch.set_rng_state(d["torch_rng"])
-        if self.device.type == "cuda" and "cuda_rng" in d:
-            torch.cuda.set_rng_state_all(d["cuda_rng"])
-        if self.disc is not None and "disc" in d:
-            self.disc.load_state_dict(d["disc"])
-            self.disc_opt.load_state_dict(d["disc_opt"])
-            self.disc_version = int(d["disc_version"])
-        if self.rollout_policy is not None and "rollout_policy" in d:
-            self.rollout_policy.load_state_dict(d["rollout_policy"])
-        if self.ref_policy is not None and "ref_policy" in d:
-            self.ref_policy.load_state_dict(d["ref_policy"])
-            self.kl.coef = float(d["kl_coef"])
-        if s.critic is not None and "critic" in d:
-            s.critic.load_state_dict(d["critic"])
-            s.critic_opt.load_state_dict(d["critic_opt"])
-        if "algo" in d:
-            self.algo.load_state_dict(d["algo"])
+        s.generator.load_state_dict(state["generator"])
+        s.baseline.load_state_dict(state["baseline"])
+        self.start_stage(state["stage"])
+        s.gen_opt.load_state_dict(state["gen_opt"])
+        s.base_opt.load_state_dict(state["base_opt"])
+        self.version = int(state["version"])
+        torch.set_rng_state(state["torch_rng"])
+        if self.device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if self.ref_policy is not None and "ref_policy" in state:
+            self.ref_policy.load_state_dict(state["ref_policy"])
+            self.kl.coef = float(state["kl_coef"])
+        self.algo.load_state_dict(algorithm_entries(state))
 
     def apply_config_lrs(self) -> dict:
         """Set the optimizers' learning rates from the config: ``load_state_dict`` restores the saved ones,
         and a resumed run (a Tune PBT exploit: another trial's checkpoint, a mutated ``algo.lr``) must use
-        its own. Returns the rates now in use."""
+        its own. Returns the rates now in use, by optimizer."""
         c, s = self.cfg, self.state
-        lrs = {"generator": c.algo.lr if self.stage == "train" else c.train.pretrain_lr,
-               "baseline": baseline_lr(c.algo)}
-        opts = {"generator": s.gen_opt, "baseline": s.base_opt}
-        if self.disc_opt is not None:
-            lrs["disc"], opts["disc"] = c.disc.lr, self.disc_opt
-        if s.critic_opt is not None:
-            lrs["critic"], opts["critic"] = c.algo.critic_lr, s.critic_opt
-        for k, opt in opts.items():
-            for g in opt.param_groups:
-                g["lr"] = lrs[k]
+        lrs = {"gen_opt": c.algo.lr if self.stage == "train" else c.train.pretrain_lr, "base_opt": baseline_lr(c.algo),
+               **self.algo.config_lrs(c)}
+        opts = {"gen_opt": s.gen_opt, "base_opt": s.base_opt, **self.algo.modules}
+        for name, lr in lrs.items():
+            for g in opts[name].param_groups:
+                g["lr"] = lr
         return lrs
 
-    def init_from(self, d: dict) -> dict:
-        """Start from another run's pretrained generator, baseline and (if both have one) discriminator;
-        optimizers and stage start fresh. Returns what this run needs, and whether it was there."""
-        self.state.generator.load_state_dict(d["generator"])
-        self.state.baseline.load_state_dict(d["baseline"])
-        loaded = {"generator": True}
-        if self.disc is not None:  # a run that trains one needs it pretrained
-            loaded["discriminator"] = "disc" in d
-            if loaded["discriminator"]:
-                self.disc.load_state_dict(d["disc"])
-                self.disc_version = int(d.get("disc_version", 0))
-        return loaded
+    def init_from(self, state: dict) -> dict:
+        """Start from another run's pretrained generator, baseline and what the algorithm pretrains itself (when that
+        run has it: ``Algorithm.init_from``); optimizers and stage start fresh. Returns what this run needs, and
+        whether it was there."""
+        self.state.generator.load_state_dict(state["generator"])
+        self.state.baseline.load_state_dict(state["baseline"])
+        return {"generator": True, **self.algo.init_from(algorithm_entries(state))}
 
 
 def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu") -> tuple[dict, dict]:

@@ -1,5 +1,6 @@
-"""RolloutWorker: samples responses with the current weights and scores them with the task reward;
-for SeqGAN it also runs the Monte-Carlo search of its shard with the rollout policy G_β."""
+"""RolloutWorker: samples responses with the current weights and scores them with the task reward; runs what an
+algorithm asks of a shard (:meth:`RolloutWorker.run_shard`, e.g. continuations of every prefix) with the copies the
+algorithm declared (``Algorithm.worker_modules``)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ from rayseq.config import RunConfig
 from rayseq.distributed.handles import as_state_dicts
 from rayseq.distributed.placement import placement_group_id
 from rayseq.models import make_generator
-from rayseq.rewards.mc_search import mc_search
 from rayseq.rewards.terminal import terminal_rewards
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
-from rayseq.types import MCBatch, PromptBatch, Rollout, RolloutRequest, to_torch
+from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
 
 class RolloutWorker:
+    """One rollout worker (``index`` of the group); ``cfg``: the run's config as a dict. What an algorithm runs here
+    (:meth:`run_shard`) reads ``cfg``, ``task``, ``device``, ``index``, ``generator`` and ``modules`` (the copies of the
+    algorithm's that have received weights)."""
+
     def __init__(self, cfg: dict, index: int = 0):
         self.cfg = RunConfig.model_validate(cfg)
         self.index = index
@@ -31,12 +35,10 @@ class RolloutWorker:
         self.task = make_task(self.cfg.task, self.cfg.reward)
         self.generator = make_generator(self.cfg, self.task).to(self.device)
         self.generator.eval()
-        # SeqGAN's G_β when it differs from G_θ (rollout_update_rate > 0); built now, not on the first
-        # weights, so that in-process runs draw the same global random numbers before and after a resume
-        self.rollout_policy = None
-        self.rollout_policy_loaded = False
-        if self.cfg.uses_mc and self.cfg.algo.rollout_update_rate > 0:
-            self.rollout_policy = make_generator(self.cfg, self.task).to(self.device).eval()
+        # what the algorithm keeps here (Algorithm.worker_modules), built now, not on the first weights (in-process
+        # runs draw the same global random numbers before and after a resume); in ``modules`` once weights arrive
+        self._held = self.cfg.algorithm.worker_modules(self.cfg, self.task, self.device)
+        self.modules: dict = {}
         self.version = -1
         self.loads = 0  # weight loads (one per version)
 
@@ -52,14 +54,15 @@ class RolloutWorker:
         }
 
     def set_weights(self, weights, version: int) -> int:
-        """``weights``: the learner's generator and (SeqGAN) rollout policy, as ``get_weights()`` (in-process),
-        ``get_flat_weights()`` or a ``[ref]`` of it (fetched only when ``version`` is new to this worker)."""
+        """``weights``: the learner's generator and what the algorithm publishes with it (``Learner.get_weights``:
+        in-process), ``get_flat_weights()`` or a ``[ref]`` of it (fetched only when ``version`` is new here)."""
         if version != self.version:
             weights = as_state_dicts(weights)
             self.generator.load_state_dict(weights["generator"])
-            if weights.get("rollout_policy") is not None:
-                self.rollout_policy.load_state_dict(weights["rollout_policy"])
-                self.rollout_policy_loaded = True
+            for name, state in weights.items():
+                if name != "generator" and state is not None:
+                    self._held[name].load_state_dict(state)
+                    self.modules[name] = self._held[name]
             self.version = version
             self.loads += 1
         return self.version
@@ -78,29 +81,12 @@ class RolloutWorker:
         report = {"score": rollout.score, "term_scores": rollout.term_scores} if report_score else {}
         return rollout, {**rollout.info, "rows": len(rollout), **report}
 
-    def mc_search_shard(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int, weights=None,
-                        version: int = -1) -> tuple[MCBatch, dict]:
-        """:meth:`mc_search` with the weights ``version``, and its info (worker, ``mc_s``)."""
+    def run_shard(self, fn, *args, weights=None, version: int = -1, **kwargs) -> tuple:
+        """``fn(self, *args, **kwargs) -> (data, info)`` with the weights ``version``: what an algorithm runs on a shard
+        here (e.g. :func:`rayseq.algos.seqgan.mc_continuations`)."""
         if weights is not None:
             self.set_weights(weights, version)
-        batch = self.mc_search(rollout, n_rollouts, temperature, seed)
-        return batch, dict(batch.info)
-
-    def mc_search(self, rollout: Rollout, n_rollouts: int, temperature: float, seed: int) -> MCBatch:
-        """SeqGAN Eq. 4's continuations of every prefix of this shard (batched, from cached states)."""
-        t0 = time.perf_counter()
-        d = self.device
-        policy = self.rollout_policy if self.rollout_policy_loaded else self.generator
-        gen = torch.Generator(device=d).manual_seed(int(seed))
-        tokens, mask = to_torch(rollout.tokens, d), to_torch(rollout.token_mask, d)
-        c = mc_search(policy, to_torch(rollout.src, d), to_torch(rollout.src_len, d), tokens, mask, n_rollouts,
-                      temperature=temperature, generator=gen)
-        return MCBatch(
-            src=rollout.src, src_len=rollout.src_len, tokens=rollout.tokens,
-            lengths=(rollout.token_mask > 0).sum(1).astype(np.int64),
-            cont=c.tokens.cpu().numpy().astype(np.int32), cont_len=c.lengths.cpu().numpy(),
-            info={"worker": self.index, "mc_s": time.perf_counter() - t0},
-        )
+        return fn(self, *args, **kwargs)
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True) -> Rollout:
         """Sample one response per prompt; ``score`` computes the task reward here (cheap rewards),

@@ -549,7 +549,7 @@ def _check_metric_and_scheduler(exp: Experiment, base: RunConfig, probes: list[R
         raise SpecError("search.scheduler.time_attr: algo_iteration counts algorithm iterations, and "
                         "train.train.iters=0; use time_attr: iteration")
     length = base.train_stage_iters if sched.time_attr == "algo_iteration" else (
-        base.train.pretrain_iters + (base.disc.pretrain_steps if base.is_gan else 0) + base.train_stage_iters)
+        base.train.pretrain_iters + base.algorithm.pretrain_steps(base) + base.train_stage_iters)
     if isinstance(sched, AshaSpec):
         if sched.max_t is None:
             sched.max_t = max(length, 1)

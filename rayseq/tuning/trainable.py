@@ -55,7 +55,6 @@ from rayseq.config import RunConfig
 from rayseq.storage import RunStore
 
 CKPT_FILE = re.compile(r"^ckpt_(\d{8})\.pt$")
-STAGES = ("mle", "disc", "train")
 
 
 def trial_bundles(cfg: RunConfig) -> list[dict]:
@@ -149,6 +148,8 @@ class TuneReporter:
 
 def _is_last_iteration(trainer) -> bool:
     plan = trainer._plan()
+    from rayseq.algos.iteration import STAGES
+
     later = STAGES[STAGES.index(trainer.stage) + 1 :]
     return trainer.stage_iter >= plan[trainer.stage] and all(plan[s] == 0 for s in later)
 

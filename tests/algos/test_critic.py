@@ -114,4 +114,4 @@ def test_critic_learns_the_value_and_the_actor_waits_for_warmup(name):
     assert m["loss/critic"] < 0.05 * first["loss/critic"]  # V → the constant return 0.7 (γ = 1)
     assert any(not torch.equal(gen_before[k], v) for k, v in learner.state.generator.state_dict().items())
     state = learner.state_dict()
-    assert "critic" in state and "critic_opt" in state
+    assert "critic" in state["algo"] and "critic_opt" in state["algo"]  # the algorithm's own, checkpointed with it

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from rayseq.algos import make_algo
-from rayseq.algos.seqgan import SEQGAN_DYNAMIC_BOUNDS
+from rayseq.algos.seqgan import SEQGAN_DYNAMIC_BOUNDS, mc_continuations, score_continuations
 from rayseq.checkpoint import load_checkpoint
 from rayseq.config import ConfigError, RunConfig, build_config, config_to_dict
 from rayseq.distributed.driver import Interrupted, Trainer
@@ -68,8 +68,8 @@ def test_seqgan_objective_is_q_weighted_log_likelihood():
 
 
 def test_scorer_q_from_worker_continuations_equals_d_on_each_continuation():
-    # the Ray path (worker.mc_search -> scorer.score_mc, here in-process) scores with the prefix-shared D:
-    # its Q equals Eq. 4 with D run on every materialised continuation
+    # the Ray path (mc_continuations on a worker -> score_continuations on a scorer, here in-process) scores with the
+    # prefix-shared D: its Q equals Eq. 4 with D run on every materialised continuation
     from rayseq.distributed.scorer import ScorerActor
     from rayseq.rewards.mc_search import q_values
 
@@ -77,15 +77,17 @@ def test_scorer_q_from_worker_continuations_equals_d_on_each_continuation():
     learner = Learner(cfg.model_dump())
     worker, scorer = RolloutWorker(cfg.model_dump()), ScorerActor(cfg.model_dump())
     worker.set_weights(learner.get_weights(), 0)
-    scorer.set_disc_weights(learner.disc.state_dict(), 0)
+    assert scorer.modules == {}  # nothing until the learner's D arrives
+    scorer.set_weights(learner.get_scorer_weights(), learner.scorer_version())
+    disc = learner.algo.modules["disc"]
     rollout = worker.sample(learner.task.sample_prompts(np.random.default_rng(0), 5), RolloutRequest(max_len=6, seed=1))
-    batch = worker.mc_search(rollout, 3, 1.0, seed=2)
-    q, info = scorer.score_mc(batch)
+    batch, _ = worker.run_shard(mc_continuations, rollout, 3, 1.0, seed=2)
+    q, info = scorer.run_shard(score_continuations, batch)
     B, Tm1, N, T = batch.cont.shape
     lengths = torch.from_numpy(batch.lengths)
-    d_cont = learner.disc.score(torch.from_numpy(batch.cont.reshape(-1, T).astype(np.int64)),
-                                torch.from_numpy(batch.cont_len.reshape(-1)))
-    expected = q_values(d_cont.view(B, Tm1, N), learner.disc.score(torch.from_numpy(batch.tokens), lengths), lengths)
+    d_cont = disc.score(torch.from_numpy(batch.cont.reshape(-1, T).astype(np.int64)),
+                        torch.from_numpy(batch.cont_len.reshape(-1)))
+    expected = q_values(d_cont.view(B, Tm1, N), disc.score(torch.from_numpy(batch.tokens), lengths), lengths)
     np.testing.assert_allclose(q, expected.numpy(), atol=1e-6, rtol=1e-5)
     assert info["scored"] == B * Tm1 * N and q.std() > 0
 
@@ -126,21 +128,25 @@ def test_seqgan_ppo_dynamic_bounds_reach_the_loss_on_ray_actors(ray_session, tmp
 def test_rollout_policy_is_a_moving_average_of_the_generator():
     cfg = oracle_config("rollout.num_workers=0", "algo.rollout_update_rate=0.8")
     learner = Learner(cfg.model_dump())
+    assert "rollout_policy" not in learner.get_weights()  # G_β is published once training starts
     learner.start_stage("train")
-    beta0 = {k: v.clone() for k, v in learner.rollout_policy.state_dict().items()}
+    beta = learner.algo.modules["rollout_policy"]
+    beta0 = {k: v.clone() for k, v in beta.state_dict().items()}
+    assert all(torch.equal(v, learner.state.generator.state_dict()[k]) for k, v in beta0.items())  # G_β ← G_θ
     worker = RolloutWorker(cfg.model_dump())
     worker.set_weights(learner.get_weights(), 0)
+    assert worker.modules["rollout_policy"] is not worker.generator  # the worker searches with its G_β copy
     rollout = worker.sample(learner.task.sample_prompts(np.random.default_rng(0), 8), RolloutRequest(6, seed=0))
     rollout.returns = np.ones(rollout.tokens.shape, np.float32)
     learner.update(rollout, 0)
     theta1 = learner.state.generator.state_dict()
-    for k, b in learner.rollout_policy.state_dict().items():
+    for k, b in beta.state_dict().items():
         torch.testing.assert_close(b, 0.8 * beta0[k] + 0.2 * theta1[k])
     assert not torch.equal(beta0["out.bias"], theta1["out.bias"])  # the update did move θ
     # r = 0: no copy, the workers search with G_θ itself
     learner0 = Learner(oracle_config("rollout.num_workers=0", "algo.rollout_update_rate=0").model_dump())
     learner0.start_stage("train")
-    assert learner0.rollout_policy is None and learner0.get_weights()["rollout_policy"] is None
+    assert "rollout_policy" not in learner0.algo.modules and "rollout_policy" not in learner0.get_weights()
 
 
 def test_d_steps_learn_to_tell_real_counting_outputs_from_random_ones():
@@ -155,12 +161,12 @@ def test_d_steps_learn_to_tell_real_counting_outputs_from_random_ones():
     for step in range(6):
         pos = task.sample_prompts(rng, 256, with_targets=True)
         neg = worker.sample(task.sample_prompts(rng, 256), RolloutRequest(3, seed=step))
-        history.append(learner.train_discriminator(pos, neg, step))
+        history.append(learner.aux_update(pos, neg, step))
     first, last = history[0], history[-1]
     # measured: accuracy 0.61 -> 0.83, D(real) − D(fake) 0.04 -> 0.50 (a 12-filter D over packed pairs)
     assert last["disc/accuracy"] > 0.75 and last["disc/accuracy"] > first["disc/accuracy"] + 0.1
     assert last["disc/d_real"] > last["disc/d_fake"] + 0.3 and last["disc/loss"] < first["disc/loss"] - 0.15
-    assert learner.disc_version == 6
+    assert learner.scorer_version() == 6 and history[-1]["disc/version"] == 6
 
 
 def test_oracle_matches_the_published_figures():
@@ -209,8 +215,9 @@ def test_seqgan_resume_restores_discriminator_and_rollout_policy(tmp_path):
     resumed = Trainer(cfg, resume=True).run()
     rows = pq.read_table(tmp_path / "cut" / "metrics.parquet").to_pylist()
     assert [r["iteration"] for r in rows] == list(range(1, 17))
-    assert [r["stage"] for r in rows] == ["mle"] * 10 + ["disc"] * 2 + ["train"] * 4
+    assert [r["stage"] for r in rows] == ["mle"] * 10 + ["algo_pretrain"] * 2 + ["train"] * 4
     a, b = (load_checkpoint(s["checkpoint"])["learner"] for s in (full, resumed))
+    a, b = ({**x, **x.pop("algo")} for x in (a, b))  # the algorithm's own: D, its optimizer and version, G_β
     for part in ("generator", "disc", "rollout_policy"):
         for k in a[part]:
             torch.testing.assert_close(a[part][k], b[part][k], rtol=0, atol=0, msg=f"{part}.{k}")
@@ -235,7 +242,7 @@ def test_init_from_starts_the_adversarial_stage_from_a_pretrained_run(tmp_path):
 
 
 def test_init_from_an_mle_run_pretrains_the_discriminator_first(tmp_path):
-    # an MLE-only checkpoint has no D: SeqGAN pretrains one from the loaded generator (stage disc), then trains;
+    # an MLE-only checkpoint has no D: SeqGAN pretrains one from the loaded generator (its own stage), then trains;
     # so D configurations can be compared from one MLE model (before: "no discriminator in that checkpoint")
     mle_args = [a for a in ORACLE if not a.startswith("algo.")] + ["algo.name=mle", "train.iters=0"]
     pre = Trainer(build_config(None, [*mle_args, "rollout.num_workers=0", f"run_dir={tmp_path / 'pre'}"])).run()
@@ -244,7 +251,7 @@ def test_init_from_an_mle_run_pretrains_the_discriminator_first(tmp_path):
                                 run_dir=tmp_path / "adv")).run()
     assert adv["pretrain_metrics"] == pre["pretrain_metrics"]
     rows = pq.read_table(tmp_path / "adv" / "metrics.parquet").to_pylist()
-    assert [(r["iteration"], r["stage"]) for r in rows] == [(11, "disc"), (12, "disc")] + [
+    assert [(r["iteration"], r["stage"]) for r in rows] == [(11, "algo_pretrain"), (12, "algo_pretrain")] + [
         (i, "train") for i in range(13, 17)]
     assert all(r["disc/accuracy"] is not None for r in rows[:2])
     g_pre, g_adv = (load_checkpoint(s["checkpoint"])["learner"]["generator"] for s in (pre, adv))

@@ -35,7 +35,7 @@ OWN = {  # cheap values of an algorithm's own keys
 
 
 def overrides(name: str, corpus: Path, run_dir: Path) -> list[str]:
-    disc = SMALL_D if algorithm_class(name).adversarial else []
+    disc = SMALL_D if "disc" in algorithm_class(name).sections else []
     return [*CHITCHAT, f"task.data={corpus}", *TRANSFORMER, *disc, *OWN.get(name, []), f"algo.name={name}",
             "rollout.num_workers=0", f"run_dir={run_dir}"]
 
@@ -44,7 +44,7 @@ def overrides(name: str, corpus: Path, run_dir: Path) -> list[str]:
 def test_every_algorithm_trains_a_transformer(corpus, tmp_path, name):
     run_dir = tmp_path / name
     summary = Trainer(build_config(None, overrides(name, corpus, run_dir))).run()
-    d_pretrain = 2 if algorithm_class(name).adversarial else 0  # SMALL_D: disc.pretrain_steps=2 before the algorithm
+    d_pretrain = 2 if "disc" in algorithm_class(name).sections else 0  # SMALL_D: disc.pretrain_steps=2 first
     assert summary["algo"] == name and summary["iterations"] == 10 + d_pretrain + 2
     ck = load_checkpoint(summary["checkpoint"])
     assert ck["config"]["model"]["arch"] == "transformer"
@@ -62,7 +62,7 @@ def test_every_algorithm_trains_a_transformer(corpus, tmp_path, name):
         assert any(not torch.equal(pretrained[k], final[k]) for k in final)
     rows = [r for r in pq.read_table(run_dir / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert len(rows) == 2
-    if algorithm_class(name).monte_carlo:  # SeqGAN's Q from Monte-Carlo search with the Transformer
+    if "mc_rollouts" in algorithm_class(name).fields:  # SeqGAN's Q from Monte-Carlo search with the Transformer
         assert all(r["rollout/extra_gen_steps"] > 0 for r in rows)
     assert all(math.isfinite(v) for k, v in summary["metrics"].items() if isinstance(v, float))
 

@@ -74,14 +74,14 @@ def test_two_learners_make_the_update_of_one(ray_session, case):
     request = RolloutRequest(max_len=one.task.max_tgt_len, temperature=1.0, seed=3)
     if case == "seqgan_ppo":  # the d-step: real pairs against the generator's samples
         for learner in (one, group):
-            learner.start_stage("disc")
+            learner.start_stage("algo_pretrain")
         negatives = worker.sample(one.task.sample_prompts(rng, 16), request)
         positives = one.task.sample_prompts(rng, 16, with_targets=True)
-        m1 = one.train_discriminator(positives, [negatives], 5)
-        m2 = group.train_discriminator(positives, [negatives], 5)
+        m1 = one.aux_update(positives, [negatives], 5)
+        m2 = group.aux_update(positives, [negatives], 5)
         assert_same_metrics(m1, m2, ["disc/loss", "disc/accuracy", "disc/d_real", "disc/d_fake"])
-        assert_same_tensors(one.get_disc_weights(), ray_session.get(group.actors[1].get_disc_weights.remote()),
-                            "disc")
+        assert_same_tensors(one.get_scorer_weights()["disc"],
+                            ray_session.get(group.actors[1].get_scorer_weights.remote())["disc"], "disc")
     copies = cfg.algo.group_size if case == "grpo" else 1
     prompts = one.task.sample_prompts(rng, 16 // copies)
     rollout = worker.sample(prompts.repeat(copies) if copies > 1 else prompts, request)

@@ -49,17 +49,17 @@ def train_rows(run_dir: Path) -> list[dict]:
 @pytest.mark.parametrize("name", FEW if QUICK else list(ALGORITHMS))
 def test_every_algorithm_updates_on_the_device(device, corpus, tmp_path, name):
     cls = algorithm_class(name)
-    mc = ["algo.mc_rollouts=2"] if cls.monte_carlo else []
+    mc = ["algo.mc_rollouts=2"] if "mc_rollouts" in cls.fields else []
     run_dir = tmp_path / name
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    cfg = build_config(None, [*CHITCHAT, f"task.data={corpus}", *(SMALL_D if cls.adversarial else []), *mc,
+    cfg = build_config(None, [*CHITCHAT, f"task.data={corpus}", *(SMALL_D if "disc" in cls.sections else []), *mc,
                               *OWN.get(name, []), f"algo.name={name}", *device_overrides(device),
                               f"run_dir={run_dir}"])
     summary = Trainer(cfg).run()
     if device == "cuda":  # the learner (in this process) held its model on the GPU
         assert torch.cuda.max_memory_allocated() > 0
-    d_pretrain = 2 if cls.adversarial else 0
+    d_pretrain = 2 if "disc" in cls.sections else 0
     assert summary["iterations"] == 10 + d_pretrain + 2
     pretrained = load_checkpoint(run_dir / "checkpoints" / f"ckpt_{10:08d}.pt")["learner"]["generator"]
     final = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
@@ -68,7 +68,7 @@ def test_every_algorithm_updates_on_the_device(device, corpus, tmp_path, name):
     assert all(math.isfinite(v) for v in summary["metrics"].values() if isinstance(v, float))
     rows = [r for r in train_rows(run_dir) if r["stage"] == "train"]
     assert len(rows) == 2
-    if cls.monte_carlo:
+    if "mc_rollouts" in cls.fields:
         assert all(r["rollout/extra_gen_steps"] > 0 for r in rows)
 
 

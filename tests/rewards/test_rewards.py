@@ -188,7 +188,7 @@ def test_reward_errors_at_config_time(overrides, message):
 def test_reward_applies_to_tasks_with_a_reward_and_non_adversarial_algorithms():
     with pytest.raises(ConfigError, match="reward.fn: task.name=oracle has no reward"):
         build_config(None, ["task.name=oracle", "algo.name=mle", "reward.fn=length", "reward.kwargs={target: 3}"])
-    with pytest.raises(ConfigError, match="reward.fn: algo.name=seqgan learns from its discriminator"):
+    with pytest.raises(ConfigError, match="reward.fn: algo.name=seqgan learns from a reward model of its own"):
         build_config(None, ["algo.name=seqgan", "reward.fn=length", "reward.kwargs={target: 3}"])
     with pytest.raises(ConfigError, match="reward: chrf compares replies with reference replies; the counting task "
                                           "has none"):

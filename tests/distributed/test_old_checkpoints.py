@@ -1,0 +1,69 @@
+"""Checkpoints written before algorithms owned their modules still resume, to the same result.
+
+Each fixture (tests/fixtures/checkpoints_v1, written by that code: its ``make.py`` says how) is a run stopped
+part-way, with the learner's discriminator, its optimizer and version, G_β or critic at the top level of its learner
+state and the algorithm's own pretraining stage called ``disc``, and what that code made of resuming it: every
+metrics row, the final metrics and a SHA-256 of every checkpoint entry. Resumed here, the run must end with the same
+rows and the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from benchmarks.bitwise_check import tensor_hashes
+from rayseq.algos.iteration import stage_name
+from rayseq.checkpoint import load_checkpoint
+from rayseq.config import build_config
+from rayseq.distributed.driver import Trainer
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints_v1"
+CASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").is_file())
+
+
+def _row(row: dict) -> dict:
+    """A metrics row as compared: no timings, NaN as a string, the stage by its current name."""
+    out = {k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()
+           if v is not None and not k.startswith("time/")}
+    return {**out, "stage": stage_name(out["stage"])}
+
+
+def test_the_fixtures_are_old_checkpoints():
+    """What makes them old: the algorithm's entries at the top level and (one of them) the old stage name."""
+    assert set(CASES) == {"actor_critic_train", "seqgan_critic_pretrain", "seqgan_ppo_dynamic_train"}
+    tops = {}
+    for name in CASES:
+        (ck_file,) = (FIXTURES / name / "run" / "checkpoints").glob("*.pt")
+        ck = load_checkpoint(str(ck_file))
+        tops[name] = ck
+        assert "algo" not in ck["learner"] or "disc" not in ck["learner"]["algo"]
+    assert {"disc", "disc_opt", "disc_version", "rollout_policy"} <= set(tops["seqgan_ppo_dynamic_train"]["learner"])
+    assert {"critic", "critic_opt"} <= set(tops["actor_critic_train"]["learner"])
+    assert tops["seqgan_critic_pretrain"]["driver"]["stage"] == "disc"
+    assert tops["seqgan_critic_pretrain"]["learner"]["stage"] == "disc"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_an_old_checkpoint_resumes_to_the_same_run(tmp_path, name):
+    expected = json.loads((FIXTURES / name / "expected.json").read_text())
+    run_dir = tmp_path / "run"
+    shutil.copytree(FIXTURES / name / "run", run_dir)
+    cfg = build_config(None, [*expected["overrides"], f"train.iters={expected['resume_iters']}", f"run_dir={run_dir}",
+                              "train.keep_checkpoints=20"])
+    summary = Trainer(cfg, resume=True).run()
+
+    rows = [_row(r) for r in pq.read_table(run_dir / "metrics.parquet").to_pylist()]
+    assert rows == [_row(r) for r in expected["rows"]]
+    final = {k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in summary["metrics"].items()}
+    assert final == expected["final"]
+    hashes = tensor_hashes(load_checkpoint(summary["checkpoint"]))
+    assert hashes == expected["tensors"]
+    # and the checkpoint it writes now keeps the algorithm's entries under ``algo``
+    learner = load_checkpoint(summary["checkpoint"])["learner"]
+    assert "algo" in learner and not {"disc", "critic", "rollout_policy"} & set(learner)

@@ -149,7 +149,7 @@ def run_one(name: str, out: Path, corpus: Path | None, hf_dir: Path | None, work
     rows = [{k: _clean(v) for k, v in r.items() if not k.startswith("time/") and k != "driver/recv_bytes"}
             for r in rows]
     record = {"name": name, "rows": rows, "final": {k: _clean(v) for k, v in summary["metrics"].items()},
-              "tensors": tensor_hashes(ck)}
+              "tensors": tensor_hashes(ck), "workers": workers, "learners": learners}
     (out / f"{name}.json").write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
     return record
 
@@ -189,7 +189,10 @@ def _renamed(row: dict) -> dict:
     return {**row, "stage": stage_name(row["stage"])} if "stage" in row else row
 
 
-def compare(a: Path, b: Path) -> int:
+def compare(a: Path, b: Path, add_ok: bool = False) -> int:
+    """Prints which configurations of folders ``a`` and ``b`` are bit-identical; non-zero if any is not.
+    ``add_ok``: a metrics column that ``b``'s row has and ``a``'s lacks is listed, not counted as a difference (a
+    counter the newer code also writes in rows that had none)."""
     names = sorted({p.stem for p in a.glob("*.json")} | {p.stem for p in b.glob("*.json")})
     bad = 0
     print(f"{'configuration':34s} {'rows':>5s} {'metrics':>8s} {'tensors':>8s}  result")
@@ -200,22 +203,30 @@ def compare(a: Path, b: Path) -> int:
             bad += 1
             continue
         ra, rb = json.loads(pa.read_text()), json.loads(pb.read_text())
-        diffs = []
+        diffs, added = [], {}
         if len(ra["rows"]) != len(rb["rows"]):
             diffs.append(f"{len(ra['rows'])} vs {len(rb['rows'])} rows")
         for i, (x, y) in enumerate(zip(map(_renamed, ra["rows"]), map(_renamed, rb["rows"]))):
             for k in sorted(set(x) | set(y)):
-                if x.get(k) != y.get(k):
+                if x.get(k) is None and y.get(k) is not None and add_ok:  # a column only B's row fills: listed
+                    added[k] = added.get(k, 0) + 1
+                elif x.get(k) != y.get(k):
                     diffs.append(f"row {i} {k}: {x.get(k)} vs {y.get(k)}")
         for k in sorted(set(ra["final"]) | set(rb["final"])):
             if ra["final"].get(k) != rb["final"].get(k):
                 diffs.append(f"final {k}: {ra['final'].get(k)} vs {rb['final'].get(k)}")
+        # under Ray the driver's Python `random` state is also drawn by Ray itself (two runs of the same code differ):
+        # the in-process records compare it
+        ray = ra.get("workers") or rb.get("workers")
         for k in sorted(set(ra["tensors"]) | set(rb["tensors"])):
+            if k == "driver.python_rng" and ray:
+                continue
             if ra["tensors"].get(k) != rb["tensors"].get(k):
                 diffs.append(f"tensor {k} differs")
         ncols = len({k for r in ra["rows"] for k in r})
         print(f"{name:34s} {len(ra['rows']):5d} {ncols:8d} {len(ra['tensors']):8d}  "
-              f"{'identical' if not diffs else 'DIFFERENT'}")
+              f"{'identical' if not diffs else 'DIFFERENT'}"
+              + (f" (B adds {', '.join(f'{k} in {n} rows' for k, n in added.items())})" if added else ""))
         for d in diffs[:8]:
             print(f"    {d}")
         bad += bool(diffs)
@@ -228,6 +239,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--compare", nargs=2, type=Path)
+    ap.add_argument("--allow-added-columns", action="store_true",
+                    help="with --compare: metrics columns only B's rows have are listed, not differences")
     ap.add_argument("--workers", type=int, default=0, help="Ray rollout workers (0: in-process)")
     ap.add_argument("--learners", type=int, default=1,
                     help="learner ranks (with --workers; only the data-parallel algorithms' configurations run)")
@@ -237,7 +250,7 @@ def main(argv=None) -> int:
         print("\n".join(CONFIGS))
         return 0
     if args.compare:
-        return compare(*args.compare)
+        return compare(*args.compare, add_ok=args.allow_added_columns)
     if args.out is None:
         ap.error("--out DIR (or --compare A B, --list)")
     names = [n for n in args.only.split(",") if n] or list(CONFIGS)

@@ -285,6 +285,46 @@ def init_from_differences(ours: dict, task_spec: dict, ck: dict) -> list[str]:
     return diff
 
 
+def checkpoint_to_resume(store: RunStore, cfg) -> dict:
+    """``--resume``: the run's latest checkpoint that loads (a damaged newer one is named in a warning and set aside),
+    read and checked against this run's config ``cfg`` before anything is written or started: its task, model and
+    algorithm must be this config's (else the weights would not fit)."""
+    from rayseq.config import RunConfig, config_to_dict
+
+    if not list_checkpoints(store):
+        raise FileNotFoundError(f"--resume: no checkpoint in {store.display(CKPT_DIR)}")
+    path, ck = load_latest(store.display())
+    try:  # as this version reads it: keys added since (model.arch) take their defaults
+        theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
+    except ValueError:
+        theirs = ck["config"]
+    ours = config_to_dict(cfg)
+    diff = [f"{sec}.{k}" for sec in ("task", "model") for k in ours[sec] if theirs.get(sec, {}).get(k) != ours[sec][k]]
+    diff += ["algo.name"] if theirs.get("algo", {}).get("name") != cfg.algo.name else []
+    if diff:
+        run_dir = store.display()
+        raise ValueError(f"--resume: {run_dir} was trained with another {', '.join(diff)} (its checkpoint's config); "
+                         f"resume it with its own config: python -m rayseq.train run_dir={run_dir} --resume")
+    set_aside_newer(store, path)
+    return ck
+
+
+def checkpoint_to_start_from(cfg, task_spec: dict) -> dict:
+    """``train.init_from``'s checkpoint, checked before anything is written or started: only what the weights depend
+    on must match (:func:`init_from_differences`), and that run must have finished MLE pretraining; a ConfigError
+    (one line) else."""
+    from rayseq.config import ConfigError, config_to_dict
+
+    source = cfg.train.init_from
+    ck = load_checkpoint(source)  # a run directory: its newest checkpoint that loads
+    if diff := init_from_differences(config_to_dict(cfg), task_spec, ck):
+        raise ConfigError(f"train.init_from={source}: its model cannot start this run: {'; '.join(diff)}")
+    driver = ck["driver"]
+    if driver["stage"] == "mle" and driver["stage_iter"] < int(ck["config"]["train"]["pretrain_iters"]):
+        raise ConfigError(f"train.init_from={source}: that run has not finished MLE pretraining")
+    return ck
+
+
 def _is_export(store: RunStore) -> bool:
     """Whether a folder holds an exported built-in generator (its config.json names :data:`EXPORT_FORMAT`)."""
     import json

@@ -76,11 +76,11 @@ def export_builtin(generator, ck: dict, out: Path) -> None:
     weights = {k: v.detach().cpu().contiguous().clone() for k, v in generator.state_dict().items()}
     save_file(weights, str(out / "model.safetensors"))
     task = {k: v for k, v in ck["task"].items() if k != "vocab"}
-    d = ck["driver"]
+    driver = ck["driver"]
     config = {"format": EXPORT_FORMAT, "model": ck["config"]["model"], "algo": ck["config"]["algo"]["name"],
               "pretrain_iters": int(ck["config"]["train"]["pretrain_iters"]), "task": task,
-              "driver": {"stage": d["stage"], "stage_iter": int(d.get("stage_iter", 0)),
-                         "iteration": int(d["iteration"])}}
+              "driver": {"stage": driver["stage"], "stage_iter": int(driver.get("stage_iter", 0)),
+                         "iteration": int(driver["iteration"])}}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / "vocab.json").write_text(json.dumps(ck["task"]["vocab"], indent=2) + "\n", encoding="utf-8")
 

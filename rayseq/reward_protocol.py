@@ -30,6 +30,27 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class RewardFunction(Protocol):
+    """rayseq's positional protocol (TRL's keyword one is the module docstring's second form)."""
+
+    def __call__(self, prompts: Sequence[str], replies: Sequence[str], references: Sequence[Sequence[str]],
+                 **kwargs) -> Sequence[float | None]:
+        """Score a batch of replies.
+
+        Args:
+            prompts: the inputs, as text.
+            replies: the generated replies, as text (one per prompt).
+            references: each input's reference replies (empty for a task without references).
+            **kwargs: the reward's configured keyword arguments (``reward.kwargs``, a term's ``kwargs``).
+
+        Returns:
+            One float per reply; ``None`` for a reply it does not judge (left out of that term's mean).
+        """
+
 
 POSITIONAL_ARGS = ("prompts", "replies", "references")  # rayseq's protocol, in this order
 KEYWORD_ARGS = ("prompts", "completions", "completion_ids")  # TRL's protocol: what rayseq passes besides columns

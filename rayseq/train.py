@@ -128,7 +128,7 @@ def relative_run_dir_warning(run_dir: str | None) -> str | None:
 
 def _where(trainer, stage: str, stage_iter: int) -> str:
     """``stage mle, 120/1000``."""
-    return f"stage {stage}, {stage_iter}/{trainer._plan()[stage]}"
+    return f"stage {stage}, {stage_iter}/{trainer.plan()[stage]}"
 
 
 def resume_command(run_dir: str) -> str:

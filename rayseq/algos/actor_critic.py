@@ -21,9 +21,9 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    optimizer_step,
     rollout_metrics,
     rollout_tensors,
-    step,
     with_entropy,
 )
 from rayseq.losses import gae, reinforce_loss, value_loss
@@ -58,7 +58,7 @@ def critic_step(modules: dict, values: torch.Tensor, targets: torch.Tensor, mask
     """One Adam step of the critic (``modules["critic"]``, ``modules["critic_opt"]``) towards ``targets`` on the
     unmasked tokens."""
     v_loss, v_stats = value_loss(values, targets, mask)
-    step(modules["critic_opt"], v_loss, modules["critic"].parameters(), None)
+    optimizer_step(modules["critic_opt"], v_loss, modules["critic"].parameters(), None)
     return {"loss/critic": v_loss.item(), "critic/explained_variance": float(v_stats.explained_variance),
             "critic/value_mean": float(v_stats.value_mean)}
 
@@ -78,7 +78,7 @@ def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.
            "critic/warmup": float(not train)}
     loss = with_entropy(state, loss, out_g.logits, mask, out)
     if train:
-        out["policy/grad_norm"] = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
+        out["policy/grad_norm"] = optimizer_step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
     return out
 
 

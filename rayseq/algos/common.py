@@ -9,7 +9,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from rayseq.algos.iteration import counted, pipelined_step, rollout_step
+from rayseq.algos.iteration import pipelined_step, rollout_step
 from rayseq.algos.parallel import DataParallel
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
@@ -68,7 +68,7 @@ def advantages(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, 
     return adv * mask
 
 
-def step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: float | None,
+def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_grad_norm: float | None,
          dp: DataParallel | None = None) -> float:
     """Backward + optional grad-norm clip + step; returns the pre-clip gradient norm. ``dp``: the ranks' gradients
     (of their share-scaled losses) are summed first, so the norm is clipped and the step taken on the whole
@@ -173,6 +173,8 @@ class Algorithm:
     # losses' denominators (rayseq.algos.parallel); the others run on one learner
     data_parallel = False
     pretrain_label = ""  # the progress label of its own pretraining stage (pretrain_steps > 0)
+    # the figures its iterations show in the progress line: metric name -> label (those its metrics have)
+    progress_metrics = {"rollout/reward_mean": "reward", "loss/nll": "nll"}
 
     def __init__(self, cfg, seed: int = 0):
         self.cfg = cfg
@@ -205,8 +207,8 @@ class Algorithm:
             The iteration's metrics (the driver adds timing, counters and evaluation).
         """
         if step.cfg.rollout.pipeline:
-            return counted(groups, lambda: pipelined_step(self, groups, step))
-        return counted(groups, lambda: rollout_step(self, groups, step, chain=True))
+            return pipelined_step(self, groups, step)
+        return rollout_step(self, groups, step, chain=True)
 
     @classmethod
     def pretrain_steps(cls, cfg) -> int:
@@ -307,28 +309,28 @@ class Algorithm:
     def state_dict(self) -> dict:
         """What checkpoints keep of it: each module's and optimizer's state dict under its name, and its own state
         (:meth:`own_state_dict`)."""
-        return {**{k: m.state_dict() for k, m in self.modules.items()}, **self.own_state_dict()}
+        return {**{k: module.state_dict() for k, module in self.modules.items()}, **self.own_state_dict()}
 
-    def load_state_dict(self, d: dict) -> None:
-        """Restore :meth:`state_dict` (a module missing from ``d`` keeps its state)."""
-        for k, m in self.modules.items():
-            if k in d:
-                m.load_state_dict(d[k])
-        self.load_own_state_dict(d)
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (a module missing from ``state`` keeps its own)."""
+        for k, module in self.modules.items():
+            if k in state:
+                module.load_state_dict(state[k])
+        self.load_own_state_dict(state)
 
     def own_state_dict(self) -> dict:
         """Its state beside the modules (counters, schedules); empty: none."""
         return {}
 
-    def load_own_state_dict(self, d: dict) -> None:
+    def load_own_state_dict(self, state: dict) -> None:
         """Restore :meth:`own_state_dict`."""
 
-    def init_from(self, d: dict) -> dict:
+    def init_from(self, state: dict) -> dict:
         """Start from another run's pretrained state (``train.init_from``): take what it has of what this algorithm
         pretrains itself.
 
         Args:
-            d: that run's algorithm entries (:meth:`state_dict`'s).
+            state: that run's algorithm entries (:meth:`state_dict`'s).
 
         Returns:
             ``{what: whether it was there}`` for each thing the algorithm pretrains (SeqGAN: its discriminator); a

@@ -38,7 +38,6 @@ import time
 import numpy as np
 from pydantic import Field
 
-from rayseq.algos.iteration import counted
 from rayseq.seeding import derive_seed
 
 DYNAMIC_SAMPLING_FIELDS = {
@@ -96,7 +95,7 @@ def shards_holding(lengths: list[int], rows: np.ndarray) -> tuple[list[int], np.
 
 def dynamic_sampling_step(algo, groups, step) -> dict:
     """One iteration of a group algorithm with dynamic sampling (module docstring), against the actor groups."""
-    return counted(groups, lambda: _step(algo, groups, step))
+    return _step(algo, groups, step)
 
 
 def _step(algo, groups, step) -> dict:

@@ -24,7 +24,7 @@ from pydantic import AfterValidator, Field
 
 from rayseq.algos.common import Algorithm, LearnerState
 from rayseq.algos.erpo import ERPO_C_FIELD, mle_on_samples
-from rayseq.algos.iteration import counted, rollout_step
+from rayseq.algos.iteration import rollout_step
 from rayseq.types import Rollout, RolloutRequest
 
 
@@ -82,12 +82,8 @@ class ERPOInterpolation(Algorithm):
             return groups.learner.rollout_request(step.stage_iter, step.task.max_tgt_len,
                                                   step.cfg.rollout.temperature, seed)
 
-        def iteration() -> dict:
-            m = groups.learner.validate() if validates and step.stage_iter == 0 else {}
-            m.update(rollout_step(self, groups, step, request=request))
-            return m
-
-        m = counted(groups, iteration)
+        m = groups.learner.validate() if validates and step.stage_iter == 0 else {}
+        m.update(rollout_step(self, groups, step, request=request))
         if validates and (step.stage_iter + 1) % self.validate_every == 0:
             m.update(groups.learner.validate())
         return m
@@ -100,9 +96,9 @@ class ERPOInterpolation(Algorithm):
         """One annealing step; returns which weight grew ("model" = λ1 or "reward" = λ2)."""
         k, delta = self.cfg.interp_reward_steps, self.cfg.interp_delta
         which = "model" if self.history[-k:] == ["reward"] * k else "reward"
-        step = min(delta, self.lambdas[2])  # λ3 cannot go below 0
-        self.lambdas[0 if which == "model" else 1] += step
-        self.lambdas[2] -= step
+        moved = min(delta, self.lambdas[2])  # λ3 cannot go below 0
+        self.lambdas[0 if which == "model" else 1] += moved
+        self.lambdas[2] -= moved
         self.history.append(which)
         self.anneals += 1
         return which
@@ -128,10 +124,12 @@ class ERPOInterpolation(Algorithm):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         return {**mle_on_samples(state, rollout, self.cfg.max_grad_norm), **self._lambda_metrics()}
 
-    def state_dict(self) -> dict:
+    def own_state_dict(self) -> dict:
         return {"lambdas": list(self.lambdas), "history": list(self.history), "last_reward": self.last_reward,
                 "snapshot": self.snapshot, "anneals": self.anneals}
 
-    def load_state_dict(self, d: dict) -> None:
-        self.lambdas, self.history = list(d["lambdas"]), list(d["history"])
-        self.last_reward, self.snapshot, self.anneals = d["last_reward"], d["snapshot"], int(d["anneals"])
+    def load_own_state_dict(self, state: dict) -> None:
+        if "lambdas" not in state:  # a checkpoint of the MLE stage: nothing annealed yet
+            return
+        self.lambdas, self.history = list(state["lambdas"]), list(state["history"])
+        self.last_reward, self.snapshot, self.anneals = state["last_reward"], state["snapshot"], int(state["anneals"])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,55 +31,115 @@ from rayseq.types import PromptBatch, RolloutRequest
 
 
 class RolloutGroupLike(Protocol):
+    """The rollout workers, as an algorithm's iteration calls them (:class:`rayseq.distributed.groups.RolloutGroup`)."""
+
     def sync_weights(self) -> None:
         """Publish the learner's current weights (the generator's, and what the algorithm publishes with them); the
         next calls sample with them."""
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
-        """Shard handles of one reply per prompt (scored with the task's reward where it was sampled or on the
-        scorers); ``wait=False``: at once, while sampling (the learner's update waits for them)."""
+        """Sample one reply per prompt, scored with the task's reward where it was sampled or on the scorers.
+
+        Args:
+            prompts: the batch's inputs (B rows; split over the workers).
+            request: max length, temperature, seed and the algorithm's sampling options.
+            wait: False returns at once while the workers sample (the learner's update waits for the shards).
+
+        Returns:
+            Per-shard handles of the :class:`rayseq.types.Rollout` (pass them on to another group).
+        """
 
     def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list, list]:
-        """:meth:`sample`, waited for, with each shard's rewards (B_i,) and reward terms (B_i, K) or None (what an
-        iteration that decides on the rewards reads on the driver: dynamic sampling)."""
+        """:meth:`sample`, waited for, and what an iteration that decides on the rewards reads on the driver
+        (dynamic sampling).
 
-    def take_next(self) -> list:
-        """The shards of the batch that went out with the last update (``LearnerGroupLike.update``'s next_batch)."""
+        Returns:
+            (shard handles, each shard's rewards (B_i,), each shard's reward terms (B_i, K) or None).
+        """
+
+    def take_ahead(self) -> list:
+        """The shard handles of the batch that went out with the last update (``LearnerGroupLike.update``'s
+        ``next_batch``)."""
 
     def run_on_shards(self, fn, shards: list, *args, seed: int) -> list:
-        """``fn(worker, shard, *args, seed=...) -> (data, info)`` on each shard where it was sampled (a worker holds
-        ``generator``, ``modules``, ``device``, ``task``, ``cfg``, ``index``); pending calls, for
-        :meth:`ScorerGroupLike.run_on_pending`."""
+        """Run ``fn`` on each shard where it was sampled, with the published weights.
+
+        Args:
+            fn: ``fn(worker, shard, *args, seed=...) -> (data, info)``, a module-level function; ``worker`` has
+                ``generator``, ``modules`` (the algorithm's ``worker_modules`` that received weights), ``device``,
+                ``task``, ``cfg`` and ``index``.
+            shards: rollout shard handles (as :meth:`sample` returned them).
+            seed: the call's seed; each shard's is derived from it.
+
+        Returns:
+            Pending calls, for :meth:`ScorerGroupLike.run_on_pending`.
+        """
 
 
 class ScorerGroupLike(Protocol):
+    """The scorer actors, as an algorithm's iteration calls them (:class:`rayseq.distributed.groups.ScorerGroup`)."""
+
     def sync_weights(self) -> None:
-        """Publish what the learner's algorithm has the scorers hold (``Algorithm.scorer_weights``)."""
+        """Publish what the learner's algorithm has the scorers hold (``Algorithm.scorer_weights``), when its version
+        is new to them."""
 
     def run_on_pending(self, fn, pending: list) -> tuple[list, list]:
-        """``fn(scorer, data) -> (result, info)`` on what each pending call computed; per-shard result handles and
-        infos."""
+        """Run ``fn`` on what each pending call of :meth:`RolloutGroupLike.run_on_shards` computed, as soon as it
+        exists.
+
+        Args:
+            fn: ``fn(scorer, data) -> (result, info)``; ``scorer`` has ``modules`` (the algorithm's
+                ``scorer_modules`` that received weights), ``device``, ``task``, ``cfg`` and ``index``.
+            pending: what :meth:`RolloutGroupLike.run_on_shards` returned.
+
+        Returns:
+            (per-shard result handles, per-shard infos).
+        """
 
     def run_on_shards(self, fn, shards: list) -> tuple[list, list]:
-        """``fn(scorer, shard) -> (result, info)`` on each rollout shard; per-shard result handles and infos."""
+        """Run ``fn(scorer, shard) -> (result, info)`` on each rollout shard.
+
+        Returns:
+            (per-shard result handles, per-shard infos).
+        """
 
 
 class LearnerGroupLike(Protocol):
+    """The learner ranks, as an algorithm's iteration calls them (:class:`rayseq.distributed.groups.LearnerGroup`)."""
+
     def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
                rows=None) -> dict:
-        """The algorithm's update on a sampled rollout (``scores`` handed to ``Algorithm.assign_scores`` there);
-        ``next_batch``: ``() -> (prompts, request)``, sampled with the update's weights (chained mode); ``rows``:
-        the rows of the shards' concatenation to train on (None: all)."""
+        """The algorithm's update on a sampled rollout.
+
+        Args:
+            shards: rollout shard handles (the learner fetches them).
+            iteration: the iteration within the stage.
+            scores: per-shard handles the learner's algorithm gives the rollout (``Algorithm.assign_scores``).
+            next_batch: ``() -> (prompts, request)`` of the next iteration, sent with the update's weights (chained
+                mode: no round trip through the driver).
+            rows: the rows of the shards' concatenation to train on (None: all).
+
+        Returns:
+            The update's metrics.
+        """
 
     def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
-        """A supervised update on reference targets."""
+        """A supervised update on reference targets (``batch`` with ``tgt``); its metrics."""
 
     def aux_update(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
-        """The algorithm's update of a model of its own: real ``positives`` against sampled ``negatives`` (shard
-        handles)."""
+        """The algorithm's update of a model of its own (``Algorithm.aux_update``).
+
+        Args:
+            positives: real (input, target) pairs.
+            negatives: shard handles of sampled replies.
+            seed: the seed of its shuffling.
+
+        Returns:
+            Its metrics.
+        """
 
     def validate(self) -> dict:
-        """The validation reward handed to the learner's copy of the algorithm (``on_validation``)."""
+        """The validation reward handed to the learner's copy of the algorithm (``on_validation``); its metrics."""
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         """The request the learner's copy of the algorithm builds (state that lives there)."""
@@ -93,7 +154,7 @@ class Groups(Protocol):
     recv_bytes: int  # what the driver fetched so far
 
 
-ALGO_PRETRAIN = "algo_pretrain"  # the algorithm's own pretraining stage (Algorithm.pretrain_steps: SeqGAN's D)
+ALGO_PRETRAIN = "algo_pretrain"  # the algorithm's own pretraining stage (Algorithm.pretrain_steps)
 STAGES = ("mle", ALGO_PRETRAIN, "train")  # a run's stages, in order
 _OLD_STAGE_NAMES = {"disc": ALGO_PRETRAIN}  # as checkpoints and metrics written before it had a neutral name say
 
@@ -162,15 +223,18 @@ class Step:
                                     self.cfg.rollout.temperature, seed)
 
 
-def counted(groups: Groups, body) -> dict:
-    """``body()``'s metrics and the groups' counters over it: ``rollout/worker_restarts`` (so far) and, under
-    Ray, ``driver/recv_bytes`` (what the driver fetched meanwhile: metrics, not rollouts)."""
-    received = groups.recv_bytes
-    m = body()
-    m["rollout/worker_restarts"] = float(groups.restarts)
+@contextmanager
+def counted(groups: Groups):
+    """Around one iteration (on the driver, whatever the algorithm's ``training_step`` does): yields a dict that
+    receives, when the iteration ends, ``time/iter_s``, ``rollout/worker_restarts`` (so far) and, under Ray,
+    ``driver/recv_bytes`` (what the driver fetched meanwhile: metrics, not rollouts)."""
+    t0, received = time.perf_counter(), groups.recv_bytes
+    counters: dict = {}
+    yield counters
+    counters["rollout/worker_restarts"] = float(groups.restarts)
     if groups.remote:
-        m["driver/recv_bytes"] = float(groups.recv_bytes - received)
-    return m
+        counters["driver/recv_bytes"] = float(groups.recv_bytes - received)
+    counters["time/iter_s"] = time.perf_counter() - t0
 
 
 def rollout_step(algo, groups: Groups, step: Step, *, request=None, score=None, chain: bool = False, g: int = 0,
@@ -192,7 +256,7 @@ def rollout_step(algo, groups: Groups, step: Step, *, request=None, score=None, 
     t1 = time.perf_counter()
     seed = step.seed(step.iteration * steps + g)
     if step.carry.ahead:  # sent with the last update, sampled with its weights
-        shards = groups.rollout.take_next()
+        shards = groups.rollout.take_ahead()
         step.carry.ahead, step.carry.rng_ahead = False, None
     else:
         prompts = step.prompts(algo)

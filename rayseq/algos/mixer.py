@@ -27,9 +27,9 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    optimizer_step,
     rollout_metrics,
     rollout_tensors,
-    step,
     with_entropy,
 )
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
@@ -73,9 +73,9 @@ class Mixer(RolloutAlgo):
         loss, stats = mixer_loss(out.logp, adv, xent_mask, b.action_mask)
         extra: dict = {}
         loss = with_entropy(state, loss, out.logits, b.action_mask, extra)
-        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
+        grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
-        step(state.base_opt, v_loss, state.baseline.parameters(), None)
+        optimizer_step(state.base_opt, v_loss, state.baseline.parameters(), None)
         return {
             **rollout_metrics(rollout),
             "loss/policy": loss.item(),

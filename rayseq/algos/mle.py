@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayseq.algos.common import LearnerState, SupervisedAlgo, step
+from rayseq.algos.common import LearnerState, SupervisedAlgo, optimizer_step
 from rayseq.losses import token_nll_loss
 from rayseq.types import PromptBatch, to_torch
 
@@ -24,12 +24,12 @@ class MLE(SupervisedAlgo):
         self.max_grad_norm = cfg.max_grad_norm if cfg is not None else max_grad_norm
 
     def update(self, state: LearnerState, batch: PromptBatch, iteration: int) -> dict:
-        d, dp = state.device, state.dp
-        tgt, src, src_len = to_torch(batch.tgt, d), to_torch(batch.src, d), to_torch(batch.src_len, d)
-        mask = (torch.arange(tgt.shape[1], device=d)[None, :] < to_torch(batch.tgt_len, d)[:, None]).float()
+        dev, dp = state.device, state.dp
+        tgt, src, src_len = to_torch(batch.tgt, dev), to_torch(batch.src, dev), to_torch(batch.src_len, dev)
+        mask = (torch.arange(tgt.shape[1], device=dev)[None, :] < to_torch(batch.tgt_len, dev)[:, None]).float()
         if dp is not None:  # this rank's rows, its loss scaled by its share of the batch's tokens (algos/parallel.py)
             whole = mask
-            rows = dp.part(torch.arange(len(tgt), device=d))
+            rows = dp.part(torch.arange(len(tgt), device=dev))
             tgt, src, src_len, mask = tgt[rows], src[rows], src_len[rows], mask[rows]
         out = state.generator.logprobs(src, src_len, tgt)
         loss, stats = token_nll_loss(out.logp, mask)
@@ -38,7 +38,7 @@ class MLE(SupervisedAlgo):
             w = dp.share(mask, whole)
             loss = loss * w
             nll = dp.reduce({"nll": nll * w})["nll"]
-        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.max_grad_norm, dp)
+        grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.max_grad_norm, dp)
         return {
             "loss/nll": nll,
             "policy/grad_norm": grad_norm,

@@ -18,10 +18,10 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    optimizer_step,
     returns_gamma,
     rollout_metrics,
     rollout_tensors,
-    step,
     with_entropy,
 )
 from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
@@ -73,27 +73,27 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
             w_tok = w = 1.0  # shares of the sampled tokens' (and MIXER's all tokens') denominators
             if dp is not None:
                 whole, idx = b.index(idx), dp.part(idx)
-            m = b.index(idx)
-            out = state.generator.logprobs(m.src, m.src_len, m.tokens)
-            loss, stats = surrogate(out.logp, m.old_logp, adv_all[idx], m.action_mask)
+            part = b.index(idx)
+            out = state.generator.logprobs(part.src, part.src_len, part.tokens)
+            loss, stats = surrogate(out.logp, part.old_logp, adv_all[idx], part.action_mask)
             if dp is not None:
-                w_tok = w = dp.share(m.action_mask, whole.action_mask)
+                w_tok = w = dp.share(part.action_mask, whole.action_mask)
             if mixer:
-                loss = mixer_combine(loss, m.action_mask, out.logp, m.token_mask - m.action_mask)
+                loss = mixer_combine(loss, part.action_mask, out.logp, part.token_mask - part.action_mask)
                 if dp is not None:
-                    w = dp.share(m.token_mask, whole.token_mask)
+                    w = dp.share(part.token_mask, whole.token_mask)
             extra: dict = {}
-            loss = with_entropy(state, loss if dp is None else loss * w, out.logits, m.action_mask, extra,
+            loss = with_entropy(state, loss if dp is None else loss * w, out.logits, part.action_mask, extra,
                                 None if dp is None else w_tok)
             for k, v in extra.items():
                 sums[k] += v * w_tok
-            sums["policy/grad_norm"] += step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm,
-                                             dp)
+            sums["policy/grad_norm"] += optimizer_step(state.gen_opt, loss, state.generator.parameters(),
+                                                       cfg.max_grad_norm, dp)
             if given_advantages is None:
-                v_loss, v_stats = value_loss(state.baseline(out.states), m.returns, m.action_mask)
+                v_loss, v_stats = value_loss(state.baseline(out.states), part.returns, part.action_mask)
                 if dp is not None:
                     v_loss = v_loss * w_tok
-                step(state.base_opt, v_loss, state.baseline.parameters(), None, dp)
+                optimizer_step(state.base_opt, v_loss, state.baseline.parameters(), None, dp)
                 sums["loss/value"] += v_loss.item()
                 sums["value/explained_variance"] += float(v_stats.explained_variance) * w_tok
             sums["loss/policy"] += loss.item()

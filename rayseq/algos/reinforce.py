@@ -10,10 +10,10 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    optimizer_step,
     returns_gamma,
     rollout_metrics,
     rollout_tensors,
-    step,
     with_entropy,
 )
 from rayseq.losses import reinforce_loss, value_loss
@@ -32,9 +32,9 @@ class Reinforce(RolloutAlgo):
         loss, stats = reinforce_loss(out.logp, adv, b.action_mask)
         extra: dict = {}
         loss = with_entropy(state, loss, out.logits, b.action_mask, extra)
-        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
+        grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
-        step(state.base_opt, v_loss, state.baseline.parameters(), None)
+        optimizer_step(state.base_opt, v_loss, state.baseline.parameters(), None)
         return {
             **rollout_metrics(rollout),
             "loss/policy": loss.item(),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, step, with_entropy
+from rayseq.algos.common import LearnerState, RolloutAlgo, optimizer_step, rollout_metrics, with_entropy
 from rayseq.algos.grpo import GROUP_FIELDS, check_groups, group_metrics, group_training_step, token_advantages
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, to_torch
@@ -40,14 +40,14 @@ class RLOO(RolloutAlgo):
         return self.cfg.group_size
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        d = state.device
-        adv = token_advantages(leave_one_out_advantages(rollout.score, self.cfg.group_size), rollout).to(d)
-        out = state.generator.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d),
-                                       to_torch(rollout.tokens, d))
-        mask = torch.as_tensor(rollout.action_mask, device=d)
+        dev = state.device
+        adv = token_advantages(leave_one_out_advantages(rollout.score, self.cfg.group_size), rollout).to(dev)
+        out = state.generator.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
+                                       to_torch(rollout.tokens, dev))
+        mask = torch.as_tensor(rollout.action_mask, device=dev)
         loss, stats = reinforce_loss(out.logp, adv, mask)
         extra: dict = {}
         loss = with_entropy(state, loss, out.logits, mask, extra)
-        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
+        grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {**rollout_metrics(rollout), **group_metrics(rollout, self.cfg.group_size), "loss/policy": loss.item(),
                 "policy/advantage_mean": float(stats.advantage_mean), "policy/grad_norm": grad_norm, **extra}

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rayseq.algos.common import LearnerState, SupervisedAlgo, step
+from rayseq.algos.common import LearnerState, SupervisedAlgo, optimizer_step
 from rayseq.losses import token_nll_loss
 from rayseq.models.sampling import sample_with_logp
 from rayseq.seeding import derive_seed
@@ -129,21 +129,21 @@ class ScheduledSampling(SupervisedAlgo):
         """One Adam step on ``batch`` (with targets). Metrics: loss/nll (per real token), ss/epsilon (ε_i),
         ss/model_fed_frac (share of real target tokens whose input was a model sample; step 0 never is),
         policy/grad_norm (before clipping at ``max_grad_norm``), data/tokens."""
-        d = state.device
-        tgt = to_torch(batch.tgt, d)
-        tgt_len = to_torch(batch.tgt_len, d)
+        dev = state.device
+        tgt = to_torch(batch.tgt, dev)
+        tgt_len = to_torch(batch.tgt_len, dev)
         B, T = tgt.shape
-        mask = (torch.arange(T, device=d)[None, :] < tgt_len[:, None]).float()
+        mask = (torch.arange(T, device=dev)[None, :] < tgt_len[:, None]).float()
         eps = self.epsilon(iteration)
         g = torch.Generator().manual_seed(derive_seed(self.seed, "scheduled_sampling", iteration))
         coins = torch.rand(B, T, generator=g)  # drawn on the CPU: the same on every device
         uniforms = torch.rand(B, T, generator=g)
         logp, model_fed = scheduled_sampling_logprobs(
-            state.generator, to_torch(batch.src, d), to_torch(batch.src_len, d), tgt, eps, coins, uniforms,
+            state.generator, to_torch(batch.src, dev), to_torch(batch.src_len, dev), tgt, eps, coins, uniforms,
             tgt_len=tgt_len,
         )
         loss, stats = token_nll_loss(logp, mask)
-        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
+        grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {
             "loss/nll": float(stats.nll),
             "ss/epsilon": eps,

@@ -14,7 +14,7 @@ import dataclasses
 
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, rollout_metrics, step, with_entropy
+from rayseq.algos.common import LearnerState, RolloutAlgo, optimizer_step, rollout_metrics, with_entropy
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, RolloutRequest, to_torch
 
@@ -35,15 +35,15 @@ class SCST(RolloutAlgo):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         if rollout.baseline_score is None:
             raise ValueError("scst: the rollout has no greedy baseline (RolloutRequest.greedy_baseline was off)")
-        d = state.device
-        mask = to_torch(rollout.action_mask, d)
-        adv = self_critical_advantages(to_torch(rollout.score, d), to_torch(rollout.baseline_score, d), mask)
-        out = state.generator.logprobs(to_torch(rollout.src, d), to_torch(rollout.src_len, d),
-                                       to_torch(rollout.tokens, d))
+        dev = state.device
+        mask = to_torch(rollout.action_mask, dev)
+        adv = self_critical_advantages(to_torch(rollout.score, dev), to_torch(rollout.baseline_score, dev), mask)
+        out = state.generator.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
+                                       to_torch(rollout.tokens, dev))
         loss, stats = reinforce_loss(out.logp, adv, mask)
         extra: dict = {}
         loss = with_entropy(state, loss, out.logits, mask, extra)
-        grad_norm = step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
+        grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {
             **rollout_metrics(rollout),
             "scst/greedy_reward_mean": float(rollout.baseline_score.mean()),

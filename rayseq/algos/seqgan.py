@@ -44,7 +44,6 @@ import torch
 from pydantic import Field, model_validator
 
 from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo
-from rayseq.algos.iteration import counted
 from rayseq.algos.parallel import DataParallel
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
@@ -182,6 +181,7 @@ class Adversarial:
     needs_task_reward = False
     defaults = {"use_baseline": False}
     pretrain_label = "D pretraining"
+    progress_metrics = {"rollout/reward_mean": "reward", "disc/accuracy": "d_acc"}
     disc_version = 0  # d-steps so far: the version of D the scorers hold (set on the learner's copy)
     _beta_ready = False  # G_β is published once training starts (start)
 
@@ -233,15 +233,15 @@ class Adversarial:
     def own_state_dict(self) -> dict:
         return {"disc_version": self.disc_version}
 
-    def load_own_state_dict(self, d: dict) -> None:
-        self.disc_version = int(d.get("disc_version", self.disc_version))
+    def load_own_state_dict(self, state: dict) -> None:
+        self.disc_version = int(state.get("disc_version", self.disc_version))
 
-    def init_from(self, d: dict) -> dict:
+    def init_from(self, state: dict) -> dict:
         """A pretrained D, when the run started from has one (its G_β is not taken: training starts from G_θ)."""
-        if "disc" in d:
-            self.modules["disc"].load_state_dict(d["disc"])
-            self.disc_version = int(d.get("disc_version", 0))
-        return {"discriminator": "disc" in d}
+        if "disc" in state:
+            self.modules["disc"].load_state_dict(state["disc"])
+            self.disc_version = int(state.get("disc_version", 0))
+        return {"discriminator": "disc" in state}
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -266,10 +266,7 @@ class Adversarial:
     # -- Algorithm 1 ------------------------------------------------------------------------------
     def training_step(self, groups, step) -> dict:
         """One iteration of Algorithm 1: g-steps, then d-steps."""
-        return counted(groups, lambda: self._iteration(groups, step))
-
-    def _iteration(self, groups, step) -> dict:
-        m: dict = {}
+        metrics: dict = {}
         g_steps = self.cfg.g_steps
         for g in range(g_steps):
             t0 = time.perf_counter()
@@ -280,16 +277,16 @@ class Adversarial:
             t2 = time.perf_counter()
             scores, timing = self.score(groups, shards, seed, step)  # Q(Y_1:t−1, y_t), Eq. 4
             t3 = time.perf_counter()
-            m.update(groups.learner.update(shards, step.stage_iter, scores))  # θ by Eq. 8; β ← r·β + (1−r)·θ
+            metrics.update(groups.learner.update(shards, step.stage_iter, scores))  # θ by Eq. 8; β ← r·β + (1−r)·θ
             t4 = time.perf_counter()
-            m.update(timing)
-            m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3,
+            metrics.update(timing)
+            metrics.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3,
                       "time/mc_total_s": t3 - t2})
         t5 = time.perf_counter()
         for _ in range(self.discriminator_steps(step.stage_iter, step.cfg.disc.d_steps)):
-            m.update(self.d_step(groups, step))
-        m["time/disc_s"] = time.perf_counter() - t5
-        return m
+            metrics.update(self.d_step(groups, step))
+        metrics["time/disc_s"] = time.perf_counter() - t5
+        return metrics
 
     def score(self, groups, shards: list, seed: int, step) -> tuple[list, dict]:
         """Q(Y_1:t−1, y_t) of every sampled token (Eq. 4): ``algo.mc_rollouts`` continuations of each prefix by G_β
@@ -317,11 +314,11 @@ class Adversarial:
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         """The generator's step (:meth:`policy_update`), then β ← r·β + (1−r)·θ (``algo.rollout_update_rate``)."""
-        m = self.policy_update(state, rollout, iteration)
+        metrics = self.policy_update(state, rollout, iteration)
         beta = self.modules.get("rollout_policy")
         if beta is not None:
             average_rollout_policy(beta, state.generator, self.cfg.rollout_update_rate)
-        return m
+        return metrics
 
     def aux_update(self, state: LearnerState, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
         """One d-step on the learner (:func:`d_step`); D's version advances (the scorers load it when they score)."""
@@ -354,9 +351,9 @@ class Adversarial:
         negatives = groups.rollout.sample(step.task.sample_prompts(step.rng, n), request)
         positives = step.task.sample_prompts(step.rng, n, with_targets=True)
         t1 = time.perf_counter()
-        m = groups.learner.aux_update(positives, negatives, seed)
-        m.update({"time/negatives_s": t1 - t0, "time/disc_s": time.perf_counter() - t0})
-        return m
+        metrics = groups.learner.aux_update(positives, negatives, seed)
+        metrics.update({"time/negatives_s": t1 - t0, "time/disc_s": time.perf_counter() - t0})
+        return metrics
 
 
 def _cpu(module) -> dict:

@@ -63,9 +63,9 @@ class SeqGANCritic(Adversarial, RolloutAlgo):
 
     def assign_scores(self, rollout: Rollout, parts: list) -> dict:
         """On the learner: D(Y) as the sequence's score and terminal reward."""
-        d = np.concatenate(parts)
-        rollout.score = d
-        rollout.rewards = terminal_rewards(d, rollout.token_mask)
+        d_y = np.concatenate(parts)
+        rollout.score = d_y
+        rollout.rewards = terminal_rewards(d_y, rollout.token_mask)
         lengths = (rollout.token_mask > 0).sum(1)
         return {"rollout/tokens": float(lengths.sum()), "rollout/extra_gen_steps": 0.0,
                 "rollout/d_evals": float(len(lengths))}

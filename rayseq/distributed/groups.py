@@ -22,6 +22,7 @@ The protocols these classes meet, for the math layer's algorithms: :mod:`rayseq.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import numpy as np
 
@@ -44,6 +45,23 @@ def _shard_request(request: RolloutRequest, shard: int) -> RolloutRequest:
 def _two(method):
     """A worker or scorer call with two return objects: (data, small info)."""
     return method.options(num_returns=2)
+
+
+# -- the calls the groups send, as named builders: ``partial(builder, ...)`` is ``send(actor) -> (data ref, info ref)``,
+# which the actor manager calls again on a restarted actor (rayseq.distributed.manager.Call)
+def send_sample(prompts: PromptBatch, request: RolloutRequest, score_here: bool, weights: dict, report: dict, worker):
+    """Sample a shard on ``worker`` (scored there when ``score_here``), with the weights ``weights`` carries."""
+    return _two(worker.sample_shard).remote(prompts, request, score_here, **weights, **report)
+
+
+def send_score(report: dict, rollout, scorer):
+    """Score a sampled shard (its ref) on ``scorer``."""
+    return _two(scorer.score_rollout_shard).remote(rollout, **report)
+
+
+def send_run(fn, args: tuple, kwargs: dict, actor):
+    """An algorithm's function on ``actor`` (a worker or a scorer): ``fn(actor, *args, **kwargs)``."""
+    return _two(actor.run_shard).remote(fn, *args, **kwargs)
 
 
 class LearnerGroup:
@@ -200,18 +218,18 @@ class LearnerGroup:
         ``next_batch``: ``() -> (prompts, request)`` of the next iteration (the chained mode), drawn once the update
         is on its way and sent to the workers with the update's weights ref (the version it will make): each worker
         waits in the object store for the learner's weights and samples at once, with no round trip through the
-        driver; ``RolloutGroup.take_next`` hands its shards over. In-process: drawn after the update and sampled by
-        ``take_next`` with the weights published then."""
+        driver; ``RolloutGroup.take_ahead`` hands its shards over. In-process: drawn after the update and sampled by
+        ``take_ahead`` with the weights published then."""
         rollout = self.rollout
         if self.is_local:
-            m = self.local.update_rollout(shards, iteration, scores, rows)
-            rollout._next_batch = None if next_batch is None else next_batch()
-            return m
-        before = (rollout._weights_ref, rollout.version) if next_batch is not None else None
+            metrics = self.local.update_rollout(shards, iteration, scores, rows)
+            if next_batch is not None:
+                rollout.sample_ahead(*next_batch())
+            return metrics
+        before = rollout.published() if next_batch is not None else None
         after = self.version() + 1 if next_batch is not None else None  # the version this update makes
         self._version = None
         drawn: list = []
-
         peers: list = []  # ranks 1..: the same update on their rows (their metrics are rank 0's)
 
         def submit(shards):
@@ -219,14 +237,14 @@ class LearnerGroup:
             peers[:] = [a.update_rollout.remote(shards, iteration, scores, rows) for a in self.actors[1:]]
             if next_batch is not None:
                 drawn[:] = drawn or [next_batch()]  # drawn once (a retried update sends the same batch)
-                rollout._weights_ref, rollout.version = weights_ref, after
-                rollout._next_shards = rollout.sample(*drawn[0], wait=False)
+                rollout.publish(weights_ref, after)
+                rollout.sample_ahead(*drawn[0])
             return metrics_ref, weights_ref
 
         def on_failure():  # the next batch went out with weights that never came: dropped (sent again on retry)
             if next_batch is not None:
-                rollout.drop_next()
-                rollout._weights_ref, rollout.version = before
+                rollout.drop_ahead()
+                rollout.publish(*before)
 
         metrics, weights_ref, shards = self._manager.retry_update(submit, shards, on_failure, self)
         self._manager.get_learner(peers, self)
@@ -241,7 +259,7 @@ class LearnerGroup:
 
 class RolloutGroup:
     """``rollout.num_workers`` RolloutWorkers (placement bundles 1..n), or one in-process: sample with the learner's
-    published weights (each call carries them), Monte-Carlo continuations."""
+    published weights (each call carries them), and run an algorithm's functions on the sampled shards."""
 
     kind = "worker"
 
@@ -259,9 +277,9 @@ class RolloutGroup:
             self.actors = actors
         self.version = -1
         self._weights_ref = None  # Ray: the FlatWeights ref of ``version``, carried by the next calls
-        self._next_shards: list | None = None  # Ray: the next batch's refs, sent with the last update (take_next)
-        self._next_batch: tuple | None = None  # in-process: the next batch, sampled by take_next
+        self._ahead: list | tuple | None = None  # the batch sent ahead: its refs (Ray) or (prompts, request)
 
+    # -- weights ----------------------------------------------------------------------------------
     def sync_weights(self) -> None:
         """Publish the learner's weights, tagged with its update count (what ``rollout/staleness`` compares
         against): in-process loaded now; under Ray one object per version, which the workers' next calls carry
@@ -275,6 +293,19 @@ class RolloutGroup:
             self._weights_ref = self._learner.weights_handle(version)
         self.version = version
 
+    def publish(self, ref, version: int) -> None:
+        """Ray: the workers' next calls carry the weights ``ref`` of ``version`` (one the learner is still making:
+        the calls wait for it in the object store)."""
+        self._weights_ref, self.version = ref, version
+
+    def published(self) -> tuple:
+        """(ref, version) the next calls carry (what :meth:`publish` may restore)."""
+        return self._weights_ref, self.version
+
+    def forget_weights(self) -> None:
+        """The published weights are gone (a rebuilt learner): the next :meth:`sync_weights` publishes anew."""
+        self._weights_ref, self.version = None, -1
+
     def _weights(self) -> dict:
         """The keyword arguments that send the current weights with a worker call."""
         return {"weights": [self._weights_ref], "version": self.version} if self._weights_ref is not None else {}
@@ -283,6 +314,7 @@ class RolloutGroup:
         """A restarted worker gets the current weights (ActorManager)."""
         self._manager.ray.get(actor.set_weights.remote(self._weights_ref, self.version))
 
+    # -- sampling ---------------------------------------------------------------------------------
     def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
         """Shard handles of one reply per prompt (shard i sampled on worker i; in-process one shard, sampled now,
         whatever ``wait`` says). With scorer actors (expensive rewards) each shard is scored on scorer i mod m as
@@ -295,16 +327,36 @@ class RolloutGroup:
             return [self.local.sample(prompts, _shard_request(request, 0))]
         if wait:
             return self._sample_waited(prompts, request)[0]
-        shards, sample, score, scorers = self._calls(prompts, request)
-        m = len(scorers)
+        from rayseq.distributed.manager import Call, PendingShard
+
+        samples, rescore, scorers = self._calls(prompts, request)
+        n_scorers = len(scorers)
         refs = []  # each scorer call (if any) is chained on its worker's result by reference, no wait here
-        for i, w in enumerate(self.actors[: len(shards)]):
-            pair = sample(i)(w)
-            scored = score(pair[0])(scorers[i % m]) if m else None
-            final = scored[0] if m else pair[0]
-            self._manager.track(final, (self, self.scorer, i, pair, sample(i), scored, score))
-            refs.append(final)
+        for i, (w, send) in enumerate(zip(self.actors, samples)):
+            pending = PendingShard(Call(self, i, send(w), send), rescore=rescore)
+            if n_scorers:
+                score = rescore(pending.sample.refs[0])
+                pending.score = Call(self.scorer, i % n_scorers, score(scorers[i % n_scorers]), score)
+            self._manager.track(pending.result, pending)
+            refs.append(pending.result)
         return refs
+
+    def sample_ahead(self, prompts: PromptBatch, request: RolloutRequest) -> None:
+        """The next iteration's batch, sent ahead: under Ray its calls go out now (with the weights last
+        :meth:`publish`-ed); in-process it is kept and sampled by :meth:`take_ahead` with the weights then."""
+        self._ahead = (prompts, request) if self.is_local else self.sample(prompts, request, wait=False)
+
+    def take_ahead(self) -> list:
+        """The shard handles of the batch sent ahead (:meth:`sample_ahead`): under Ray sampling or sampled;
+        in-process sampled now."""
+        ahead, self._ahead = self._ahead, None
+        return self.sample(*ahead) if self.is_local else ahead
+
+    def drop_ahead(self) -> None:
+        """Forget the batch sent ahead (its weights never came: the update it went out with failed)."""
+        if not self.is_local:
+            self._manager.forget(self._ahead)
+        self._ahead = None
 
     def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list, list]:
         """:meth:`sample`, waited for, with each shard's rewards (B_i,) float32 (``Rollout.score``, the task's or the
@@ -317,42 +369,34 @@ class RolloutGroup:
         return shards, [np.asarray(i["score"]) for i in infos], [i["term_scores"] for i in infos]
 
     def _calls(self, prompts: PromptBatch, request: RolloutRequest, report_score: bool = False) -> tuple:
-        """The Ray calls of one sampling: (prompt shards, ``sample(i)``: worker i's call, ``score(rollout)``: a
-        scorer's call on a sampled shard, the scorers that score rollouts (none: the workers do))."""
+        """The Ray calls of one sampling: (worker i's ``send`` per shard, ``rescore(rollout) -> send`` of a scorer's
+        call on a sampled shard, the scorers that score rollouts (none: the workers do))."""
         shards = prompts.split(len(self.actors))
-        requests = [_shard_request(request, i) for i in range(len(shards))]
         scorers = self.scorer.actors if self.scorer.scores_rollouts else []
-        m = len(scorers)
-        own = {"report_score": True} if report_score else {}
-
-        def sample(i):
-            return lambda w: _two(w.sample_shard).remote(shards[i], requests[i], m == 0, **self._weights(),
-                                                          **({} if m else own))
-
-        def score(rollout):
-            return lambda a: _two(a.score_rollout_shard).remote(rollout, **own)
-
-        return shards, sample, score, scorers
+        report = {"report_score": True} if report_score else {}
+        weights = self._weights()
+        samples = [partial(send_sample, shard, _shard_request(request, i), not scorers, weights,
+                           {} if scorers else report) for i, shard in enumerate(shards)]
+        return samples, partial(partial, send_score, report), scorers
 
     def _sample_waited(self, prompts: PromptBatch, request: RolloutRequest, report_score: bool = False) -> tuple:
         """Ray: (shard refs, each shard's final info), every call waited for (a crashed actor's re-sent); a shard goes
         to its scorer as soon as it is sampled."""
-        manager, ray = self._manager, self._manager.ray
-        shards, sample, score, scorers = self._calls(prompts, request, report_score)
-        m = len(scorers)
-        pending = {}
-        for i, w in enumerate(self.actors[: len(shards)]):
-            pair = sample(i)(w)
-            pending[pair[1]] = (i, pair)
-        out: list = [None] * len(shards)
-        infos: list = [None] * len(shards)
-        while pending:
-            (ready,), _ = ray.wait(list(pending), num_returns=1)
-            i, pair = pending.pop(ready)
-            rollout, infos[i] = manager.get_pair(self, i, pair, sample(i))
-            out[i] = rollout if m == 0 else (score(rollout)(scorers[i % m]), score(rollout))
-        if m:
-            scored = [manager.get_pair(self.scorer, i % m, pair, submit) for i, (pair, submit) in enumerate(out)]
+        from rayseq.distributed.manager import Call
+
+        manager = self._manager
+        samples, rescore, scorers = self._calls(prompts, request, report_score)
+        n_scorers = len(scorers)
+        calls = [Call(self, i, send(w), send) for i, (w, send) in enumerate(zip(self.actors, samples))]
+        out: list = [None] * len(calls)
+        infos: list = [None] * len(calls)
+        for call, (rollout, info) in manager.as_completed(calls):  # a shard goes on to its scorer once sampled
+            out[call.index], infos[call.index] = rollout, info
+            if n_scorers:
+                score, j = rescore(rollout), call.index % n_scorers
+                out[call.index] = Call(self.scorer, j, score(scorers[j]), score)
+        if n_scorers:
+            scored = [manager.wait(call) for call in out]
             out, infos = [r for r, _ in scored], [info for _, info in scored]
         return out, infos
 
@@ -360,33 +404,18 @@ class RolloutGroup:
         """``shards`` once sampled (the calls of ``sample(wait=False)`` waited for, a crashed worker's re-sent)."""
         return list(shards) if self.is_local else self._manager.confirm(shards)
 
-    def take_next(self) -> list:
-        """The shard handles of the batch that went out with the last update (``LearnerGroup.update``'s
-        ``next_batch``): under Ray sampling or sampled; in-process sampled now, with the weights published since."""
-        if self.is_local:
-            batch, self._next_batch = self._next_batch, None
-            return self.sample(*batch)
-        shards, self._next_shards = self._next_shards, None
-        return shards
-
-    def drop_next(self) -> None:
-        """Forget the next-batch calls sent with an update that failed (their weights never came)."""
-        if not self.is_local:
-            self._manager.forget(self._next_shards)
-        self._next_shards = None
-
     def run_on_shards(self, fn, shards: list, *args, seed: int) -> list:
         """``fn(worker, shard, *args, seed=shard seed) -> (data, info)`` on each of the rollout ``shards``: shard i on
         worker i (where it was sampled; in-process the rollout as one shard), with the published weights. Returns
         pending calls for :meth:`ScorerGroup.run_on_pending`, which takes each one's result as soon as it exists."""
         if self.is_local:
             return [self.local.run_shard(fn, Rollout.concat(shards), *args, seed=_shard_seed(seed, 0))]
-        seeds = [_shard_seed(seed, i) for i in range(len(shards))]
+        from rayseq.distributed.manager import Call
 
-        def run(i):
-            return lambda w: _two(w.run_shard).remote(fn, shards[i], *args, seed=seeds[i], **self._weights())
-
-        return [(self, i, run(i)(w), run(i)) for i, w in enumerate(self.actors[: len(shards)])]
+        weights = self._weights()
+        sends = [partial(send_run, fn, (shard, *args), {"seed": _shard_seed(seed, i), **weights})
+                 for i, shard in enumerate(shards)]
+        return [Call(self, i, send(w), send) for i, (w, send) in enumerate(zip(self.actors, sends))]
 
     def stats(self) -> list[dict]:
         """Each worker's stats, after it has loaded the published weights (it may not have needed them yet)."""
@@ -437,6 +466,10 @@ class ScorerGroup:
         if self._weights_ref is not None:
             self._manager.ray.get(actor.set_weights.remote(self._weights_ref, self.weights_version))
 
+    def forget_weights(self) -> None:
+        """The published weights are gone (a rebuilt learner): the next :meth:`sync_weights` publishes anew."""
+        self.weights_version, self._weights_ref = -1, None
+
     def run_on_pending(self, fn, pending: list) -> tuple[list, list]:
         """``fn(scorer, data) -> (result, info)`` on the data of each pending call of
         :meth:`RolloutGroup.run_on_shards`: shard i's on scorer i mod m as soon as it exists. Returns the per-shard
@@ -445,20 +478,14 @@ class ScorerGroup:
             ((data, _),) = pending  # run_on_shards' one in-process (data, info)
             result, info = self.local.run_shard(fn, data)
             return [result], [info]
-        manager, ray = self._manager, self._manager.ray
-        m = len(self.actors)
+        from rayseq.distributed.manager import Call
 
-        def run(data):
-            return lambda a: _two(a.run_shard).remote(fn, data)
-
-        waiting = {pair[1]: (workers, i, pair, submit) for workers, i, pair, submit in pending}
+        n_scorers = len(self.actors)
         running: list = [None] * len(pending)
-        while waiting:  # each shard goes to its scorer as soon as its data exists
-            (ready,), _ = ray.wait(list(waiting), num_returns=1)
-            workers, i, pair, submit = waiting.pop(ready)
-            data, _ = manager.get_pair(workers, i, pair, submit)
-            running[i] = (run(data)(self.actors[i % m]), run(data))
-        out = [manager.get_pair(self, i % m, pair, submit) for i, (pair, submit) in enumerate(running)]
+        for call, (data, _) in self._manager.as_completed(pending):  # each goes to its scorer once computed
+            send = partial(send_run, fn, (data,), {})
+            running[call.index] = Call(self, call.index % n_scorers, send(self.actors[call.index % n_scorers]), send)
+        out = [self._manager.wait(call) for call in running]
         return [r for r, _ in out], [info for _, info in out]
 
     def run_on_shards(self, fn, shards: list) -> tuple[list, list]:
@@ -467,13 +494,12 @@ class ScorerGroup:
         if self.is_local:
             result, info = self.local.run_shard(fn, Rollout.concat(shards))
             return [result], [info]
-        m = len(self.actors)
+        from rayseq.distributed.manager import Call
 
-        def run(i):
-            return lambda a: _two(a.run_shard).remote(fn, shards[i])
-
-        pairs = [run(i)(self.actors[i % m]) for i in range(len(shards))]
-        out = [self._manager.get_pair(self, i % m, pair, run(i)) for i, pair in enumerate(pairs)]
+        n_scorers = len(self.actors)
+        sends = [partial(send_run, fn, (shard,), {}) for shard in shards]
+        calls = [Call(self, i % n_scorers, send(self.actors[i % n_scorers]), send) for i, send in enumerate(sends)]
+        out = [self._manager.wait(call) for call in calls]
         return [r for r, _ in out], [info for _, info in out]
 
     def stats(self) -> list[dict]:
@@ -581,13 +607,9 @@ class ActorGroups:
 
     def restart_learner(self) -> None:
         """A learner actor died (:class:`~rayseq.distributed.manager.LearnerLost`): every learner actor is replaced
-        by a fresh one (the caller loads the latest checkpoint), and the rollout and scorer groups forget the
-        weights they were sent and the batch that went out with the failed update."""
-        self.learner.restart()
-        self.manager.forget(list(self.manager._unconfirmed))  # calls of the lost iterations: their results unused
-        self.rollout.drop_next()
-        self.rollout.version, self.rollout._weights_ref = -1, None
-        self.scorer.weights_version, self.scorer._weights_ref = -1, None
+        by a fresh one and the other groups forget what went out with it (:meth:`ActorManager.recover_learner`); the
+        caller loads the latest checkpoint."""
+        self.manager.recover_learner(self)
 
     def fetch(self, handles: list) -> list:
         """The objects behind shard handles, fetched to the driver (tests, benchmarks; the loop never does)."""

@@ -18,6 +18,9 @@ import contextlib
 import logging
 import pickle
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,33 @@ class LearnerLost(RuntimeError):
         self.ranks = ranks
 
 
+@dataclass
+class Call:
+    """One call on actor ``index`` of ``group`` (a rollout or scorer group): its two return refs ``(data, info)``,
+    and ``send(actor) -> (data, info)``, which sends it again to a restarted actor."""
+
+    group: Any
+    index: int
+    refs: tuple
+    send: Callable
+
+
+@dataclass
+class PendingShard:
+    """A shard of ``RolloutGroup.sample(wait=False)`` not confirmed yet: the worker's call ``sample`` and, when the
+    scorers score the rollouts, the scorer call ``score`` chained on its result by reference; ``rescore(rollout ref)
+    -> send`` builds that scorer call again for a re-sampled shard."""
+
+    sample: Call
+    score: Call | None = None
+    rescore: Callable | None = None
+
+    @property
+    def result(self):
+        """The ref of the shard as the learner takes it: the scored rollout, else the sampled one."""
+        return (self.score or self.sample).refs[0]
+
+
 class ActorManager:
     """Waits for calls on stateless actors, re-creating and re-sending after a crash; counts what the driver
     fetches (``recv_bytes``) and the actors restarted (``restarts``)."""
@@ -41,7 +71,7 @@ class ActorManager:
         self.learner_ids: list = []  # refs of the learner actors' Ray ids (hex), answered while they were alive
         self.restarts = 0
         self.recv_bytes = 0  # pickled size of everything the driver fetched (ray.get) through the groups
-        self._unconfirmed: dict = {}  # shard ref -> (rollout group, worker, call pair, submit, scorer call, score)
+        self._unconfirmed: dict = {}  # shard ref -> PendingShard
 
     def received(self, value):
         """Count ``value``'s pickled size in ``recv_bytes`` (what the driver fetched); returns it."""
@@ -117,15 +147,30 @@ class ActorManager:
             self.learner_failed(exc2, learners)
             raise
 
+    def recover_learner(self, groups) -> None:
+        """A learner actor died: every learner actor of ``groups.learner`` is replaced by a fresh one in its bundle,
+        the calls of the lost iterations are forgotten (their results unused), and the rollout and scorer groups
+        forget the weights they were sent and the batch that went out with the failed update. The caller (the
+        driver) loads the latest checkpoint into the new learners."""
+        groups.learner.restart()
+        self.forget_all()
+        groups.rollout.drop_ahead()
+        groups.rollout.forget_weights()
+        groups.scorer.forget_weights()
+
     # -- calls still out --------------------------------------------------------------------------
-    def track(self, ref, call: tuple) -> None:
-        """A ``sample(wait=False)`` call whose result ``ref`` is not confirmed yet (see :meth:`confirm`)."""
-        self._unconfirmed[ref] = call
+    def track(self, ref, pending: PendingShard) -> None:
+        """A ``sample(wait=False)`` shard whose result ``ref`` is not confirmed yet (see :meth:`confirm`)."""
+        self._unconfirmed[ref] = pending
 
     def forget(self, refs) -> None:
         """Sampled, or dropped: no longer tracked."""
         for ref in refs or ():
             self._unconfirmed.pop(ref, None)
+
+    def forget_all(self) -> None:
+        """Every call still out is dropped (its results will not be used)."""
+        self._unconfirmed.clear()
 
     def confirm(self, shards: list) -> list:
         """``shards`` once sampled: waits for the calls of ``sample(wait=False)`` among them, a crashed worker's
@@ -133,35 +178,43 @@ class ActorManager:
         ray = self.ray
         out = list(shards)
         for k, ref in enumerate(shards):
-            call = self._unconfirmed.pop(ref, None)
-            if call is None:
+            pending = self._unconfirmed.pop(ref, None)
+            if pending is None:
                 continue
-            workers, scorers, i, pair, submit, scored, score = call
-            rollout, _ = self.get_pair(workers, i, pair, submit)
-            if scored is None:
+            sampled = pending.sample.refs[0]
+            rollout, _ = self.wait(pending.sample)
+            if pending.score is None:
                 out[k] = rollout
                 continue
-            j = i % len(scorers.actors)
-            if rollout is not pair[0]:  # re-sampled: the chained scorer call failed with the worker; score anew
+            score = pending.score
+            if rollout is not sampled:  # re-sampled: its chained scorer call failed with the worker; score anew
                 with contextlib.suppress(ray.exceptions.RayError):
-                    ray.get(list(scored))
-                scored = score(rollout)(scorers.actors[j])
-            out[k], _ = self.get_pair(scorers, j, scored, score(rollout))
+                    ray.get(list(score.refs))
+                send = pending.rescore(rollout)
+                score = Call(score.group, score.index, send(score.group.actors[score.index]), send)
+            out[k], _ = self.wait(score)
         return out
 
+    def as_completed(self, calls: list):
+        """Yields ``(call, (data ref, info))`` for each :class:`Call` as its info arrives (a crashed actor's call
+        re-sent: :meth:`wait`)."""
+        waiting = {call.refs[1]: call for call in calls}
+        while waiting:
+            (ready,), _ = self.ray.wait(list(waiting), num_returns=1)
+            call = waiting.pop(ready)
+            yield call, self.wait(call)
+
     # -- stateless actors (workers, scorers) ------------------------------------------------------
-    def get_pair(self, group, i: int, pair: tuple, submit) -> tuple:
-        """A call ``submit(actor) -> (data ref, info ref)`` on ``group``'s actor ``i`` (its two return objects):
-        waits for the small info only (:meth:`get`: a crashed actor's call is re-sent); returns (data ref, info)."""
-        box = [pair[0]]
+    def wait(self, call: Call) -> tuple:
+        """A :class:`Call`'s result: waits for its small info only (:meth:`get`: a crashed actor's call is re-sent,
+        ``call.refs`` then the new call's); returns (data ref, info)."""
 
-        def resubmit(actor):
-            data, info = submit(actor)
-            box[0] = data
-            return info
+        def resend(actor):
+            call.refs = call.send(actor)
+            return call.refs[1]
 
-        info = self.received(self.get(group, i, pair[1], resubmit))
-        return box[0], info
+        info = self.received(self.get(call.group, call.index, call.refs[1], resend))
+        return call.refs[0], info
 
     def get(self, group, i: int, ref, resubmit, max_attempts: int = 6):
         """``ray.get(ref)``; if ``group``'s actor ``i`` died, wait for Ray to restart it, give it the group's

@@ -93,11 +93,11 @@ class RolloutWorker:
         otherwise a ScorerActor does (:func:`score_rollout`). ``request.erpo`` samples from ERPO's q
         (SPG, interpolation) instead of π_θ; ``request.greedy_baseline`` adds the greedy reply (SCST)."""
         t0 = time.perf_counter()
-        d = self.device
+        dev = self.device
         gen = None
         if request.seed is not None:
-            gen = torch.Generator(device=d).manual_seed(int(request.seed))
-        src, src_len = to_torch(prompts.src, d), to_torch(prompts.src_len, d)
+            gen = torch.Generator(device=dev).manual_seed(int(request.seed))
+        src, src_len = to_torch(prompts.src, dev), to_torch(prompts.src_len, dev)
         info = {"worker": self.index, "pid": os.getpid()}
         if request.erpo is not None:
             out, stats = erpo_sample(self.generator, src, src_len, request.max_len, prompts=prompts, task=self.task,
@@ -106,8 +106,8 @@ class RolloutWorker:
         else:
             prefix = prefix_len = None
             if request.mixer_delta is not None:  # MIXER: len(y*) − δ reference tokens forced, per row
-                prefix = to_torch(prompts.tgt, d)
-                prefix_len = (to_torch(prompts.tgt_len, d) - request.mixer_delta).clamp(min=0)
+                prefix = to_torch(prompts.tgt, dev)
+                prefix_len = (to_torch(prompts.tgt_len, dev) - request.mixer_delta).clamp(min=0)
             out = self.generator.sample(src, src_len, request.max_len, temperature=request.temperature,
                                         prefix=prefix, prefix_len=prefix_len, generator=gen)
         tokens = out.tokens.cpu().numpy()

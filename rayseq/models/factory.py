@@ -41,6 +41,6 @@ def reference_policy(generator: nn.Module):
 
 def make_discriminator(cfg: RunConfig, task) -> CNNDiscriminator:
     """SeqGAN's discriminator for the task's vocabulary from the ``disc.*`` config."""
-    d = cfg.disc
-    return build_discriminator(len(task.vocab), d.emb_dim, d.filter_sizes, d.num_filters, d.dropout,
+    disc = cfg.disc
+    return build_discriminator(len(task.vocab), disc.emb_dim, disc.filter_sizes, disc.num_filters, disc.dropout,
                                pad_id=task.specials.pad, sep_id=task.specials.bos)

@@ -65,8 +65,8 @@ def produced_by(ck: dict) -> tuple[str, int]:
     """What produced a checkpoint's generator and after how many of its iterations: ("mle", n) while MLE
     pretraining (or D pretraining, or before the algorithm's first update, where G is as MLE left it),
     else (the algorithm, its iterations)."""
-    d, cfg = ck["driver"], ck["config"]
-    stage, stage_iter = d["stage"], int(d.get("stage_iter", 0))
+    driver, cfg = ck["driver"], ck["config"]
+    stage, stage_iter = driver["stage"], int(driver.get("stage_iter", 0))
     if stage == "mle":
         return "mle", stage_iter
     if stage == "train" and stage_iter > 0:
@@ -136,10 +136,11 @@ class ChatModel:
         self.banned_ids = () if hf else (self.vocab.specials.unk,)
         by, its = produced_by(ck)
         self.model_id = f"rayseq-{task['name']}-{by}-it{its}"
-        d = ck["driver"]
+        driver = ck["driver"]
         self.info = {
             "id": self.model_id, "task": task["name"], "algo": cfg["algo"]["name"], "produced_by": by,
-            "stage": d["stage"], "stage_iteration": int(d.get("stage_iter", 0)), "iteration": d["iteration"],
+            "stage": driver["stage"], "stage_iteration": int(driver.get("stage_iter", 0)),
+            "iteration": driver["iteration"],
             "about": task_help(task, self.max_src_len),
             "checkpoint": self.checkpoint, "vocab_size": len(self.vocab), "device": str(self.device),
             "decoding": dict(self.decoding),

@@ -5,6 +5,8 @@ The vocabulary a task holds is :class:`rayseq.vocab.Vocab`.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import Field
 
 # task.* keys of the held-out sets every built-in task reads (Task.fields: a subclass spreads them into its own)
@@ -56,6 +58,53 @@ def sampled_reward(task, src, src_len, tokens, token_mask, key=None) -> tuple[ob
     return score, {f"reward/{n}": term_scores[:, k] for k, n in enumerate(reward.names)}
 
 
+class TaskProtocol(Protocol):
+    """The methods a task class provides (:class:`Task` lists its attributes and the optional hooks)."""
+
+    def sample_prompts(self, rng, n: int, *, with_targets: bool = False):
+        """Training inputs.
+
+        Args:
+            rng: the driver's data RNG (``numpy.random.Generator``): every draw comes from it, so a resumed run draws
+                the same batches.
+            n: how many prompts.
+            with_targets: give each its reference target (MLE, the supervised algorithms).
+
+        Returns:
+            A :class:`rayseq.types.PromptBatch` (``src`` (n, S), ``src_len`` (n,), and ``tgt``, ``tgt_len`` with
+            targets).
+        """
+
+    def rewards(self, src, src_len, tokens, token_mask, key=None) -> tuple:
+        """The task's own reward of sampled replies.
+
+        Args:
+            src, src_len: the inputs (B, S) and their lengths (B,).
+            tokens, token_mask: the replies (B, T) and which of their positions are tokens (B, T).
+            key: the rows' keys into the task's data (references, extra columns), when it has them.
+
+        Returns:
+            (per-token rewards (B, T), score (B,)), float32.
+        """
+
+    def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
+        """The generator's figures on a held-out split.
+
+        Args:
+            generator: the policy (:mod:`rayseq.models.protocol`).
+            device: where it runs.
+            split: ``val`` (what selects: Tune, the best evaluation) or ``test`` (reported once, never chosen on).
+
+        Returns:
+            (``{"<split>/<name>": float}`` — the names :meth:`metric_names` lists — and details: samples, examples).
+        """
+
+    @classmethod
+    def metric_names(cls, task_cfg, split: str) -> list[str]:
+        """The ``<split>/*`` names :meth:`evaluate` reports for the task config ``task_cfg`` (Tune checks a search's
+        metric against them before any trial starts; the progress line shows the first)."""
+
+
 class Task:
     """What a task provides (rayseq.registry reads the class attributes without instantiating it). Subclass it for
     your own task and name it ``task.name=package.module:Class``.
@@ -68,7 +117,8 @@ class Task:
     ``sample_prompts(rng, n, with_targets=False) -> PromptBatch`` (training inputs; with reference targets for
     MLE), ``rewards(src, src_len, tokens, token_mask, key=None) -> (per-token rewards (B, T), score (B,))``,
     ``evaluate(generator, device, split="val"|"test") -> (metrics "<split>/...", details)`` and the classmethod
-    ``metric_names(task_cfg, split)`` (what ``evaluate`` reports: Tune checks a search metric against it).
+    ``metric_names(task_cfg, split)`` (what ``evaluate`` reports: Tune checks a search metric against it); their
+    arguments and results: :class:`TaskProtocol`.
 
     Optional, with defaults: ``conditional`` (the generator reads an input), ``banned_ids`` (tokens never emitted
     besides <pad>/<bos>), traits ``has_reward``, ``has_references``, ``scored_remotely`` (see rayseq.registry),

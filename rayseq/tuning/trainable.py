@@ -147,7 +147,7 @@ class TuneReporter:
 
 
 def _is_last_iteration(trainer) -> bool:
-    plan = trainer._plan()
+    plan = trainer.plan()
     from rayseq.algos.iteration import STAGES
 
     later = STAGES[STAGES.index(trainer.stage) + 1 :]

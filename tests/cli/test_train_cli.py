@@ -17,7 +17,8 @@ import yaml
 
 from rayseq.checkpoint import list_checkpoints, load_checkpoint
 from rayseq.config import build_config
-from rayseq.distributed.driver import Interrupted, Progress, Trainer
+from rayseq.distributed.driver import Interrupted, Trainer
+from rayseq.distributed.progress import Progress
 from rayseq.train import main as train_main
 from rayseq.train import relative_run_dir_warning
 from tests.conftest import TINY, tiny_config
@@ -168,7 +169,7 @@ def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
     lines = r.stderr.splitlines()
     assert "\r" not in r.stderr and lines[0] == f"run dir: {tmp_path / 'r'}"
     assert lines[1].startswith("MLE pretraining 20/20 100%  elapsed 0:") and " nll=" in lines[1], lines
-    assert lines[2].startswith("ppo_dynamic 6/6 100%  elapsed 0:") and " val_prec=" in lines[2], lines
+    assert lines[2].startswith("ppo_dynamic 6/6 100%  elapsed 0:") and " val_precision=" in lines[2], lines
     assert len(lines) == 3
 
 

@@ -192,7 +192,7 @@ def test_the_next_batch_goes_out_with_the_update_and_is_sampled_with_its_weights
             m = rt.learner.update(shards, 0, None, next_batch=lambda: (second, RolloutRequest(max_len=8, seed=6)))
             assert m["learner/version"] == 1.0
             rt.rollout.sync_weights()  # the version the next batch went out with: nothing to send
-            out[n] = Rollout.concat(rt.fetch(rt.rollout.take_next()))
+            out[n] = Rollout.concat(rt.fetch(rt.rollout.take_ahead()))
             assert out[n].version == 1
         finally:
             rt.shutdown()

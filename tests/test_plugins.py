@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from rayseq.config import ConfigError, build_config
 
@@ -155,21 +156,34 @@ def readme_algorithm_example() -> str:
     return code
 
 
-def test_readme_algorithm_example_overrides_training_step(tmp_path, monkeypatch):
+def test_readme_algorithm_example_builds_its_own_module(tmp_path, monkeypatch):
     """README's own algorithm, through the import-path plug-in: its training_step takes algo.policy_steps sample →
-    update steps per iteration (the learner's version grows by that many), its update scales the reward."""
+    update steps per iteration (the learner's version grows by that many); the value head it builds is trained by
+    its own Adam at algo.head_lr, checkpointed under learner.algo and restored on --resume."""
     (tmp_path / "my_algo.py").write_text(readme_algorithm_example())
     monkeypatch.syspath_prepend(str(tmp_path))
+    from rayseq.checkpoint import load_checkpoint
     from rayseq.distributed.driver import Trainer
     from tests.conftest import tiny_config
 
-    cfg = tiny_config("algo.name=my_algo:ScaledReinforce", "algo.reward_scale=3", "algo.policy_steps=3",
-                      "rollout.num_workers=0", "train.pretrain_iters=2", "train.iters=2", run_dir=tmp_path / "run")
-    Trainer(cfg).run()
-    rows = [r for r in pq.read_table(tmp_path / "run" / "metrics.parquet").to_pylist() if r["stage"] == "train"]
+    def config(iters, run):
+        return tiny_config("algo.name=my_algo:HeadReinforce", "algo.head_lr=3e-2", "algo.policy_steps=3",
+                           "rollout.num_workers=0", "train.pretrain_iters=2", f"train.iters={iters}",
+                           "train.checkpoint_every=1", "train.keep_checkpoints=10", run_dir=tmp_path / run)
+
+    full = Trainer(config(2, "full")).run()
+    rows = [r for r in pq.read_table(tmp_path / "full" / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert [r["learner/version"] for r in rows] == [2 + 3, 2 + 6]  # 2 MLE updates, then 3 per iteration
     assert all(r[f"steps/reward_mean_{k}"] >= 0 for r in rows for k in range(3))
-    assert all(r["rollout/worker_restarts"] == 0 for r in rows)
+    assert all(r["rollout/worker_restarts"] == 0 and r["loss/head"] >= 0 for r in rows)
+    algo = load_checkpoint(full["checkpoint"])["learner"]["algo"]
+    start = load_checkpoint(str(tmp_path / "full" / "checkpoints" / f"ckpt_{2:08d}.pt"))["learner"]["algo"]
+    assert set(algo) == {"head", "head_opt"} and not torch.equal(algo["head"]["weight"], start["head"]["weight"])
+    assert algo["head_opt"]["param_groups"][0]["lr"] == 3e-2
+    Trainer(config(1, "cut")).run()  # the same run, stopped after one iteration and resumed: the same head
+    resumed = Trainer(config(2, "cut"), resume=True).run()
+    again = load_checkpoint(resumed["checkpoint"])["learner"]["algo"]
+    assert all(torch.equal(algo["head"][k], again["head"][k]) for k in algo["head"])
 
 
 TASK_WITH_KEYS = textwrap.dedent('''

@@ -69,6 +69,7 @@ from rayseq.config import (
     RunConfig,
     _format_validation_error,
     _known_keys,
+    algorithm_sections,
     build_config,
     deep_merge,
     given_later,
@@ -76,6 +77,7 @@ from rayseq.config import (
     parse_overrides,
     set_path,
 )
+from rayseq.config.declared import builtin_sections
 
 
 class SpecError(ValueError):
@@ -225,6 +227,10 @@ def is_config_key(dotted: str, base: RunConfig | None = None) -> bool:
     if len(parts) == 2 and parts[0] in ("algo", "task"):
         chosen = type(getattr(base, parts[0])).model_fields if base is not None else {}
         return parts[1] in chosen or parts[1] in _known_keys((parts[0],))
+    if len(parts) == 2 and parts[0] not in RunConfig.model_fields:  # an algorithm's own section (SeqGAN's disc)
+        models = {sec: algorithm_sections(readers[0])[sec] for sec, readers in builtin_sections().items()}
+        models.update(algorithm_sections(base.algo.name) if base is not None else {})
+        return parts[0] in models and parts[1] in models[parts[0]].model_fields
     model: Any = RunConfig
     for i, p in enumerate(parts):
         fields = getattr(model, "model_fields", None)

@@ -151,13 +151,14 @@ TABLE_ROWS = (
 
 
 def format_table(summary: dict) -> str:
-    """The test set's figures (``test/*``) of the pretrained model and of the final one (and of the best evaluation's,
-    with ``train.best_metric``); then, for a task with a reward, the mean reward of sampled replies on the test and
-    validation sets, and each term of a configured one."""
+    """The test set's figures (``test/*``) of the pretrained model (the starting one, without pretraining) and of the
+    final one (and of the best evaluation's, with ``train.best_metric``); then, for a task with a reward, the mean
+    reward of sampled replies on the test and validation sets, and each term of a configured one."""
     pre, fin = summary["pretrain_metrics"], summary["metrics"]
     best = summary.get("best")
     cols = [pre, fin, *([best["metrics"]] if best else [])]
-    rows = [("test set", "MLE (pretrained)", summary["algo"],
+    start = "MLE (pretrained)" if summary.get("pretrained", True) else "start (not pretrained)"
+    rows = [("test set", start, summary["algo"],
              *([f"best {best['metric']} (iteration {best['iteration']})"] if best else []))]
     keys = [(f"test/{name}", label) for name, label in TABLE_ROWS]
     for split, where in (("test", ""), ("val", "validation ")):  # the reward, then each of its terms

@@ -1,25 +1,31 @@
-"""Algorithms: what one iteration does and how a batch becomes an update (one file each; math layer, no Ray).
+"""Algorithms: what one iteration does, what the algorithm trains and how a batch becomes an update (one file each;
+math layer, no Ray).
 
-Each algorithm class (:class:`rayseq.algos.common.Algorithm`; its name registered in :mod:`rayseq.registry`) has
-- ``name``, ``fields`` (the ``algo.*`` keys it reads, with types, defaults and descriptions),
-  ``defaults`` (its own values of shared keys),
-- ``kind``: ``"supervised"`` (updates on reference targets) or ``"rollout"`` (updates on sampled
-  rollouts),
-- ``needs_targets``: whether prompts carry reference targets (MLE, MIXER),
-- ``rollout_request(iteration, max_len, temperature, seed)`` (rollout algorithms),
+Each algorithm class (:class:`rayseq.algos.common.Algorithm`, whose docstrings say each hook's arguments; its name
+registered in :mod:`rayseq.registry`) has
+- ``name``, ``fields`` (the ``algo.*`` keys it reads, with types, defaults and descriptions), ``sections`` (config
+  sections of its own: SeqGAN's ``disc:``), ``defaults`` (its own values of shared keys),
+- ``kind``: ``"supervised"`` (updates on reference targets) or ``"rollout"`` (updates on sampled rollouts),
 - ``training_step(groups, step) -> dict`` of metrics: one iteration against the actor groups
   (:mod:`rayseq.algos.iteration`; default: sample → score → update; the supervised family's in ``SupervisedAlgo``;
   SeqGAN's Algorithm 1 in :mod:`rayseq.algos.seqgan`),
 - ``update(state, batch, iteration) -> dict`` of metrics (on the learner),
 and optionally
+- ``build_modules(run_cfg, generator, task, device) -> {name: module or optimizer}`` (what it trains besides the
+  generator and the value baseline: a critic, a discriminator; the learner builds and checkpoints them), with
+  ``config_lrs``, ``start`` (the ``train`` stage begins), ``worker_modules`` / ``worker_weights`` and
+  ``scorer_modules`` / ``scorer_weights`` (the copies rollout workers and scorers hold), ``aux_update`` (another
+  update on the learner: SeqGAN's d-step), ``own_state_dict`` (counters, schedules), ``init_from``,
 - ``assign_scores(rollout, parts)`` (on the learner: the scores its iteration computed on the scorers),
 - ``pretrain_steps(cfg)`` / ``pretrain_step(groups, step)`` (a stage of its own before ``train``: SeqGAN's D),
+  ``train_iters(cfg)`` (the ``train`` stage's length: a critic's warm-up),
+- ``rollout_request(iteration, max_len, temperature, seed)`` (rollout algorithms), ``prompt_copies()``,
 - ``augment(task, batch, rng, iteration) -> (batch, metrics)`` (supervised: driver-side data change,
   RAML's reward-weighted samples, data noising),
 - ``stateful_request`` (the learner's copy builds the rollout requests: interpolation's λ),
 - ``validate_every`` and ``on_validation(state, reward)`` (interpolation's annealing),
-- ``uses_critic`` (the learner keeps a critic V_ψ: actor-critic, SeqGAN-critic),
-- ``state_dict()`` / ``load_state_dict()`` (algorithm state in checkpoints).
+- traits the config checks read: ``needs_targets``, ``needs_references``, ``needs_task_reward``, ``own_reward``,
+  ``regularized``, ``off_policy_ratio``, ``data_parallel``.
 """
 
 from __future__ import annotations

@@ -333,14 +333,14 @@ class TrainConfig(_Section):
     best_metric: str | None = Field(
         None, description="Keep the algorithm stage's best evaluation by this validation metric (val/*, e.g. "
         "val/bleu2) in run_dir/best, a run folder of its own (serve, export and train.init_from read it); the start "
-        "(the pretrained model) is the first candidate, so an evaluation must beat it. Its test figures are computed "
-        "at the end (summary.json `best`). None = only the final model.",
+        "(the pretrained model, or the untrained one without pretraining) is the first candidate, so an evaluation "
+        "must beat it. Its test figures are computed at the end (summary.json `best`). None = only the final model.",
     )
     best_mode: Literal["max", "min"] = Field("max", description="Whether a higher or a lower best_metric is better.")
     best_keep_start: list[str] = Field(
         default_factory=list, description="Validation metrics (val/*) an evaluation must keep at least at the "
         "start's value (the pretrained model's) to be the best, e.g. [val/distinct2, val/distinct_replies]: a gain "
-        "that costs this diversity is not chosen. Needs a start: train.pretrain_iters > 0 or train.init_from.",
+        "that costs this diversity is not chosen.",
     )
 
     @field_validator("best_metric")
@@ -361,9 +361,6 @@ class TrainConfig(_Section):
     def _best_needs(self) -> TrainConfig:
         if self.best_keep_start and self.best_metric is None:
             raise ValueError("train.best_keep_start is read only with train.best_metric (set both)")
-        if self.best_keep_start and self.pretrain_iters == 0 and not self.init_from:
-            raise ValueError("train.best_keep_start compares with the start's validation figures: pretrain "
-                             "(train.pretrain_iters > 0) or start from a pretrained run (train.init_from)")
         return self
 
 

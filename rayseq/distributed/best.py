@@ -64,7 +64,7 @@ class BestKeeper:
         """The start of the algorithm stage (``start_figures``: the pretrained model's) is the first candidate, so an
         evaluation is the best only if it beats the start; when none does, ``run_dir/best`` is the start."""
         start = {k: v for k, v in start_figures.items() if k.startswith("val/")}
-        value = start.get(self.train.best_metric)  # (no figures without pretraining or train.init_from)
+        value = start.get(self.train.best_metric)
         if value is not None and not math.isnan(value):
             self._keep(start, iteration, payload)
 

@@ -199,6 +199,7 @@ class Trainer:
             summary = {
                 "task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed, "metrics": {**final, **test},
                 "pretrain_metrics": self.pretrain_metrics, "details": details, "iterations": self.iteration,
+                "pretrained": bool(cfg.train.pretrain_iters or cfg.train.init_from),
                 "wall_s": round(time.time() - t_start, 2), "run_dir": self.run_dir, "checkpoint": ckpt,
                 "rollout_workers": cfg.rollout.num_workers, **({"best": best} if best is not None else {}),
             }
@@ -223,6 +224,8 @@ class Trainer:
             if plan[stage] == 0 and stage != "train":
                 continue
             groups.learner.start_stage(stage)  # (the first call waits for the learner actor: before the bar)
+            if stage != "mle" and not self.pretrain_metrics and self.stage_iter == 0:  # no pretraining: the start's
+                self.pretrain_metrics = {**self._evaluate(groups, "val")[0], **self._evaluate(groups, "test")[0]}
             if stage == "train" and self.cfg.train.best_metric and self.best.best is None and self.stage_iter == 0:
                 self.best.start(self.pretrain_metrics, self.iteration, lambda: self._payload(groups))
             if self.stage_iter < plan[stage]:

@@ -201,7 +201,7 @@ class LearnerGroup:
 
     def aux_update(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
         """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (shard
-        handles): ``Algorithm.aux_update`` (SeqGAN's d-step)."""
+        handles): ``Algorithm.aux_update``."""
         return self._call(lambda a: a.aux_update, positives, negatives, seed, every_rank=True)
 
     def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
@@ -512,8 +512,8 @@ class ScorerGroup:
 class ActorGroups:
     """A run's three groups (``learner``, ``rollout``, ``scorer``): in-process with ``rollout.num_workers=0``, else
     ``learner.num_learners`` Learner actors, ``rollout.num_workers`` RolloutWorker actors and ``scorer.num_scorers``
-    ScorerActors (when the run has scorers: SeqGAN, expensive or configured rewards) in one placement group
-    (``rollout.placement_strategy``: PACK or SPREAD over the nodes).
+    ScorerActors (when the run has scorers: an algorithm with a reward of its own, expensive or configured rewards)
+    in one placement group (``rollout.placement_strategy``: PACK or SPREAD over the nodes).
 
     ``placement_group``: reserve elsewhere (a Tune trial's ``tune.PlacementGroupFactory``, built by
     :func:`rayseq.distributed.runtime.bundles`) and pass it in; its bundle 0 is the learner's (rank 0), bundles

@@ -14,7 +14,7 @@ import torch
 
 from rayseq.algos import make_algo
 from rayseq.algos.dynamic_sampling import informative_groups, select_groups, shards_holding
-from rayseq.algos.iteration import Step
+from rayseq.algos.iteration import Step, counted
 from rayseq.config import ConfigError, build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.distributed.groups import ActorGroups
@@ -131,7 +131,9 @@ def _run_iterations(cfg, iters: int) -> tuple[list[dict], list[dict], list[int]]
         for i in range(iters):
             step = Step(cfg=cfg, task=trainer.task, rng=trainer.rng, stage_iter=i, n_iters=iters, iteration=i,
                         batch_size=cfg.train.batch_size, carry=trainer.carry)
-            metrics.append(algo.training_step(groups, step))
+            with counted(groups) as counters:  # what the driver adds around every iteration
+                m = algo.training_step(groups, step)
+            metrics.append({**m, **counters})
             versions.append(groups.learner.version())
     finally:
         groups.shutdown()

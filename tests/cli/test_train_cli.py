@@ -285,3 +285,20 @@ def test_run_directory_as_a_uri(tmp_path):
     assert load_checkpoint(summary["checkpoint"])["driver"]["iteration"] == 26
     resumed = Trainer(cfg, resume=True).run()  # nothing left to do: same final evaluation
     assert resumed["metrics"] == summary["metrics"]
+
+
+def test_a_run_without_pretraining_reports_its_start(tmp_path, capsys):
+    """``train.pretrain_iters=0``: the final table's first column is the starting model's test figures (scored before
+    the algorithm's first iteration), labelled as not pretrained, instead of dashes."""
+    code = train_main([*TINY, "train.pretrain_iters=0", "rollout.num_workers=0", "progress=false",
+                       f"run_dir={tmp_path / 'r'}"])
+    assert code == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["pretrained"] is False
+    assert {"val/precision", "test/precision", "test/y1_tv"} <= set(summary["pretrain_metrics"])
+    table = capsys.readouterr().out
+    header, _, precision = table.splitlines()[:3]
+    assert "start (not pretrained)" in header and "MLE" not in header
+    assert precision.startswith("precision (greedy)") and "-" not in precision.split()[2:]
+    pre = summary["pretrain_metrics"]["test/precision"]
+    assert precision.split()[2] == f"{pre:.4f}"  # the start's own figure, beside the final one

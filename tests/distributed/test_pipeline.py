@@ -62,7 +62,7 @@ def test_ratio_algorithms_accept_the_pipeline(name):
     ("reinforce", "its update has no importance ratio"),
     ("scst", "its update has no importance ratio"),
     ("seqgan", "its update has no importance ratio"),
-    ("seqgan_ppo", "its rewards come from the discriminator"),
+    ("seqgan_ppo", "its rewards come from a model it trains between the batches"),
     ("actor_critic", "its update has no importance ratio"),
 ])
 def test_algorithms_without_a_ratio_refuse_the_pipeline(name, why):

@@ -283,9 +283,10 @@ def test_a_user_reward_runs_on_the_scorer_actors(corpus, ray_session, tmp_path):
 
 
 @pytest.mark.ray
-def test_a_wrong_reward_stops_the_run_at_its_first_batch_with_one_line(corpus, ray_session, tmp_path, capsys):
-    """A reward returning one value too few stops the CLI at the first batch of rollouts, scored on the scorer
-    actor: exit code 2 and the error naming the function, not a traceback from inside the actor."""
+def test_a_wrong_reward_stops_the_run_at_its_first_use_with_one_line(corpus, ray_session, tmp_path, capsys):
+    """A reward returning one value too few stops the CLI the first time it scores: without pretraining, the start's
+    evaluation in the learner actor (its 6 validation replies) before any rollout: exit code 2 and the error naming
+    the function, not a traceback from inside the actor."""
     from rayseq.train import main
 
     code = main(["task.name=pairs", f"task.data={corpus}", *TINY, "train.pretrain_iters=0",
@@ -293,8 +294,8 @@ def test_a_wrong_reward_stops_the_run_at_its_first_batch_with_one_line(corpus, r
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.strip().splitlines()[-1] == (
-        "error: reward.fn=tests.reward_fixtures:short returned 15 values (list) for a batch of 16 replies; a reward "
-        "function returns one float per reply (16 here)")
+        "error: reward.fn=tests.reward_fixtures:short returned 5 values (list) for a batch of 6 replies; a reward "
+        "function returns one float per reply (6 here)")
     assert "Traceback" not in err
 
 

@@ -1,20 +1,26 @@
-"""Checkpoints: one ``torch.save`` dict of plain tensors/containers, loadable with ``weights_only=True``.
+"""Checkpoints: ``torch.save`` dicts of plain tensors/containers, loadable with ``weights_only=True``.
 
-Layout: ``<run_dir>/checkpoints/ckpt_<iteration:08d>.pt``; the run directory may be a local path or
-any pyarrow.fs URI (:class:`rayseq.storage.RunStore`). Written atomically (temporary name, then a
-move), so a crash never leaves a half-written checkpoint; the last ``keep`` are kept.
+Layout: ``<run_dir>/checkpoints/ckpt_<iteration:08d>.pt`` and the files beside it that belong to it; the run directory
+may be a local path or any pyarrow.fs URI (:class:`rayseq.storage.RunStore`). Every file is written atomically
+(a temporary name then a rename; an object store's upload is atomic by itself), so a crash never leaves a half-written
+file; the last ``keep`` checkpoints are kept.
 
-A payload with ``weights_format: safetensors`` (a policy class that declares it: ``model.arch=hf``) has the trained
-generator weights (``learner.generator``: all of them, or the LoRA adapters) written beside it as
-``ckpt_<iteration:08d>.safetensors`` — the format Hugging Face tools read — and the ``.pt`` holds the rest with
-``learner.generator = {"safetensors": <file name>}``; :func:`load_checkpoint` puts the weights back. The
-``.safetensors`` is written first, so a ``.pt`` never exists without its weights.
+A checkpoint is written by the processes that hold its parts (:data:`FORMAT`): the learner writes its own state —
+the trained generator weights in ``ckpt_N.generator.pt`` (``ckpt_N.safetensors``, the format Hugging Face tools read,
+for a policy class that declares ``weights_format = "safetensors"``: ``model.arch=hf``) and the rest of the learner's
+state (baseline, optimizers, the algorithm's modules, RNG) in ``ckpt_N.learner.pt`` (:func:`write_learner_state`) —
+then the driver writes the head ``ckpt_N.pt``: the config, the task, its own state and the names of the learner's
+files (:func:`save_checkpoint`). No model or optimizer byte passes through the driver. :func:`load_checkpoint`
+assembles the parts into one dict (``learner``: the learner's state dict); ``training_state=False`` reads the
+weights alone (serving, export). A checkpoint written before learners wrote their own state (one ``.pt`` holding the
+learner's state, weights maybe in ``.safetensors``) loads the same way.
 
 Atomic writes do not protect a file damaged later (a truncated copy between machines, bit rot on shared storage):
-each checkpoint's SHA-256 (and its ``.safetensors``') is recorded in ``ckpt_<iteration:08d>.sha256`` (the format of
-``sha256sum``, so ``sha256sum -c`` checks it too), written before the ``.pt``, and verified before the file is
-unpickled. Loading a run directory takes its newest checkpoint that loads: a damaged one is named in a warning and
-the previous one is tried (:func:`load_latest`); when none loads, one line names every file tried.
+each file's SHA-256 is recorded in ``ckpt_<iteration:08d>.sha256`` (the format of ``sha256sum``, so ``sha256sum -c``
+checks it too), written before the head, and verified before a file is unpickled. The head is written last: a
+checkpoint exists once its head does. Loading a run directory takes its newest checkpoint that loads: a damaged one is
+named in a warning and the previous one is tried (:func:`load_latest`); when none loads, one line names every file
+tried.
 
 An exported built-in generator (``python -m rayseq.export``: ``config.json`` with ``format`` :data:`EXPORT_FORMAT`,
 ``vocab.json``, ``model.safetensors``) loads as a checkpoint too: :func:`resolve_checkpoint` of its folder names its
@@ -37,6 +43,7 @@ from rayseq.storage import RunStore
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
 CKPT_DIR = "checkpoints"
 EXPORT_FORMAT = "rayseq-export-v1"  # config.json of an exported built-in generator (rayseq.export)
+FORMAT = "rayseq-checkpoint-v2"  # a head whose learner state is in files the learner wrote (module docstring)
 
 
 class CheckpointError(ValueError):
@@ -56,12 +63,55 @@ def _store(run_dir: str | os.PathLike | RunStore) -> RunStore:
     return run_dir if isinstance(run_dir, RunStore) else RunStore(run_dir)
 
 
-def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2) -> str:
-    """Write ``payload`` as the checkpoint of ``iteration``; returns its location."""
+def checkpoint_stem(iteration: int) -> str:
+    """``ckpt_<iteration:08d>``: what every file of the checkpoint of ``iteration`` is named after."""
+    return f"ckpt_{iteration:08d}"
+
+
+def _to_cpu(value):
+    """``value`` (nested dicts/lists of tensors) with every tensor detached and on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "torch") -> dict:
+    """Write a learner's state (:meth:`rayseq.distributed.learner.Learner.state_dict`) into the run's checkpoints,
+    on the CPU: the generator's weights (``<stem>.safetensors`` or ``<stem>.generator.pt``) and the rest
+    (``<stem>.learner.pt``). Returns what the head records: ``{"generator": file, "state": file, "files": {file:
+    SHA-256}}``."""
     store = _store(run_dir)
-    name = f"ckpt_{iteration:08d}.pt"
-    digests = []  # lines of ckpt_N.sha256: "<hex>  <file name>"
-    if payload.get("weights_format") == "safetensors":
+    state = dict(state)
+    weights = _to_cpu(state.pop("generator"))
+    files = {}
+    if weights_format == "safetensors":
+        from safetensors.torch import save
+
+        gen_name = f"{stem}.safetensors"
+        data = save({k: v.contiguous() for k, v in weights.items()}, metadata={"format": "pt"})
+        files[gen_name] = store.write_file(f"{CKPT_DIR}/{gen_name}", lambda f: f.write(data))[0]
+    else:
+        gen_name = f"{stem}.generator.pt"
+        files[gen_name] = store.write_file(f"{CKPT_DIR}/{gen_name}", lambda f: torch.save(weights, f))[0]
+    state_name = f"{stem}.learner.pt"
+    state = _to_cpu(state)
+    files[state_name] = store.write_file(f"{CKPT_DIR}/{state_name}", lambda f: torch.save(state, f))[0]
+    return {"generator": gen_name, "state": state_name, "files": files}
+
+
+def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2, files: dict | None = None) -> str:
+    """Write the head ``payload`` as the checkpoint of ``iteration`` and keep the last ``keep``; returns its
+    location. ``files``: ``{file: SHA-256}`` of the files the learner wrote for it (:func:`write_learner_state`),
+    recorded with the head's digest; without them, ``payload["learner"]`` holds the learner's state itself (its
+    weights then written beside it as safetensors when ``payload["weights_format"]`` says so)."""
+    store = _store(run_dir)
+    name = f"{checkpoint_stem(iteration)}.pt"
+    digests = [f"{digest}  {file}" for file, digest in (files or {}).items()]  # lines of ckpt_N.sha256
+    if files is None and payload.get("weights_format") == "safetensors":
         from safetensors.torch import save
 
         weights = name.removesuffix(".pt") + ".safetensors"
@@ -74,14 +124,25 @@ def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2) -> st
     torch.save(payload, buf)
     data = buf.getvalue()
     digests.append(f"{_sha256(data)}  {name}")
-    store.write_text(f"{CKPT_DIR}/{_digest_name(name)}", "\n".join(digests) + "\n")  # before the .pt it checks
+    store.write_text(f"{CKPT_DIR}/{_digest_name(name)}", "\n".join(digests) + "\n")  # before the head it checks
     store.write_bytes(f"{CKPT_DIR}/{name}", data)
     for old in list_checkpoints(store)[:-keep]:
         old_name = old.rsplit("/", 1)[-1]
-        store.delete(f"{CKPT_DIR}/{old_name}")
-        store.delete(f"{CKPT_DIR}/{old_name.removesuffix('.pt')}.safetensors")  # nothing there unless it has one
-        store.delete(f"{CKPT_DIR}/{_digest_name(old_name)}")
+        for file in checkpoint_files(store.display(CKPT_DIR), old_name):
+            store.delete(f"{CKPT_DIR}/{file}")
     return store.display(CKPT_DIR, name)
+
+
+def checkpoint_files(folder, name: str) -> list[str]:
+    """The files of checkpoint ``name`` (``ckpt_N.pt``) in ``folder`` (the one that holds it: a run's
+    ``checkpoints/``): those its ``.sha256`` lists, the ``.sha256`` and the head (a checkpoint written before digests
+    were recorded: the head and its weights)."""
+    store = _store(folder)
+    stem = name.removesuffix(".pt")
+    listed = [f for f in _recorded_digests(store, name) if f != name]
+    if not listed and store.exists(f"{stem}.safetensors"):
+        listed = [f"{stem}.safetensors"]
+    return [*listed, _digest_name(name), name]
 
 
 def list_checkpoints(run_dir) -> list[str]:
@@ -136,33 +197,52 @@ def _read_verified(store: RunStore, name: str, recorded: dict[str, str]) -> byte
     return data
 
 
-def _load_file(path: str, map_location="cpu") -> dict:
-    """One checkpoint file, its recorded SHA-256 checked before it is unpickled. Raises CheckpointError."""
+def _torch_load(store: RunStore, name: str, recorded: dict, map_location):
+    """A torch file of a checkpoint, its recorded SHA-256 checked before it is unpickled."""
+    data = _read_verified(store, name, recorded)
+    try:
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as exc:  # a damaged file written before digests were recorded: torch's own error
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{store.display(name)} does not load: {first}") from None
+
+
+def _load_weights(store: RunStore, name: str, recorded: dict, map_location) -> dict:
+    """The generator's weights: a ``.safetensors`` or a torch file."""
+    if not name.endswith(".safetensors"):
+        return _torch_load(store, name, recorded, map_location)
+    from safetensors.torch import load
+
+    try:
+        weights = load(_read_verified(store, name, recorded))
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"{store.display(name)} does not load: {exc}") from None
+    device = torch.device(map_location) if isinstance(map_location, (str, torch.device)) else None
+    return {k: v.to(device) for k, v in weights.items()} if device else weights
+
+
+def _load_file(path: str, map_location="cpu", training_state: bool = True) -> dict:
+    """One checkpoint (its head ``path``) with its learner's files, each file's recorded SHA-256 checked before it is
+    unpickled: ``learner`` is the learner's state dict (``training_state=False``: the generator's weights alone).
+    Raises CheckpointError."""
     parent, _, name = path.rpartition("/")
     store = RunStore(parent or ".")
     if name == "config.json":
         return _load_export(store, map_location)
     recorded = _recorded_digests(store, name)
-    data = _read_verified(store, name, recorded)
-    try:
-        ck = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-    except Exception as exc:  # a damaged file written before digests were recorded: torch's own error
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{store.display(name)} does not load: {first}") from None
+    ck = _torch_load(store, name, recorded, map_location)
     if not isinstance(ck, dict) or "config" not in ck:
         raise CheckpointError(f"{store.display(name)} is not a rayseq checkpoint")
-    generator = ck.get("learner", {}).get("generator") if isinstance(ck.get("learner"), dict) else None
+    learner = ck.get("learner")
+    if isinstance(learner, dict) and isinstance(learner.get("state"), str):  # the learner's own files
+        ck["learner"] = _torch_load(store, learner["state"], recorded, map_location) if training_state else {}
+        ck["learner"]["generator"] = _load_weights(store, learner["generator"], recorded, map_location)
+        return ck
+    generator = learner.get("generator") if isinstance(learner, dict) else None
     if isinstance(generator, dict) and set(generator) == {"safetensors"}:
-        from safetensors.torch import load
-
-        try:
-            weights = load(_read_verified(store, generator["safetensors"], recorded))
-        except CheckpointError:
-            raise
-        except Exception as exc:
-            raise CheckpointError(f"{store.display(generator['safetensors'])} does not load: {exc}") from None
-        device = torch.device(map_location) if isinstance(map_location, (str, torch.device)) else None
-        ck["learner"]["generator"] = {k: v.to(device) for k, v in weights.items()} if device else weights
+        ck["learner"]["generator"] = _load_weights(store, generator["safetensors"], recorded, map_location)
     return ck
 
 
@@ -195,16 +275,17 @@ def _newest_that(location, check, verb: str):
     raise CheckpointError(f"no checkpoint of {loc} loads; tried: " + "; ".join(tried))
 
 
-def load_latest(location: str | os.PathLike, map_location="cpu") -> tuple[str, dict]:
+def load_latest(location: str | os.PathLike, map_location="cpu", training_state: bool = True) -> tuple[str, dict]:
     """(file, checkpoint) of ``location``: a checkpoint file is loaded as it is; a run directory (or its
     ``checkpoints/`` folder) gives its newest checkpoint that loads, each damaged newer one named in a warning.
+    ``training_state=False``: the learner's weights without its training state (optimizers, the algorithm's modules).
     Raises FileNotFoundError (no checkpoint) or CheckpointError (one line: every file tried, and why)."""
-    return _newest_that(location, lambda path: _load_file(path, map_location), "loading")
+    return _newest_that(location, lambda path: _load_file(path, map_location, training_state), "loading")
 
 
-def load_checkpoint(location: str | os.PathLike, map_location="cpu") -> dict:
+def load_checkpoint(location: str | os.PathLike, map_location="cpu", training_state: bool = True) -> dict:
     """Load a checkpoint (file, run directory or URI) with ``weights_only=True``: :func:`load_latest`'s."""
-    return load_latest(location, map_location)[1]
+    return load_latest(location, map_location, training_state)[1]
 
 
 def verify_checkpoint(path: str) -> None:
@@ -238,8 +319,10 @@ def set_aside_newer(run_dir, kept: str) -> list[str]:
         name = path.rsplit("/", 1)[-1]
         if name <= kept_name:
             continue
-        stem = name.removesuffix(".pt")
-        for file in (name, f"{stem}.safetensors", f"{stem}.sha256"):
+        # the head and its digests (small); its other files too on a filesystem (an object store would copy them)
+        files = checkpoint_files(store.display(CKPT_DIR), name) if not store.is_object_store \
+            else [_digest_name(name), name]
+        for file in files:
             if store.exists(f"{CKPT_DIR}/{file}"):
                 store.rename(f"{CKPT_DIR}/{file}", f"{CKPT_DIR}/{file}.damaged")
         moved.append(store.display(CKPT_DIR, f"{name}.damaged"))

@@ -10,9 +10,10 @@ from pydantic import Field
 from torch import nn
 
 from rayseq.algos.iteration import pipelined_step, rollout_step
-from rayseq.algos.parallel import DataParallel
+from rayseq.algos.parallel import DataParallel, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
+from rayseq.models.protocol import lean_logprobs
 from rayseq.types import Rollout, RolloutRequest, to_torch
 
 
@@ -24,6 +25,7 @@ class LearnerState:
     base_opt: torch.optim.Optimizer
     device: torch.device
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
+    micro_batch: int | None = None  # rows per pass without gradients (learner.micro_batch_size; None: all at once)
     dp: DataParallel | None = None  # this learner's rank when learner.num_learners > 1 (rayseq.algos.parallel)
 
 
@@ -56,6 +58,31 @@ def rollout_tensors(rollout: Rollout, device, gamma: float) -> RolloutTensors:
             else to_torch(rollout.returns, device) * token_mask
         ),
     )
+
+
+def policy_pass(policy, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor, lean: bool) -> tuple:
+    """``policy``'s teacher-forced log-probs (B, T) and states (B, T, H) of ``tokens``: with ``lean`` its pass
+    that keeps no (B, T, V) logits (:func:`rayseq.models.protocol.lean_logprobs`), else ``logprobs``'."""
+    if lean:
+        return lean_logprobs(policy, src, src_len, tokens)
+    out = policy.logprobs(src, src_len, tokens)
+    return out.logp, out.states
+
+
+def without_grad(state: LearnerState, fn, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> tuple:
+    """A forward pass without gradients over a batch, ``fn(src, src_len, tokens, lean) -> tuple of (m, ...)
+    tensors``: one call on the whole batch, or (``learner.micro_batch_size`` set, or several learner ranks) in row
+    micro-batches shared by the ranks with ``lean`` passes (:func:`rayseq.algos.parallel.rows_without_grad`).
+    Returns the tuple for every row."""
+    if state.micro_batch is None and state.dp is None:
+        with torch.no_grad():
+            return fn(src, src_len, tokens, False)
+
+    def rows(idx: torch.Tensor) -> tuple:
+        idx = idx.to(tokens.device)
+        return fn(src[idx], src_len[idx], tokens[idx], True)
+
+    return rows_without_grad(rows, len(tokens), state.micro_batch, state.dp)
 
 
 def advantages(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:

@@ -301,6 +301,12 @@ class LearnerConfig(_Section):
         "learner.num_cpus / num_gpus. N > 1 needs rollout.num_workers >= 1 and an algorithm whose update is "
         "data-parallel (MLE pretraining, the PPO and GRPO families, SeqGAN-PPO's g- and d-steps).",
     )
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="Rows per forward pass without gradients on a learner (the value baseline's inputs, "
+        "the KL reference's log-probs): their memory is bounded by the micro-batch instead of the batch, and an HF "
+        "policy's log-probs are computed a few positions at a time (no (B, T, V) logits). With num_learners > 1 "
+        "each learner computes its own rows. None = the whole batch in one pass.",
+    )
     max_restarts: int = Field(
         1, ge=0, description="Times a lost learner (a dead learner actor) is rebuilt inside the run from the latest "
         "checkpoint (or from the start when there is none yet): at most train.checkpoint_every iterations are "

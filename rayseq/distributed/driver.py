@@ -28,10 +28,11 @@ from datetime import datetime
 import numpy as np
 import yaml
 
-from rayseq import registry
 from rayseq.algos import MLE, make_algo
 from rayseq.algos.iteration import ALGO_PRETRAIN, STAGES, Carry, Step, counted, stage_name
 from rayseq.checkpoint import (
+    FORMAT,
+    checkpoint_stem,
     checkpoint_to_resume,
     checkpoint_to_start_from,
     list_checkpoints,
@@ -111,23 +112,21 @@ class Trainer:
     def _rng_state(self) -> dict:
         return {"numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate()}
 
-    def _payload(self, groups: ActorGroups | None = None) -> dict:
-        payload = {
-            "format": "rayseq-checkpoint-v1",
-            "config": config_to_dict(self.cfg),
-            "task": self.task.spec(),
-            "learner": (groups or self.groups).learner.state_dict(),
-            "driver": self._driver_state(),
-        }
-        if getattr(registry.model_class(self.cfg.model.arch), "weights_format", "torch") == "safetensors":
-            payload["weights_format"] = "safetensors"  # the trained weights beside the .pt (rayseq.checkpoint)
-        return payload
+    def _write_checkpoint(self, store: RunStore, keep: int, groups: ActorGroups | None = None) -> str:
+        """The checkpoint of this iteration in ``store``: the learners write their state (nothing of it comes back
+        but its files' digests), then the driver its head (config, task, its own state)."""
+        stem = checkpoint_stem(self.iteration)
+        written = (groups or self.groups).learner.save(store.display(), stem)
+        head = {"format": FORMAT, "config": config_to_dict(self.cfg), "task": self.task.spec(),
+                "learner": {"generator": written["generator"], "state": written["state"]},
+                "driver": self._driver_state()}
+        return save_checkpoint(store, self.iteration, head, keep=keep, files=written["files"])
 
     def save(self, groups: ActorGroups | None = None) -> str:
         """Checkpoint (metrics first: rows past a checkpoint are dropped again on resume)."""
         self.metrics.flush()
         t0 = time.perf_counter()
-        path = save_checkpoint(self.store, self.iteration, self._payload(groups), keep=self.cfg.train.keep_checkpoints)
+        path = self._write_checkpoint(self.store, self.cfg.train.keep_checkpoints, groups)
         if self.metrics.rows:  # written with the next flush
             self.metrics.rows[-1]["time/checkpoint_s"] = time.perf_counter() - t0
         return path
@@ -227,7 +226,7 @@ class Trainer:
             if stage != "mle" and not self.pretrain_metrics and self.stage_iter == 0:  # no pretraining: the start's
                 self.pretrain_metrics = {**self._evaluate(groups, "val")[0], **self._evaluate(groups, "test")[0]}
             if stage == "train" and self.cfg.train.best_metric and self.best.best is None and self.stage_iter == 0:
-                self.best.start(self.pretrain_metrics, self.iteration, lambda: self._payload(groups))
+                self.best.start(self.pretrain_metrics, self.iteration, lambda store: self._write_checkpoint(store, 1))
             if self.stage_iter < plan[stage]:
                 bar.start(self._label(stage), plan[stage], self.stage_iter)
             final = self._run_stage(groups, stage, plan[stage], bar)
@@ -309,7 +308,8 @@ class Trainer:
                 if cfg.train.best_metric:  # its names checked at the first evaluation, MLE's included
                     check_best_keys(ev, cfg.train)
                     if stage == "train":
-                        self.best.consider(ev, self.pretrain_metrics, self.iteration, lambda: self._payload(groups))
+                        self.best.consider(ev, self.pretrain_metrics, self.iteration,
+                                           lambda store: self._write_checkpoint(store, 1))
             self.metrics.log(stage, self.iteration, m)
             if cfg.train.checkpoint_every and self.iteration % cfg.train.checkpoint_every == 0:
                 self.save(groups)

@@ -137,7 +137,13 @@ class LearnerGroup:
         return self._call(lambda a: a.start_stage, stage, every_rank=True)
 
     def state_dict(self) -> dict:
+        """Rank 0's training state, fetched (tests, diagnostics; checkpoints are written by :meth:`save`)."""
         return self._call(lambda a: a.state_dict, keeps_version=True)
+
+    def save(self, location: str, stem: str) -> dict:
+        """The learners write their state into the run's checkpoints (``Learner.save``); returns the files written
+        and their SHA-256, the only thing that comes back."""
+        return self._call(lambda a: a.save, location, stem, keeps_version=True)
 
     def load_state_dict(self, state: dict) -> None:
         return self._call(lambda a: a.load_state_dict, state, every_rank=True)

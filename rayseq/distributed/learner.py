@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo
-from rayseq.algos.common import baseline_lr
+from rayseq.algos.common import baseline_lr, policy_pass, without_grad
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
@@ -59,6 +59,7 @@ class Learner:
             gen_opt=torch.optim.Adam(generator.parameters(), lr=c.train.pretrain_lr),
             base_opt=torch.optim.Adam(baseline.parameters(), lr=baseline_lr(c.algo)),
             device=self.device,
+            micro_batch=c.learner.micro_batch_size,
         )
         # the configured algorithm, with what it trains besides the generator (built once, here)
         self.algo = make_algo(c.algo, c.seed)
@@ -216,8 +217,13 @@ class Learner:
     def _kl_penalty(self, rollout: Rollout) -> dict:
         """r_t − β·(log π_old − log π_ref) on the rollout (rayseq.algos.regularizers); then β's controller step."""
         dev = self.device
-        ref = self.ref_policy.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
-                                       to_torch(rollout.tokens, dev)).logp.cpu().numpy()
+
+        def reference(src, src_len, tokens, lean):  # log π_ref (B, T), without gradients
+            return (policy_pass(self.ref_policy, src, src_len, tokens, lean)[0],)
+
+        (ref,) = without_grad(self.state, reference, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
+                              to_torch(rollout.tokens, dev))
+        ref = ref.cpu().numpy()
         kl = sampled_kl(rollout.logp, ref, rollout.action_mask)
         coef = self.kl.coef
         apply_kl_penalty(rollout, kl, coef)
@@ -257,6 +263,16 @@ class Learner:
         if algo_state:
             out["algo"] = algo_state
         return out
+
+    def save(self, location: str, stem: str) -> dict:
+        """Write this learner's state into the checkpoints of the run at ``location`` (its run directory: a path or a
+        URI), named after ``stem``, on the CPU (:func:`rayseq.checkpoint.write_learner_state`); nothing of it goes
+        back. Returns the files written and their SHA-256 (what the checkpoint's head records)."""
+        from rayseq import registry
+        from rayseq.checkpoint import write_learner_state
+
+        weights_format = getattr(registry.model_class(self.cfg.model.arch), "weights_format", "torch")
+        return write_learner_state(location, stem, self.state_dict(), weights_format)
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` (or a checkpoint written before algorithms owned their modules)."""
@@ -302,7 +318,7 @@ def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu")
     process: e.g. the test figures of the trial a search chose on its validation metric."""
     from rayseq.checkpoint import load_checkpoint
 
-    ck = load_checkpoint(location)
+    ck = load_checkpoint(location, training_state=False)
     cfg = RunConfig.model_validate(ck["config"])
     task = make_task(cfg.task, cfg.reward)
     generator = make_generator(cfg, task).to(device)

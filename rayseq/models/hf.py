@@ -78,6 +78,8 @@ class HFCausalLM(nn.Module):
             model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                                                      target_modules=lora_target_modules, task_type="CAUSAL_LM"))
         self.model = model
+        base = model.get_base_model() if self.lora else model
+        self._backbone = getattr(base, base.base_model_prefix)  # the LM without its head: last hidden states
         self._cache_kw = cache_keyword(model)
         logits_dim = int(model.get_output_embeddings().weight.shape[0])
         if vocab_size is not None and vocab_size > logits_dim:
@@ -143,6 +145,13 @@ class HFCausalLM(nn.Module):
     def _logits(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.float() + self.logit_bias
 
+    def _hidden(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache=None) -> torch.Tensor:
+        """The LM's last hidden layer (B, L, H) (after its final norm: what its head reads), and no other layer's;
+        ``cache``: a key/value cache to use and extend."""
+        kw = {self._cache_kw: cache} if cache is not None else {}
+        out = self._backbone(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=cache is not None, **kw)
+        return out.last_hidden_state
+
     token_logp = StepDecoding.token_logp
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> _Prefix:
@@ -153,17 +162,15 @@ class HFCausalLM(nn.Module):
 
         cache = DynamicCache()
         if ids.shape[1]:
-            self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})
+            self._hidden(ids, mask, pos, cache)
         return _Prefix(cache, mask, mask.sum(1))
 
     def decode_step(self, tok: torch.Tensor, state: _Prefix):
         """One token through the LM with the cache: tok (B,) -> logits (B, V) (banned ids −inf), hidden (B, H),
         new state."""
         mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], 1)
-        out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=state.pos.unsqueeze(1),
-                         use_cache=True, output_hidden_states=True, **{self._cache_kw: state.cache})
-        cache = out[self._cache_kw]  # the same Cache object, updated in place (not the deprecated attribute)
-        return self._logits(out.logits[:, 0]), out.hidden_states[-1][:, 0], _Prefix(cache, mask, state.pos + 1)
+        hidden = self._hidden(tok.unsqueeze(1), mask, state.pos.unsqueeze(1), state.cache)  # the cache: in place
+        return self.output_logits(hidden)[:, 0], hidden[:, 0], _Prefix(state.cache, mask, state.pos + 1)
 
     def advance(self, tok: torch.Tensor, state: _Prefix):
         """:meth:`decode_step` without the logits: (hidden (B, H), new state) (the step protocol's building block)."""
@@ -176,19 +183,33 @@ class HFCausalLM(nn.Module):
         return self._logits(self.model.get_output_embeddings()(out))
 
     # -- phase methods ------------------------------------------------------------------------------
-    def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
-        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}``."""
-        S, T = src.shape[1], tokens.shape[1]
+    def _sequence_states(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The last hidden layer (B, S + T, H) of one pass over ``x <bos> y_1 … y_{T−1}``: columns S..S+T−1 predict
+        the reply's tokens."""
         ids, mask = self._left_aligned(src, src_len)
         bos = torch.full_like(tokens[:, :1], self.bos_id)
         ids = torch.cat([ids, bos, tokens[:, :-1]], 1)
         mask = torch.cat([mask, torch.ones_like(tokens)], 1)
         pos = (mask.cumsum(1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
-                         output_hidden_states=True)
-        logits = self._logits(out.logits[:, S : S + T])
-        states = out.hidden_states[-1][:, S : S + T]
-        return GeneratorOutput(self.token_logp(logits, tokens), states, logits)
+        return self._hidden(ids, mask, pos)
+
+    def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
+        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}``."""
+        S, T = src.shape[1], tokens.shape[1]
+        hidden = self._sequence_states(src, src_len, tokens)
+        logits = self.output_logits(hidden)[:, S : S + T]  # the head on the whole sequence, as the LM's forward
+        return GeneratorOutput(self.token_logp(logits, tokens), hidden[:, S : S + T], logits)
+
+    def lean_logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor,
+                      chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`logprobs`' log-probs (B, T) and states (B, T, H) without its (B, T, V) logits: the head runs on
+        ``chunk`` positions at a time, so no more than (B, chunk, V) logits exist at once (the passes without
+        gradients: baseline states, the KL reference)."""
+        S, T = src.shape[1], tokens.shape[1]
+        states = self._sequence_states(src, src_len, tokens)[:, S : S + T]
+        logp = torch.cat([self.token_logp(self.output_logits(states[:, t : t + chunk]), tokens[:, t : t + chunk])
+                          for t in range(0, T, chunk)], 1)
+        return logp, states
 
     # the RNN's decoding loops, on encode/decode_step above
     first_step_logprobs = StepDecoding.first_step_logprobs
@@ -221,6 +242,11 @@ class _AdaptersDisabled:
     def logprobs(self, src, src_len, tokens) -> GeneratorOutput:
         with self._base():
             return self.policy.logprobs(src, src_len, tokens)
+
+    @torch.no_grad()
+    def lean_logprobs(self, src, src_len, tokens) -> tuple[torch.Tensor, torch.Tensor]:
+        with self._base():
+            return self.policy.lean_logprobs(src, src_len, tokens)
 
     def state_dict(self) -> dict:
         return {}

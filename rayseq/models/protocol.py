@@ -83,6 +83,17 @@ def state_cat(hs: list):
     return torch.cat(hs, 1)
 
 
+def lean_logprobs(generator, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> tuple:
+    """Log-probs (B, T) and states (B, T, H) of ``tokens`` for a pass without gradients (baseline values, the KL
+    reference): the model's own ``lean_logprobs`` when it has one (which keeps no (B, T, V) logits: the HF policy runs
+    its head a few positions at a time), else :meth:`logprobs`'."""
+    lean = getattr(generator, "lean_logprobs", None)
+    if lean is not None:
+        return lean(src, src_len, tokens)
+    out = generator.logprobs(src, src_len, tokens)
+    return out.logp, out.states
+
+
 class StepDecoding:
     """The phase methods of the protocol (module docstring) on top of ``encode``, ``advance`` and
     ``output_logits``; mixed into an ``nn.Module`` that sets the protocol's attributes."""

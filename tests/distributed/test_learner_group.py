@@ -54,6 +54,10 @@ CASES = {
                    "disc.dropout=0"),  # dropout draws each rank's own masks: equal in distribution only
     # GRPO: groups of 4 samples per prompt, minibatches of 6 (ranks 3 + 3), no value network
     "grpo": ("algo.name=grpo", "algo.group_size=4", "algo.minibatch_size=6"),
+    # PPO with its value baseline and the KL penalty, the passes without gradients (the baseline's inputs, the
+    # reference's log-probs) in micro-batches of 3 rows, each rank computing its 8 of the 16 rows, then gathered
+    "ppo_kl_micro": ("algo.name=ppo", "algo.minibatch_size=8", "algo.epochs=2", "algo.kl_coef=0.1",
+                     "learner.micro_batch_size=3"),
 }
 
 
@@ -97,7 +101,8 @@ def test_two_learners_make_the_update_of_one(ray_session, case):
     m1, m2 = one.update_rollout([rollout], 0), group.update([rollout], 0)
     assert_same_metrics(m1, m2, ["loss/policy", "policy/clipfrac", "policy/approx_kl", "policy/ratio_mean",
                                  "policy/grad_norm", "rollout/reward_mean", "learner/version"]
-                        + (["loss/value", "policy/entropy"] if case == "seqgan_ppo" else []))
+                        + (["loss/value", "policy/entropy"] if case == "seqgan_ppo" else [])
+                        + (["loss/value", "kl/per_reply", "kl/per_token"] if case == "ppo_kl_micro" else []))
     assert m1["policy/grad_norm"] > 1e-3 and m1["policy/updates"] > 2  # several Adam steps on real gradients
     state = group.state_dict()  # rank 0's: generator, baseline, D, optimizers' moments
     assert_same_tensors(one.state_dict(), state, "state")

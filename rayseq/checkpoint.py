@@ -82,7 +82,8 @@ def _to_cpu(value):
 def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "torch") -> dict:
     """Write a learner's state (:meth:`rayseq.distributed.learner.Learner.state_dict`) into the run's checkpoints,
     on the CPU: the generator's weights (``<stem>.safetensors`` or ``<stem>.generator.pt``) and the rest
-    (``<stem>.learner.pt``). Returns what the head records: ``{"generator": file, "state": file, "files": {file:
+    (``<stem>.learner.pt``; a sharded learner's modules and optimizers are in ``<stem>.dcp/``, written by every rank:
+    :func:`write_directory`). Returns what the head records: ``{"generator": file, "state": file, "files": {file:
     SHA-256}}``."""
     store = _store(run_dir)
     state = dict(state)
@@ -101,6 +102,36 @@ def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "
     state = _to_cpu(state)
     files[state_name] = store.write_file(f"{CKPT_DIR}/{state_name}", lambda f: torch.save(state, f))[0]
     return {"generator": gen_name, "state": state_name, "files": files}
+
+
+def write_directory(run_dir, rel: str, local: str | os.PathLike) -> dict:
+    """Copy the files of a local directory (a rank's shards of ``torch.distributed.checkpoint``) to ``<checkpoints>/
+    <rel>/`` in the run directory; returns ``{"<rel>/<file>": SHA-256}``."""
+    from pathlib import Path
+
+    store = _store(run_dir)
+    out = {}
+    for f in sorted(Path(local).iterdir()):
+        if f.is_file():
+            name = f"{rel}/{f.name}"
+            with f.open("rb") as src:
+                out[name] = store.write_file(f"{CKPT_DIR}/{name}", lambda dst, src=src: _copy(src, dst))[0]
+    return out
+
+
+def read_directory(location: str, local: str | os.PathLike) -> None:
+    """The files of a checkpoint's directory (``location``: its path or URI) into the local directory ``local``."""
+    from pathlib import Path
+
+    store = RunStore(location)
+    for name in store.listdir():
+        with store.fs.open_input_stream(store.path(name)) as src, (Path(local) / name).open("wb") as dst:
+            _copy(src, dst)
+
+
+def _copy(src, dst, chunk: int = 1 << 24) -> None:
+    while block := src.read(chunk):
+        dst.write(block)
 
 
 def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2, files: dict | None = None) -> str:
@@ -130,6 +161,7 @@ def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2, files
         old_name = old.rsplit("/", 1)[-1]
         for file in checkpoint_files(store.display(CKPT_DIR), old_name):
             store.delete(f"{CKPT_DIR}/{file}")
+        store.delete_dir(f"{CKPT_DIR}/{old_name.removesuffix('.pt')}.dcp")
     return store.display(CKPT_DIR, name)
 
 
@@ -185,6 +217,20 @@ def _recorded_digests(store: RunStore, name: str) -> dict[str, str]:
     return out
 
 
+def _check_stream(store: RunStore, name: str, recorded: dict[str, str]) -> None:
+    """``name``'s SHA-256 against the recorded one, read in blocks (a large file is never held whole)."""
+    digest = hashlib.sha256()
+    try:
+        with store.fs.open_input_stream(store.path(name)) as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    except OSError as exc:
+        raise CheckpointError(f"{store.display(name)}: cannot be read ({exc})") from None
+    if digest.hexdigest() != recorded[name]:
+        raise CheckpointError(f"{store.display(name)} is damaged: its SHA-256 differs from the one recorded when it "
+                              "was written (the .sha256 beside it)")
+
+
 def _read_verified(store: RunStore, name: str, recorded: dict[str, str]) -> bytes:
     try:
         data = store.read_bytes(name)
@@ -238,6 +284,8 @@ def _load_file(path: str, map_location="cpu", training_state: bool = True) -> di
     learner = ck.get("learner")
     if isinstance(learner, dict) and isinstance(learner.get("state"), str):  # the learner's own files
         ck["learner"] = _torch_load(store, learner["state"], recorded, map_location) if training_state else {}
+        if "dcp" in ck["learner"]:  # a sharded learner's modules and optimizers: where they are
+            ck["learner"]["dcp"] = store.display(ck["learner"]["dcp"])
         ck["learner"]["generator"] = _load_weights(store, learner["generator"], recorded, map_location)
         return ck
     generator = learner.get("generator") if isinstance(learner, dict) else None
@@ -273,6 +321,31 @@ def _newest_that(location, check, verb: str):
             _warn_once(f"{reason}; {verb} the previous checkpoint, {path.rsplit('/', 1)[-1]}")
         return path, result
     raise CheckpointError(f"no checkpoint of {loc} loads; tried: " + "; ".join(tried))
+
+
+def _head(path: str) -> dict:
+    """A checkpoint's head, every file of the checkpoint checked against its recorded SHA-256 first (read in
+    blocks; none but the head unpickled)."""
+    parent, _, name = path.rpartition("/")
+    store = RunStore(parent or ".")
+    if name == "config.json":
+        return _load_export(store, "cpu")
+    recorded = _recorded_digests(store, name)
+    for file in recorded:
+        if file != name:
+            _check_stream(store, file, recorded)
+    ck = _torch_load(store, name, recorded, "cpu")
+    if not isinstance(ck, dict) or "config" not in ck:
+        raise CheckpointError(f"{store.display(name)} is not a rayseq checkpoint")
+    return ck
+
+
+def select_checkpoint(location: str | os.PathLike) -> tuple[str, dict]:
+    """(file, head) of the newest checkpoint of ``location`` whose files all check out (each damaged newer one named
+    in a warning, as :func:`load_latest`): what the driver reads to resume a run, its learners reading their own
+    state (``Learner.restore``). The head of a checkpoint written before learners wrote their own state holds
+    that state too."""
+    return _newest_that(location, _head, "loading")
 
 
 def load_latest(location: str | os.PathLike, map_location="cpu", training_state: bool = True) -> tuple[str, dict]:
@@ -368,15 +441,15 @@ def init_from_differences(ours: dict, task_spec: dict, ck: dict) -> list[str]:
     return diff
 
 
-def checkpoint_to_resume(store: RunStore, cfg) -> dict:
+def checkpoint_to_resume(store: RunStore, cfg) -> tuple[str, dict]:
     """``--resume``: the run's latest checkpoint that loads (a damaged newer one is named in a warning and set aside),
-    read and checked against this run's config ``cfg`` before anything is written or started: its task, model and
-    algorithm must be this config's (else the weights would not fit)."""
+    its head read and checked against this run's config ``cfg`` before anything is written or started: its task,
+    model and algorithm must be this config's (else the weights would not fit). Returns (file, head)."""
     from rayseq.config import RunConfig, config_to_dict
 
     if not list_checkpoints(store):
         raise FileNotFoundError(f"--resume: no checkpoint in {store.display(CKPT_DIR)}")
-    path, ck = load_latest(store.display())
+    path, ck = select_checkpoint(store.display())
     try:  # as this version reads it: keys added since (model.arch) take their defaults
         theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
     except ValueError:
@@ -389,23 +462,23 @@ def checkpoint_to_resume(store: RunStore, cfg) -> dict:
         raise ValueError(f"--resume: {run_dir} was trained with another {', '.join(diff)} (its checkpoint's config); "
                          f"resume it with its own config: python -m rayseq.train run_dir={run_dir} --resume")
     set_aside_newer(store, path)
-    return ck
+    return path, ck
 
 
-def checkpoint_to_start_from(cfg, task_spec: dict) -> dict:
-    """``train.init_from``'s checkpoint, checked before anything is written or started: only what the weights depend
-    on must match (:func:`init_from_differences`), and that run must have finished MLE pretraining; a ConfigError
-    (one line) else."""
+def checkpoint_to_start_from(cfg, task_spec: dict) -> tuple[str, dict]:
+    """``train.init_from``'s checkpoint, its head checked before anything is written or started: only what the weights
+    depend on must match (:func:`init_from_differences`), and that run must have finished MLE pretraining; a
+    ConfigError (one line) else. Returns (file, head)."""
     from rayseq.config import ConfigError, config_to_dict
 
     source = cfg.train.init_from
-    ck = load_checkpoint(source)  # a run directory: its newest checkpoint that loads
+    path, ck = select_checkpoint(source)  # a run directory: its newest checkpoint that loads
     if diff := init_from_differences(config_to_dict(cfg), task_spec, ck):
         raise ConfigError(f"train.init_from={source}: its model cannot start this run: {'; '.join(diff)}")
     driver = ck["driver"]
     if driver["stage"] == "mle" and driver["stage_iter"] < int(ck["config"]["train"]["pretrain_iters"]):
         raise ConfigError(f"train.init_from={source}: that run has not finished MLE pretraining")
-    return ck
+    return path, ck
 
 
 def _is_export(store: RunStore) -> bool:

@@ -10,7 +10,7 @@ from pydantic import Field
 from torch import nn
 
 from rayseq.algos.iteration import pipelined_step, rollout_step
-from rayseq.algos.parallel import DataParallel, rows_without_grad
+from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.models.protocol import lean_logprobs
@@ -107,6 +107,8 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_g
         dp.all_reduce_grads(params)
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    elif params and is_dtensor(params[0].grad):  # a sharded learner's: the norm of the whole gradient, over the ranks
+        norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
     else:
         norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])) if params else 0.0
     opt.step()

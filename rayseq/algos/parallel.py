@@ -32,6 +32,14 @@ import torch
 import torch.distributed as dist
 
 
+def is_dtensor(tensor) -> bool:
+    """Whether ``tensor`` is a shard of a distributed tensor (a sharded learner's parameter or gradient:
+    rayseq.distributed.sharding), whose reduction FSDP does."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
+
+
 class DataParallel:
     """This process's rank of ``world`` in the default torch.distributed process group (set up by the learner
     group before the first update)."""
@@ -59,7 +67,7 @@ class DataParallel:
         """Sum the ranks' gradients (each already scaled by its share) into every rank's ``.grad``, in one
         all-reduce of a flat buffer. Parameters without a gradient (outside the loss's graph: the same ones on
         every rank) are left out."""
-        grads = [p.grad for p in params if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None and not is_dtensor(p.grad)]  # a shard's: summed by FSDP
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])

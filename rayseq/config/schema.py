@@ -301,6 +301,20 @@ class LearnerConfig(_Section):
         "learner.num_cpus / num_gpus. N > 1 needs rollout.num_workers >= 1 and an algorithm whose update is "
         "data-parallel (MLE pretraining, the PPO and GRPO families, SeqGAN-PPO's g- and d-steps).",
     )
+    strategy: Literal["replicated", "fsdp"] = Field(
+        "replicated", description="How num_learners > 1 learners hold the model: replicated (each the whole model, "
+        "gradients all-reduced) or fsdp (FSDP2: each 1/N of the parameters, gradients and optimizer state, gathered "
+        "per layer around each forward; checkpoints written by every learner with torch.distributed.checkpoint, "
+        "resumable with another num_learners).",
+    )
+    cpu_offload: bool = Field(
+        False, description="learner.strategy=fsdp: keep parameters and optimizer state in host memory between uses "
+        "(GPU learners; on a CPU learner it changes nothing).",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute a Hugging Face policy's layer activations in the backward pass instead of "
+        "keeping them (less memory, about a third more compute).",
+    )
     micro_batch_size: int | None = Field(
         None, ge=1, description="Rows per forward pass without gradients on a learner (the value baseline's inputs, "
         "the KL reference's log-probs): their memory is bounded by the micro-batch instead of the batch, and an HF "
@@ -452,6 +466,11 @@ class RunConfig(_Section):
             check_pipeline(algo, self.algo.name)
         if self.learner.num_learners > 1:
             check_data_parallel(self)
+        if self.learner.cpu_offload and self.learner.strategy != "fsdp":
+            raise ValueError("learner.cpu_offload offloads FSDP's shards: set learner.strategy=fsdp")
+        if self.learner.activation_checkpointing and self.model.arch != "hf":
+            raise ValueError(f"learner.activation_checkpointing recomputes a Hugging Face policy's layers; "
+                             f"model.arch={self.model.arch} has none to recompute")
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")

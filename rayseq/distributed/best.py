@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from rayseq.checkpoint import list_checkpoints, load_checkpoint
+from rayseq.checkpoint import list_checkpoints
 from rayseq.config import ConfigError
 from rayseq.runlog import to_json
 from rayseq.storage import RunStore
@@ -91,7 +91,7 @@ class BestKeeper:
         if self.best["iteration"] == iteration:
             test, details = final_test
         else:
-            learner.load_state_dict(load_checkpoint(path)["learner"])
+            learner.restore(path)
             test, details = learner.evaluate("test")
         best = {"iteration": self.best["iteration"], "metric": self.train.best_metric, "value": self.best["value"],
                 "checkpoint": path, "metrics": {**self.best["val"], **test}}

@@ -36,8 +36,8 @@ from rayseq.checkpoint import (
     checkpoint_to_resume,
     checkpoint_to_start_from,
     list_checkpoints,
-    load_latest,
     save_checkpoint,
+    select_checkpoint,
 )
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.best import BestKeeper, check_best_keys
@@ -131,8 +131,9 @@ class Trainer:
             self.metrics.rows[-1]["time/checkpoint_s"] = time.perf_counter() - t0
         return path
 
-    def _restore(self, groups: ActorGroups, ck: dict) -> None:
-        groups.learner.load_state_dict(ck["learner"])
+    def _restore(self, groups: ActorGroups, path: str, ck: dict) -> None:
+        """The run as checkpoint ``path`` (head ``ck``) left it: the learners read their state themselves."""
+        groups.learner.restore(path)
         groups.learner.apply_config_lrs()  # this run's learning rates, not the saved ones (Tune PBT mutates them)
         saved = ck["driver"]
         self.iteration, self.stage = int(saved["iteration"]), stage_name(saved["stage"])
@@ -145,11 +146,11 @@ class Trainer:
         self.metrics.rows = [{k: (stage_name(v) if k == "stage" else v) for k, v in r.items() if v is not None}
                              for r in rows]
 
-    def _init_from(self, groups: ActorGroups, ck: dict) -> None:
+    def _init_from(self, groups: ActorGroups, path: str, ck: dict) -> None:
         """Start the algorithm stage from a pretrained run (``train.init_from``), its starting point scored with this
         run's task, data and reward (the table's and summary.json's "before"). A checkpoint without what the
         algorithm pretrains itself starts at that pretraining (stage ``algo_pretrain``) from its generator."""
-        loaded = groups.learner.init_from(ck["learner"])
+        loaded = groups.learner.init_from(path)
         self.iteration = int(ck["driver"]["iteration"])
         self.stage, self.stage_iter = ("train" if all(loaded.values()) else ALGO_PRETRAIN), 0
         self.pretrain_metrics = {**self._evaluate(groups, "val")[0], **self._evaluate(groups, "test")[0]}
@@ -172,11 +173,9 @@ class Trainer:
         bar = Progress(cfg.progress, cfg.progress_every)
         try:
             if ck is not None:
-                self._restore(groups, ck)
-                del ck
+                self._restore(groups, *ck)
             elif init is not None:
-                self._init_from(groups, init)
-                init = None
+                self._init_from(groups, *init)
             restarts = 0
             while True:
                 try:
@@ -252,8 +251,8 @@ class Trainer:
         groups.restart_learner()
         self._evaluated, self.carry, lost_at = {}, Carry(), self.iteration
         if list_checkpoints(self.store):
-            path, ck = load_latest(self.store.display())
-            self._restore(groups, ck)
+            path, ck = select_checkpoint(self.store.display())
+            self._restore(groups, path, ck)
             where = f"its checkpoint {path} (iteration {self.iteration})"
         else:
             self.rng.bit_generator.state = self._start_state["numpy_rng"]
@@ -261,7 +260,7 @@ class Trainer:
             self.iteration, self.stage, self.stage_iter, self.pretrain_metrics = 0, "mle", 0, {}
             self.best.best, self.metrics.rows = None, []
             if self.cfg.train.init_from:
-                self._init_from(groups, checkpoint_to_start_from(self.cfg, self.task.spec()))
+                self._init_from(groups, *checkpoint_to_start_from(self.cfg, self.task.spec()))
             where = "the start (no checkpoint yet)"
         log.warning("%s at iteration %d; learner group rebuilt (restart %d of learner.max_restarts=%d) from %s in "
                     "%.1f s: iterations %d..%d are run again", exc, lost_at, restarts, self.cfg.learner.max_restarts,

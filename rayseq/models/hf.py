@@ -133,6 +133,12 @@ class HFCausalLM(nn.Module):
             return _AdaptersDisabled(self)
         return copy.deepcopy(self).eval().requires_grad_(False)
 
+    def fsdp_blocks(self) -> list[nn.Module]:
+        """The LM's decoder layers (its backbone's largest list of modules: GPT-2's ``h``, Llama's ``layers``): a
+        sharded learner gathers each one's parameters around its forward (rayseq.distributed.sharding)."""
+        lists = [m for m in self._backbone.children() if isinstance(m, nn.ModuleList)]
+        return list(max(lists, key=len)) if lists else []
+
     # -- building blocks ----------------------------------------------------------------------------
     def _left_aligned(self, src: torch.Tensor, src_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded (B, S) -> left-padded ids (B, S) and their mask (B, S) (prompts end at column S−1)."""

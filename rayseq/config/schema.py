@@ -183,6 +183,13 @@ class ModelConfig(_Section):
         None, description="hf: names of the modules that get adapters (e.g. [c_attn] for GPT-2, [q_proj, v_proj] "
         "for Llama); None = peft's default for the architecture.",
     )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Precision of the policy's compute: bfloat16 = the rollout workers sample with a bf16 "
+        "copy (the weights are published in bf16), the KL reference is held in bf16, and the learner computes its "
+        "forward passes in bf16 (autocast; FSDP's mixed precision when sharded) with fp32 master weights, gradients "
+        "reduced in fp32 and fp32 optimizer state; log-probs and losses are computed in fp32 from the bf16 logits. "
+        "(float16 would need loss scaling: not offered.)",
+    )
 
     @field_validator("arch")
     @classmethod

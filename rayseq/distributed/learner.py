@@ -73,6 +73,7 @@ class Learner:
         self.pretrainer = MLE(c.algo, c.seed)  # the update of MLE pretraining (and of the algorithm's own stage)
         self.version = 0
         self.rank, self.sharded = 0, False  # set when it joins a data-parallel group (learner.strategy=fsdp: sharded)
+        self.dtype = getattr(torch, c.model.dtype)  # the compute precision (fp32 master weights whatever it is)
         if c.learner.activation_checkpointing:
             generator.model.gradient_checkpointing_enable()
 
@@ -133,7 +134,7 @@ class Learner:
 
         modules = self._trained_modules()
         names = {id(p): f"{m}.{n}" for m, module in modules.items() for n, p in module.named_parameters()}
-        shard_modules(modules, world, self.device, dtype=torch.float32, cpu_offload=self.cfg.learner.cpu_offload)
+        shard_modules(modules, world, self.device, dtype=self.dtype, cpu_offload=self.cfg.learner.cpu_offload)
         params = {f"{m}.{n}": p for m, module in modules.items() for n, p in module.named_parameters()}
         s = self.state
         s.gen_opt, s.base_opt = (rebuild_optimizer(o, names, params) for o in (s.gen_opt, s.base_opt))
@@ -147,12 +148,13 @@ class Learner:
         its adapters off), or, sharded (a sharded module cannot be copied), a new generator sharded the same way
         holding the same shards (the global RNG left as it was)."""
         if not self.sharded or getattr(self.state.generator, "lora", False):
-            return reference_policy(self.state.generator)
+            ref = reference_policy(self.state.generator)
+            return ref.to(self.dtype) if isinstance(ref, torch.nn.Module) else ref  # a frozen copy: in bf16 too
         from rayseq.distributed.sharding import shard_modules
 
         with torch.random.fork_rng():
             ref = make_generator(self.cfg, self.task).to(self.device)
-        shard_modules({"reference": ref}, self.state.dp.world, self.device, dtype=torch.float32)
+        shard_modules({"reference": ref}, self.state.dp.world, self.device, dtype=self.dtype)
         with torch.no_grad():
             for r, p in zip(ref.parameters(), self.state.generator.parameters()):
                 r.to_local().copy_(p.to_local())
@@ -179,14 +181,28 @@ class Learner:
             if self.kl is not None and self.kl.coef > 0:
                 self.ref_policy = self._reference()
 
-    def _whole(self, state: dict) -> dict:
-        """``{module: state dict}`` on the CPU, whole: sharded tensors gathered (every rank takes part), rank 0's."""
+    def _whole(self, state: dict, publish: bool = True) -> dict:
+        """``{module: state dict}`` on the CPU, whole: sharded tensors gathered (every rank takes part), rank 0's;
+        ``publish``: in the compute precision (bf16: half the bytes), else as held (fp32 master weights)."""
+        def cast(t):
+            return t.to(self.dtype) if publish and t.is_floating_point() else t
+
         if not self.sharded:
-            return {k: None if v is None else {n: t.detach().cpu() for n, t in v.items()} for k, v in state.items()}
+            return {k: None if v is None else {n: cast(t.detach().cpu()) for n, t in v.items()}
+                    for k, v in state.items()}
         from rayseq.distributed.sharding import full_state
 
-        whole = {k: None if v is None else full_state(v) for k, v in state.items()}
+        whole = {k: None if v is None else {n: cast(t) for n, t in full_state(v).items()} for k, v in state.items()}
         return whole if self.rank == 0 else {}
+
+    def _compute(self):
+        """The context of this learner's forward passes: autocast to ``model.dtype`` (bf16 compute on fp32 master
+        weights); nothing in fp32, or sharded (FSDP's mixed precision casts the gathered parameters itself)."""
+        from contextlib import nullcontext
+
+        if self.dtype == torch.float32 or self.sharded:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
 
     def get_weights(self) -> dict:
         """The generator's state dict and what the algorithm publishes to the rollout workers with it
@@ -216,15 +232,17 @@ class Learner:
 
     def validate(self) -> dict:
         """Validation-set reward handed to the algorithm (interpolation: keep or undo, anneal λ)."""
-        reward = self.task.validation_reward(self.state.generator, self.device)
+        with self._compute():
+            reward = self.task.validation_reward(self.state.generator, self.device)
         return self.algo.on_validation(self.state, reward)
 
     def update(self, batch, iteration: int) -> dict:
         """The stage's update (MLE's, then the algorithm's) on ``batch``; its metrics."""
         self.state.generator.train()
         rollout = self.updater.kind == "rollout"
-        kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and rollout else {}
-        metrics = {**self.updater.update(self.state, batch, iteration), **kl_metrics}
+        with self._compute():
+            kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and rollout else {}
+            metrics = {**self.updater.update(self.state, batch, iteration), **kl_metrics}
         if rollout:
             metrics["rollout/staleness"] = float(self.version - batch.version)
         self.version += 1
@@ -288,11 +306,13 @@ class Learner:
     def aux_update(self, positives: PromptBatch, negatives: Rollout | list, seed: int) -> dict:
         """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (a
         Rollout, or the shard handles of one, fetched here): ``Algorithm.aux_update``."""
-        return self.algo.aux_update(self.state, positives, as_rollout(negatives), seed)
+        with self._compute():
+            return self.algo.aux_update(self.state, positives, as_rollout(negatives), seed)
 
     def evaluate(self, split: str = "val") -> tuple[dict, dict]:
         """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics."""
-        return self.task.evaluate(self.state.generator, self.device, split=split)
+        with self._compute():
+            return self.task.evaluate(self.state.generator, self.device, split=split)
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self, modules: bool = True) -> dict:
@@ -336,7 +356,7 @@ class Learner:
         from rayseq.checkpoint import write_directory
         from rayseq.distributed.sharding import save_sharded, sharded_state
 
-        weights = self._whole({"generator": self.state.generator.state_dict()})  # gathered: every rank takes part
+        weights = self._whole({"generator": self.state.generator.state_dict()}, publish=False)  # every rank gathers
         with tempfile.TemporaryDirectory(prefix="rayseq-dcp-") as local:
             save_sharded(sharded_state(self._module_pairs()), local)
             files = write_directory(location, f"{stem}.dcp", local)  # this rank's shards (rank 0: and the metadata)

@@ -110,7 +110,7 @@ class StepDecoding:
 
     def token_logp(self, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """log softmax(logits)[tokens]: logits (..., V), tokens (...) -> (...); 0 at ``<pad>`` (no token there)."""
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # fp32 always
         return torch.where(tokens == self.pad_id, 0.0, logp)
 
     def output_projection(self):
@@ -148,7 +148,7 @@ class StepDecoding:
         """log π(y_1 | x) over the vocabulary, (B, V)."""
         state = self.encode(src, src_len)
         logits, _, _ = self.decode_step(torch.full_like(src_len, self.bos_id), state)
-        return torch.log_softmax(logits, dim=-1)
+        return torch.log_softmax(logits.float(), dim=-1)
 
     @torch.no_grad()
     def sample(
@@ -270,6 +270,7 @@ class StepDecoding:
             if not alive.any():
                 break
             logits, _, state = self.decode_step(tok, state)
+            logits = logits.float()
             logp_all = torch.log_softmax(logits, dim=-1)
             logits = penalties(logits, tokens)
             scaled = logits / temp

@@ -188,3 +188,15 @@ def test_a_killed_learner_is_rebuilt_from_its_checkpoint_and_the_run_completes(r
             resumed = Trainer(resumed_cfg, resume=True).run()
             b = load_checkpoint(resumed["checkpoint"])["learner"]["generator"]
             assert_same_tensors(a, b, f"generator ({n} learners)")
+
+
+def test_sharded_learners_in_bf16(ray_session, tmp_path):
+    """learner.strategy=fsdp with model.dtype=bfloat16: FSDP's mixed precision (bf16 gathered parameters and compute,
+    fp32 master shards and gradient reduction): a short run trains, its checkpoint holds fp32 weights, the workers
+    sample with bf16 ones."""
+    cfg = _kill_test_config(2, tmp_path / "bf16", "learner.strategy=fsdp", "model.dtype=bfloat16", "train.iters=2")
+    summary = Trainer(cfg).run()
+    rows = pq.read_table(tmp_path / "bf16" / "metrics.parquet").to_pylist()
+    assert all(np.isfinite(r["loss/policy"]) for r in rows if r["stage"] == "train")
+    weights = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
+    assert {v.dtype for v in weights.values()} == {torch.float32}

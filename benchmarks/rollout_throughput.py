@@ -78,7 +78,7 @@ QUICK_D = ["disc.emb_dim=16", "disc.filter_sizes=[1,2,3,5]", "disc.num_filters=[
 CPU_PER_ACTOR = 0.5
 LEARNER_CPUS = 0.5  # idle while mc_q runs (weights are synced before timing)
 SEED = 0
-TARGET = 6.0  # issue 16: the best batched row at least 6x the fastest plain loop
+TARGET = 6.0  # the best batched row should be at least 6x the fastest plain loop
 
 
 def overrides(s: dict, quick: bool) -> list[str]:

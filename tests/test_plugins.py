@@ -1,4 +1,4 @@
-"""A user's own algorithm and task from a module outside the package (issue 14 item 2): named by import path,
+"""A user's own algorithm and task from a module outside the package: named by import path,
 declaring their own keys, trained through the real Ray path (`python -m rayseq.train`, rollout workers on an
 embedded Ray) without any change to rayseq; and what goes wrong is named."""
 

@@ -119,7 +119,7 @@ def test_mixer_schedule_and_forced_prefix():
     np.testing.assert_array_equal(r.action_mask, r.token_mask)
 
 
-# -- randomness derived from the run seed (issue 13 item 5) ---------------------------------------------
+# -- randomness derived from the run seed ---------------------------------------------
 
 
 def _update_with_algo_seed(name: str, algo_seed: int, *overrides: str) -> dict:
@@ -148,7 +148,7 @@ def test_random_streams_follow_the_run_seed(name, overrides):
     assert minibatch_seed(algos[0], 3) != minibatch_seed(algos[1], 3) != minibatch_seed(algos[1], 4)
 
 
-# -- MIXER's forced prefix per reference (issue 13 item 4) ----------------------------------------------
+# -- MIXER's forced prefix per reference ----------------------------------------------
 
 
 @pytest.mark.parametrize("delta", [1, 2, 4])

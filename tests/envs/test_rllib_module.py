@@ -1,4 +1,4 @@
-"""The RLlib RLModule around rayseq's generator (issue 17 item 2): from a rayseq MLE checkpoint it gives the
+"""The RLlib RLModule around rayseq's generator: from a rayseq MLE checkpoint it gives the
 generator's own log-probs (teacher-forced and as sampled) and baseline values; RLlib's PPO trains it on the
 counting environment on a real local Ray runtime."""
 

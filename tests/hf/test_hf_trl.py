@@ -1,4 +1,4 @@
-"""Coming from TRL (issue 28): a prompt-only dataset with a solution column trains the tiny GPT-2 with GRPO on
+"""Coming from TRL: a prompt-only dataset with a solution column trains the tiny GPT-2 with GRPO on
 TRL-style reward functions through the Ray path (rollout workers, a scorer actor), each function receiving its
 rows' own columns in training, validation and test; conversational prompts are rendered with the tokenizer's chat
 template (a clear error without one), and serving renders /v1/chat/completions messages with the same template."""

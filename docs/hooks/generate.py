@@ -69,11 +69,7 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
-    def table(m: re.Match) -> str:
-        kind, name = m.group(1), m.group(2)
-        return algo_keys_table(name) if kind == "algo" else task_keys_table(name)
-
-    markdown = MARKER.sub(table, markdown)
+    markdown = MARKER.sub(lambda m: keys_table(m.group(1), m.group(2)), markdown)
     return repoint_links(markdown, page.file.src_uri, Path(config["docs_dir"]))
 
 
@@ -185,43 +181,26 @@ def default_config():
 
 
 @cache
-def algorithm_config(name: str):
-    """(config, its dict) of a run of algorithm ``name``: on counting, else on a task it accepts."""
+def section_config(section: str, name: str):
+    """(config, its dict) of a run with ``<section>.name=name``: with the other defaults, else beside the first
+    built-in that accepts it (an algorithm that needs references on chitchat; the oracle task with SeqGAN)."""
     from rayseq.config import ConfigError, build_config, config_to_dict
 
-    for task in ([], ["task.name=chitchat"], ["task.name=oracle"]):
+    for other in ([], ["task.name=chitchat"], ["task.name=oracle"], ["algo.name=seqgan"]):
         try:
-            cfg = build_config(None, [f"algo.name={name}", *task])
+            cfg = build_config(None, [f"{section}.name={name}", *other])
         except ConfigError:
             continue
         return cfg, config_to_dict(cfg)
-    raise RuntimeError(f"no built-in task accepts algo.name={name}")
+    raise RuntimeError(f"no built-in combination accepts {section}.name={name}")
 
 
-@cache
-def task_config(name: str):
-    from rayseq.config import ConfigError, build_config, config_to_dict
-
-    for algo in ([], ["algo.name=seqgan"]):
-        try:
-            cfg = build_config(None, [f"task.name={name}", *algo])
-        except ConfigError:
-            continue
-        return cfg, config_to_dict(cfg)
-    raise RuntimeError(f"no built-in algorithm accepts task.name={name}")
-
-
-def algo_keys_table(name: str, anchors: bool = False) -> str:
-    cfg, data = algorithm_config(name)
-    rows = key_rows(f"algo.{name}" if anchors else "algo", cfg.algo, data["algo"])
-    if not anchors:  # on an algorithm's page: the keys as a run names them, no ids (they are the reference's)
-        rows = [re.sub(r'<a id="[^"]*"></a>', "", r) for r in rows]
-    return "\n".join(rows) + "\n"
-
-
-def task_keys_table(name: str, anchors: bool = False) -> str:
-    cfg, data = task_config(name)
-    rows = key_rows(f"task.{name}" if anchors else "task", cfg.task, data["task"])
+def keys_table(section: str, name: str, anchors: bool = False) -> str:
+    """The table of the ``algo.*`` or ``task.*`` keys that algorithm or task ``name`` reads; ids
+    ``<section>.<name>.<key>`` on the reference page, none on an algorithm's own page (the keys as a run names
+    them)."""
+    cfg, data = section_config(section, name)
+    rows = key_rows(f"{section}.{name}" if anchors else section, getattr(cfg, section), data[section])
     if not anchors:
         rows = [re.sub(r'<a id="[^"]*"></a>', "", r) for r in rows]
     return "\n".join(rows) + "\n"
@@ -252,10 +231,10 @@ def config_reference() -> str:
     ]
     for section in RUN_SECTIONS:
         # a section the default run leaves out of its config (disc: SeqGAN's discriminator) from a run that has it
-        src_cfg, src = next((c, d) for c, d in (default_config(), algorithm_config("seqgan")) if section in d)
+        src_cfg, src = next((c, d) for c, d in (default_config(), section_config("algo", "seqgan")) if section in d)
         model = getattr(src_cfg, section)
         doc = " ".join((type(model).__doc__ or "").split())
-        note = [] if src is data else [f"Read only by the algorithms that use it; defaults as a `seqgan` run "
+        note = [] if src is data else ["Read only by the algorithms that use it; defaults as a `seqgan` run "
                                        "resolves them.", ""]
         out += [f"## {section}", "", *([cell(doc), ""] if doc else []), *note,
                 *key_rows(section, model, src[section]), ""]
@@ -265,10 +244,10 @@ def config_reference() -> str:
             "algorithms, `algo: {grpo: {kl_coef: 0.02}}` sets a key for one algorithm only (its id below, "
             "`algo.grpo.kl_coef`).", ""]
     for name in ALGOS:
-        out += [f"### {name}", "", algo_keys_table(name, anchors=True), ""]
+        out += [f"### {name}", "", keys_table("algo", name, anchors=True), ""]
     out += ["## task", "", "`task.name` picks the task: its data, reward and evaluation.", ""]
     for name in TASKS:
-        out += [f"### {name}", "", task_keys_table(name, anchors=True), ""]
+        out += [f"### {name}", "", keys_table("task", name, anchors=True), ""]
     return "\n".join(out) + "\n"
 
 

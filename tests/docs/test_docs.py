@@ -226,6 +226,28 @@ def test_every_training_command_in_the_docs_is_a_valid_config(tmp_path, monkeypa
     assert found >= 30 and checked >= 20, (found, checked)
 
 
+def test_every_tune_command_in_the_docs_resolves_its_experiment(monkeypatch):
+    """Each `python -m rayseq.tune FILE ...` line resolves its experiment (`--print-spec`: the run config, the search
+    space, the scheduler, all checked); FILE.yaml stands for one of the shipped files."""
+    from rayseq.tune import main
+
+    monkeypatch.chdir(ROOT)
+    checked = 0
+    for rel in DOC_PAGES:
+        for lang, block in code_blocks(page(rel)):
+            for args in commands(block) if lang == "bash" else []:
+                if "rayseq.tune" not in args or "--resume" in args or any("://" in a for a in args):
+                    continue
+                args = [a.replace("FILE.yaml", "tune_configs/counting_ppo_dynamic_search.yaml")
+                        for a in args[args.index("rayseq.tune") + 1 :]]
+                err = io.StringIO()
+                with redirect_stdout(io.StringIO()), redirect_stderr(err):
+                    rc = main([*args, "--print-spec"])
+                assert rc == 0, f"{rel}: python -m rayseq.tune {' '.join(args)}\n{err.getvalue()}"
+                checked += 1
+    assert checked >= 4
+
+
 def test_the_getting_started_tiny_run_trains_and_prints_its_table(tmp_path):
     """The tiny in-process run of docs/getting-started.md, as written but for its run directory."""
     block = next(b for lang, b in code_blocks(page("docs/getting-started.md")) if "train.pretrain_iters=50" in b)

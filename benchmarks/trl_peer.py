@@ -260,6 +260,10 @@ def table(summary: dict, runs: list[dict], warmup: int) -> str:
     lines.append(f"{len(seeds)} rounds (seeds {', '.join(map(str, seeds))}), the methods' order rotated each round; "
                  f"{steps} steps per run, step times the median over steps {warmup + 1}..{steps} of each run. "
                  "Above 1× = faster than TRL. `vs TRL` pairs each run with TRL's run of the same round.")
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):  # e.g. AVX2: oneDNN without the CPU's native bfloat16 instructions
+        lines.append("")
+        lines.append(f"oneDNN limited to the {os.environ['ONEDNN_MAX_CPU_ISA']} instruction set "
+                     "(`ONEDNN_MAX_CPU_ISA`), as on a CPU without native bfloat16 instructions.")
     lines.append("")
     lines.append("What the timed steps ran with: " + "; ".join(
         f"{LABELS[m]}: " + ", ".join(f"{k} {v}" for k, v in json.loads(w).items()) for m, w in ran if w != "{}") + ".")
@@ -292,7 +296,8 @@ def plot(runs: list[dict], summary: dict, warmup: int, path: Path) -> None:
         axes[i][0].set(xlabel="step", ylabel="mean reward (mean over rounds)", title=f"batch {b}: per step")
         axes[i][1].set(xlabel="seconds after the first step (median step time)", title=f"batch {b}: per second")
         axes[i][2].set(xlabel="round (seed)", ylabel="ms / step (median after warm-up)", ylim=(0, None),
-                       title=f"batch {b}: each round's step time")
+                       title=f"batch {b}: each round's step time",
+                       xticks=sorted({r["seed"] for r in runs if r["batch"] == b}))
         axes[i][2].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -356,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             versions[pkg] = None
     write_report(args.out, name, table(summary, results, args.warmup),
                  {"summary": summary, "runs": results, "warmup": args.warmup, "versions": versions,
+                  "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
                   "settings": {"group": GROUP, "completion_len": COMPLETION_LEN, "lr": LR, "prompts": N_PROMPTS,
                                "trl_cpu": TRL_CPU}})
     plot(results, summary, args.warmup, args.out / f"{name}.png")

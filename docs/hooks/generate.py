@@ -187,6 +187,8 @@ def section_config(section: str, name: str):
     from rayseq.config import ConfigError, build_config, config_to_dict
 
     for other in ([], ["task.name=chitchat"], ["task.name=oracle"], ["algo.name=seqgan"]):
+        if other and other[0].startswith(f"{section}."):  # the other section's choice only
+            continue
         try:
             cfg = build_config(None, [f"{section}.name={name}", *other])
         except ConfigError:

@@ -89,6 +89,7 @@ def test_ppo_minibatches_move_the_ratio_and_clip():
     assert m["policy/clipfrac"] > 0.0 and m["policy/approx_kl"] > 0.0
 
 
+@pytest.mark.e2e
 def test_reinforce_raises_the_reward_on_counting():
     """A handful of REINFORCE steps from an MLE-pretrained model raise the sampled reward."""
     cfg, learner, worker = make_pair("algo.name=reinforce", "algo.lr=3e-3", "train.pretrain_lr=1e-2",

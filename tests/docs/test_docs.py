@@ -2,7 +2,8 @@
 the code (every key ``--print-config`` prints, every option each command's ``--help`` prints, every HTTP route), every
 ``python -m rayseq.train`` command in the README and the docs is a valid config, the cheap examples run as written,
 and the built site works in the system Chromium (pages render, the navigation leads where it says, search finds a
-word). No Ray is started: this module is part of the fast tier.
+word). No Ray is started; the site's build and the subprocess runs make the module ``e2e``, left out of the fast
+tier (``pytest tests/docs`` runs it alone).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.doc_examples import ROOT, code_blocks, commands, page
+
+pytestmark = pytest.mark.e2e
 
 SCRIPTS = ("rayseq-train", "rayseq-tune", "rayseq-serve", "rayseq-export", "rayseq-data")
 DOC_PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")

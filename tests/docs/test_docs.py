@@ -183,6 +183,19 @@ def test_the_readme_stays_short_and_lab_notes_stay_out():
         assert not re.search(r"\bissue \d+|\bsession\b", text, flags=re.I), f"{rel} speaks of the work log"
 
 
+def test_links_in_the_readme_and_the_findings_lead_to_files_that_exist():
+    """The README and the findings files are read on GitHub too, where their relative links are repository paths
+    (the site build checks the docs pages' own links)."""
+    results = ROOT / "benchmarks" / "results"
+    files = [ROOT / "README.md", *results.glob("*_findings.md"), *results.glob("*/FINDINGS.md")]
+    for f in files:
+        for target in re.findall(r"\]\(([^)\s]+)\)", f.read_text(encoding="utf-8")):
+            if re.match(r"^[a-z]+:|^#", target):
+                continue
+            path = (f.parent / target.partition("#")[0]).resolve()
+            assert path.exists(), f"{f.relative_to(ROOT)} links {target}, which does not exist"
+
+
 # ---------------------------------------------------------------------------------------------- the examples
 
 

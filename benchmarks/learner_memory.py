@@ -21,13 +21,7 @@ downloaded):
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from rayseq.algos.iteration import pipelined_step, rollout_step
+from rayseq.algos.iteration import Groups, Step, pipelined_step, rollout_step
 from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.models.protocol import lean_logprobs
-from rayseq.types import Rollout, RolloutRequest, to_torch
+from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
 
 @dataclass
@@ -205,7 +206,7 @@ class Algorithm:
     # the figures its iterations show in the progress line: metric name -> label (those its metrics have)
     progress_metrics = {"rollout/reward_mean": "reward", "loss/nll": "nll"}
 
-    def __init__(self, cfg, seed: int = 0):
+    def __init__(self, cfg: Any, seed: int = 0):
         self.cfg = cfg
         self.seed = int(seed)
         self.modules: dict = {}  # what build_modules returned (on the learner; empty elsewhere)
@@ -223,7 +224,7 @@ class Algorithm:
         return cfg.train.iters
 
     # -- the iteration ------------------------------------------------------------------------------
-    def training_step(self, groups, step) -> dict:
+    def training_step(self, groups: Groups, step: Step) -> dict:
         """One iteration against the actor groups (:mod:`rayseq.algos.iteration`): sample → score → update, one
         policy step on the task's reward; the next iteration's batch goes out with the update (chained, staleness
         0), or with ``rollout.pipeline`` is sampled during it (staleness 1).
@@ -249,7 +250,7 @@ class Algorithm:
         """One iteration of that stage (arguments and result as :meth:`training_step`'s)."""
         raise NotImplementedError(f"algo.name={self.name} has no pretraining stage of its own")
 
-    def update(self, state: LearnerState, batch, iteration: int) -> dict:
+    def update(self, state: LearnerState, batch: Rollout | PromptBatch, iteration: int) -> dict:
         """The update on the learner.
 
         Args:
@@ -276,7 +277,7 @@ class Algorithm:
         """
         raise NotImplementedError(f"algo.name={self.name} scores its rollouts with the task's reward only")
 
-    def aux_update(self, state: LearnerState, positives, negatives: Rollout, seed: int) -> dict:
+    def aux_update(self, state: LearnerState, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
         """An update of a model of its own on real examples against sampled ones (SeqGAN's d-step), on the learner.
 
         Args:
@@ -291,7 +292,7 @@ class Algorithm:
         raise NotImplementedError(f"algo.name={self.name} trains no model besides the generator")
 
     # -- what it holds ------------------------------------------------------------------------------
-    def build_modules(self, run_cfg, generator: nn.Module, task, device) -> dict:
+    def build_modules(self, run_cfg: Any, generator: nn.Module, task: Any, device: torch.device) -> dict:
         """The modules and optimizers it trains besides the generator and the value baseline, built once by the
         learner, which keeps them in ``self.modules``: saved by :meth:`state_dict`, given their learning rates
         by :meth:`config_lrs`.

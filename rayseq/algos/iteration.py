@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,7 +62,7 @@ class RolloutGroupLike(Protocol):
         """The shard handles of the batch that went out with the last update (``LearnerGroupLike.update``'s
         ``next_batch``)."""
 
-    def run_on_shards(self, fn, shards: list, *args, seed: int) -> list:
+    def run_on_shards(self, fn: Callable, shards: list, *args, seed: int) -> list:
         """Run ``fn`` on each shard where it was sampled, with the published weights.
 
         Args:
@@ -83,7 +84,7 @@ class ScorerGroupLike(Protocol):
         """Publish what the learner's algorithm has the scorers hold (``Algorithm.scorer_weights``), when its version
         is new to them."""
 
-    def run_on_pending(self, fn, pending: list) -> tuple[list, list]:
+    def run_on_pending(self, fn: Callable, pending: list) -> tuple[list, list]:
         """Run ``fn`` on what each pending call of :meth:`RolloutGroupLike.run_on_shards` computed, as soon as it
         exists.
 
@@ -96,7 +97,7 @@ class ScorerGroupLike(Protocol):
             (per-shard result handles, per-shard infos).
         """
 
-    def run_on_shards(self, fn, shards: list) -> tuple[list, list]:
+    def run_on_shards(self, fn: Callable, shards: list) -> tuple[list, list]:
         """Run ``fn(scorer, shard) -> (result, info)`` on each rollout shard.
 
         Returns:
@@ -107,8 +108,8 @@ class ScorerGroupLike(Protocol):
 class LearnerGroupLike(Protocol):
     """The learner ranks, as an algorithm's iteration calls them (:class:`rayseq.distributed.groups.LearnerGroup`)."""
 
-    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
-               rows=None) -> dict:
+    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch: Callable | None = None,
+               rows: Any = None) -> dict:
         """The algorithm's update on a sampled rollout.
 
         Args:

@@ -1,4 +1,4 @@
-"""KL and entropy control for every rollout algorithm (issue 14 item 5).
+"""KL and entropy control for every rollout algorithm.
 
 KL to the pretrained policy, in the reward (Ziegler et al. 2019, "Fine-Tuning Language Models from Human
 Preferences", Sec. 2.2; InstructGPT, Ouyang et al. 2022, Eq. 2): a frozen copy π_ref of the generator as the

@@ -59,7 +59,7 @@ class TaskConfig(Section):
 def _declared(section: str, cls) -> dict:
     """The keys class ``cls`` declares for ``section`` (``algo``, ``task``), after checks of the declaration."""
     label = f"{section}.name={getattr(cls, '__module__', '?')}:{cls.__name__}"
-    if getattr(cls, "params", None):  # rayseq before issue 26: names of keys config.py declared
+    if getattr(cls, "params", None):  # classes written before keys were declared per algorithm: names config.py knew
         raise ValueError(f"{label}: `params` {tuple(cls.params)} is no longer read; a class declares its keys in "
                          "`fields` (key -> (type, pydantic Field)); spread a parent's or a group's, e.g. "
                          "fields = {**Reinforce.fields, ...} (see rayseq/algos/common.py, rayseq/tasks/base.py)")

@@ -564,8 +564,8 @@ def _format_validation_error(err: ValidationError, prefix: str = "", own: tuple[
 
 def _without_unread(section: dict, model: type, builtin) -> dict:
     """``section`` without the keys some built-in algorithm (task) reads and the chosen one, ``model``, does not: a
-    config written before a run's config kept only the keys it reads (rayseq before issue 13: every algorithm's
-    keys in one section) still loads on the actors, in serving and in evaluation. A user's config never gets here
+    config written before a run's config kept only the keys it reads (every algorithm's keys in one section) still
+    loads on the actors, in serving and in evaluation. A user's config never gets here
     with such a key: :func:`build_config` refuses it first (:func:`check_applicable`)."""
     if all(k in model.model_fields for k in section):
         return section

@@ -1,5 +1,5 @@
 """rayseq's generator and value baseline as an RLlib RLModule (torch, RLlib's new API stack), so that RLlib's PPO
-trains exactly the network rayseq trains (issue 17 item 2).
+trains exactly the network rayseq trains.
 
 :class:`GeneratorRLModule` reads the observations of :class:`rayseq.envs.env.SeqEnv` (a prompt and the reply so
 far) and returns

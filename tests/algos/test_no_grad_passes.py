@@ -129,7 +129,8 @@ def test_the_largest_allocation_is_bounded_by_the_micro_batch(corpus, hf_dir):
             def reference(s, sl, t, lean):
                 return (policy_pass(gen, s, sl, t, lean)[0],)
 
-            _, largest[n, micro] = allocations(lambda state=state: without_grad(state, reference, src, src_len, tokens))
+            _, largest[n, micro] = allocations(lambda state=state, s=src, sl=src_len, t=tokens: without_grad(
+                state, reference, s, sl, t))
     full_logits = 4 * T * V  # bytes of one row's fp32 logits
     assert largest[64, None] >= 64 * full_logits > largest[64, 4]  # the whole batch's logits, then a micro-batch's
     assert largest[64, 4] == largest[16, 4] <= 4 * full_logits  # bounded by the micro-batch, not the batch

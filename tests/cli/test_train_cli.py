@@ -66,6 +66,7 @@ def test_experiment_files_parse(capsys):
         assert yaml.safe_load(out)["algo"]["name"], f"{f.name}: --print-config printed no algorithm"
 
 
+@pytest.mark.e2e
 def test_in_process_run_writes_every_output(tmp_path):
     run_dir = tmp_path / "run"
     r = run_cli(*TINY, "rollout.num_workers=0", "algo.name=ppo", f"run_dir={run_dir}")
@@ -118,6 +119,7 @@ def test_in_process_run_writes_every_output(tmp_path):
     assert ck["task"]["vocab"]["itos"][:4] == ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
+@pytest.mark.e2e
 def test_training_changes_the_parameters_and_learns(tmp_path):
     cfg = tiny_config("rollout.num_workers=0", "train.pretrain_iters=150", "train.iters=0",
                       "train.pretrain_lr=1e-2", run_dir=tmp_path / "r")
@@ -168,6 +170,7 @@ def test_default_cli_path_runs_on_embedded_ray(tmp_path):
     assert len(r.stderr.splitlines()) <= 6, r.stderr  # run dir, Ray started, one line per stage
 
 
+@pytest.mark.e2e
 def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
     """The default `progress` with stderr in a file (ray job logs, CI): a readable line per stage end (and every
     progress_every seconds), never a bar's carriage-return redraws; the run directory first."""
@@ -246,6 +249,7 @@ def test_relative_run_dir_inside_a_ray_job_is_named(monkeypatch, tmp_path):
     assert relative_run_dir_warning("/shared/runs/x") is None and relative_run_dir_warning("s3://b/x") is None
 
 
+@pytest.mark.e2e
 def test_sigkilled_run_resumes_without_repeating_or_skipping(tmp_path):
     """kill -9 the training process after a checkpoint; `--resume` continues from it and appends to
     metrics.parquet so that every iteration appears exactly once."""

@@ -1,4 +1,4 @@
-"""Pipelined rollouts (``rollout.pipeline=true``, issue 16 item 2) in-process: batch k+1 is sampled with the weights
+"""Pipelined rollouts (``rollout.pipeline=true``) in-process: batch k+1 is sampled with the weights
 before update k (staleness 1), the ratio algorithms correct with the behaviour log-probs recorded at sampling, and
 algorithms without such a ratio are refused."""
 

@@ -126,6 +126,7 @@ def test_bad_specs_name_the_key(tmp_path, overrides, named):
     assert named in str(err.value)
 
 
+@pytest.mark.e2e
 def test_bad_spec_exits_2_before_ray_starts(tmp_path):
     f = tmp_path / "exp.yaml"
     f.write_text(yaml.safe_dump(experiment(tmp_path)))

@@ -6,9 +6,10 @@ may be a local path or any pyarrow.fs URI (:class:`rayseq.storage.RunStore`). Ev
 file; the last ``keep`` checkpoints are kept.
 
 A checkpoint is written by the processes that hold its parts (:data:`FORMAT`): the learner writes its own state —
-the trained generator weights in ``ckpt_N.generator.pt`` (``ckpt_N.safetensors``, the format Hugging Face tools read,
-for a policy class that declares ``weights_format = "safetensors"``: ``model.arch=hf``) and the rest of the learner's
-state (baseline, optimizers, the algorithm's modules, RNG) in ``ckpt_N.learner.pt`` (:func:`write_learner_state`) —
+the trained generator weights in ``ckpt_N.learner/generator.pt`` (beside the head as ``ckpt_N.safetensors``, the format
+Hugging Face tools read, for a policy class that declares ``weights_format = "safetensors"``: ``model.arch=hf``) and
+the rest of the learner's state (baseline, optimizers, the algorithm's modules, RNG) in ``ckpt_N.learner/state.pt``
+(:func:`write_learner_state`; a sharded learner's modules and optimizers in ``ckpt_N.learner/dcp/``) —
 then the driver writes the head ``ckpt_N.pt``: the config, the task, its own state and the names of the learner's
 files (:func:`save_checkpoint`). No model or optimizer byte passes through the driver. :func:`load_checkpoint`
 assembles the parts into one dict (``learner``: the learner's state dict); ``training_state=False`` reads the
@@ -68,6 +69,12 @@ def checkpoint_stem(iteration: int) -> str:
     return f"ckpt_{iteration:08d}"
 
 
+def learner_folder(stem: str) -> str:
+    """``<stem>.learner``: the folder of a checkpoint's learner files (beside its head, which alone matches
+    ``ckpt_*.pt``)."""
+    return f"{stem}.learner"
+
+
 def _to_cpu(value):
     """``value`` (nested dicts/lists of tensors) with every tensor detached and on the CPU."""
     if isinstance(value, torch.Tensor):
@@ -81,10 +88,10 @@ def _to_cpu(value):
 
 def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "torch") -> dict:
     """Write a learner's state (:meth:`rayseq.distributed.learner.Learner.state_dict`) into the run's checkpoints,
-    on the CPU: the generator's weights (``<stem>.safetensors`` or ``<stem>.generator.pt``) and the rest
-    (``<stem>.learner.pt``; a sharded learner's modules and optimizers are in ``<stem>.dcp/``, written by every rank:
-    :func:`write_directory`). Returns what the head records: ``{"generator": file, "state": file, "files": {file:
-    SHA-256}}``."""
+    on the CPU: the generator's weights (``<stem>.safetensors`` or ``<stem>.learner/generator.pt``) and the rest
+    (``<stem>.learner/state.pt``; a sharded learner's modules and optimizers are in ``<stem>.learner/dcp/``, written
+    by every rank: :func:`write_directory`). Returns what the head records: ``{"generator": file, "state": file,
+    "files": {file: SHA-256}}``."""
     store = _store(run_dir)
     state = dict(state)
     weights = _to_cpu(state.pop("generator"))
@@ -96,9 +103,9 @@ def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "
         data = save({k: v.contiguous() for k, v in weights.items()}, metadata={"format": "pt"})
         files[gen_name] = store.write_file(f"{CKPT_DIR}/{gen_name}", lambda f: f.write(data))[0]
     else:
-        gen_name = f"{stem}.generator.pt"
+        gen_name = f"{learner_folder(stem)}/generator.pt"
         files[gen_name] = store.write_file(f"{CKPT_DIR}/{gen_name}", lambda f: torch.save(weights, f))[0]
-    state_name = f"{stem}.learner.pt"
+    state_name = f"{learner_folder(stem)}/state.pt"
     state = _to_cpu(state)
     files[state_name] = store.write_file(f"{CKPT_DIR}/{state_name}", lambda f: torch.save(state, f))[0]
     return {"generator": gen_name, "state": state_name, "files": files}
@@ -161,7 +168,7 @@ def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2, files
         old_name = old.rsplit("/", 1)[-1]
         for file in checkpoint_files(store.display(CKPT_DIR), old_name):
             store.delete(f"{CKPT_DIR}/{file}")
-        store.delete_dir(f"{CKPT_DIR}/{old_name.removesuffix('.pt')}.dcp")
+        store.delete_dir(f"{CKPT_DIR}/{learner_folder(old_name.removesuffix('.pt'))}")
     return store.display(CKPT_DIR, name)
 
 

@@ -119,10 +119,12 @@ class RunStore:
         return self.write_bytes(rel, buf.getvalue())
 
     def delete(self, rel: str) -> None:
-        try:
+        """Delete the file (or the directory, with what it holds) ``rel``; nothing if it is not there."""
+        kind = self.fs.get_file_info(self.path(rel)).type
+        if kind == pafs.FileType.Directory:
+            self.fs.delete_dir(self.path(rel))
+        elif kind != pafs.FileType.NotFound:
             self.fs.delete_file(self.path(rel))
-        except FileNotFoundError:
-            pass
 
     def delete_dir(self, rel: str) -> None:
         """Delete the directory ``rel`` and what it holds (nothing if it is not there)."""

@@ -343,7 +343,7 @@ class Learner:
         """Write this learner's state into the checkpoints of the run at ``location`` (its run directory: a path or a
         URI), named after ``stem``, on the CPU (:func:`rayseq.checkpoint.write_learner_state`); nothing of it goes
         back. With ``learner.strategy=fsdp`` every rank writes its shards of the modules and optimizers
-        (``torch.distributed.checkpoint``, ``<stem>.dcp/``) and rank 0 the whole generator weights and the rest.
+        (``torch.distributed.checkpoint``, ``<stem>.learner/dcp/``) and rank 0 the whole generator weights and the rest.
         Returns the files written and their SHA-256 (what the checkpoint's head records)."""
         from rayseq import registry
         from rayseq.checkpoint import write_learner_state
@@ -353,17 +353,18 @@ class Learner:
             return write_learner_state(location, stem, self.state_dict(), weights_format)
         import tempfile
 
-        from rayseq.checkpoint import write_directory
+        from rayseq.checkpoint import learner_folder, write_directory
         from rayseq.distributed.sharding import save_sharded, sharded_state
 
         weights = self._whole({"generator": self.state.generator.state_dict()}, publish=False)  # every rank gathers
         with tempfile.TemporaryDirectory(prefix="rayseq-dcp-") as local:
             save_sharded(sharded_state(self._module_pairs()), local)
-            files = write_directory(location, f"{stem}.dcp", local)  # this rank's shards (rank 0: and the metadata)
+            dcp = f"{learner_folder(stem)}/dcp"
+            files = write_directory(location, dcp, local)  # this rank's shards (rank 0: and the metadata)
         if self.rank != 0:
             return {"files": files}
         rest = {k: v for k, v in self.state_dict(modules=False).items()}
-        written = write_learner_state(location, stem, {**rest, "generator": weights["generator"], "dcp": f"{stem}.dcp"},
+        written = write_learner_state(location, stem, {**rest, "generator": weights["generator"], "dcp": dcp},
                                       weights_format)
         return {**written, "files": {**written["files"], **files}}
 

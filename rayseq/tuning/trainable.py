@@ -142,6 +142,7 @@ class TuneReporter:
         store, name = _split(checkpoint_location)
         with tempfile.TemporaryDirectory(prefix="rayseq-tune-ckpt-") as tmp:
             for file in checkpoint_files(store, name):  # the head, its SHA-256 record and the learner's files
+                (Path(tmp) / file).parent.mkdir(parents=True, exist_ok=True)
                 (Path(tmp) / file).write_bytes(store.read_bytes(file))
             (Path(tmp) / "rayseq.json").write_text(json.dumps({"file": name, "iteration": metrics["iteration"],
                                                                "source": checkpoint_location}))
@@ -217,7 +218,7 @@ def install_checkpoint(checkpoint, store: RunStore) -> int:
     tried = []
     for candidate in [checkpoint, *_older_tune_checkpoints(checkpoint)]:
         for old in store.listdir("checkpoints"):
-            store.delete(f"checkpoints/{old}")
+            store.delete(f"checkpoints/{old}")  # a file, or a checkpoint's learner folder
         try:
             with candidate.as_directory() as d:
                 path = checkpoint_file(Path(d), candidate.path)

@@ -29,14 +29,14 @@ def test_a_damaged_learner_file_falls_back_to_the_previous_checkpoint(tmp_path, 
     cfg = tiny_config("rollout.num_workers=0", "train.iters=2", "train.checkpoint_every=11", run_dir=run_dir)
     Trainer(cfg).run()
     good, newest = list_checkpoints(run_dir)
-    flip_a_byte(run_dir / "checkpoints" / "ckpt_00000022.learner.pt")
+    flip_a_byte(run_dir / "checkpoints" / "ckpt_00000022.learner/state.pt")
     # the weights alone (serving, export) do not read the learner's training state: still the newest
     assert load_checkpoint(run_dir, training_state=False)["driver"]["iteration"] == 22
     # what resumes a run reads every file, each checked against its recorded SHA-256
     ck = load_checkpoint(run_dir)
     assert ck["driver"]["iteration"] == 11
-    assert "ckpt_00000022.learner.pt is damaged" in capsys.readouterr().err
-    with pytest.raises(CheckpointError, match="ckpt_00000022.learner.pt is damaged"):
+    assert "ckpt_00000022.learner/state.pt is damaged" in capsys.readouterr().err
+    with pytest.raises(CheckpointError, match="ckpt_00000022.learner/state.pt is damaged"):
         load_checkpoint(newest)
 
 
@@ -84,7 +84,8 @@ def test_a_run_on_s3_writes_resumes_and_falls_back_past_a_damaged_checkpoint(s3,
     store = RunStore(uri)
     assert store.is_object_store
     assert store.listdir("checkpoints") == sorted(
-        f"ckpt_000000{i}.{ext}" for i in (11, 22) for ext in ("generator.pt", "learner.pt", "pt", "sha256"))
+        f"ckpt_000000{i}.{ext}" for i in (11, 22) for ext in ("learner", "pt", "sha256"))
+    assert store.listdir("checkpoints/ckpt_00000022.learner") == ["generator.pt", "state.pt"]
     assert not [n for n in store.listdir("checkpoints") if "tmp" in n]  # written in place: no temporary names
     assert {"config.yaml", "metrics.parquet", "summary.json"} <= set(store.listdir())
     # a longer run resumes from its checkpoint on S3
@@ -93,12 +94,12 @@ def test_a_run_on_s3_writes_resumes_and_falls_back_past_a_damaged_checkpoint(s3,
     resumed = Trainer(longer, resume=True).run()
     assert resumed["iterations"] == 24
     # its newest checkpoint damaged in the store (bit rot): a resume takes the one before, naming the damaged file
-    name = "checkpoints/ckpt_00000024.learner.pt"
+    name = "checkpoints/ckpt_00000024.learner/state.pt"
     data = bytearray(store.read_bytes(name))
     data[len(data) // 2] ^= 0xFF
     store.write_bytes(name, bytes(data))
     ck = load_checkpoint(uri)
-    assert ck["driver"]["iteration"] == 22 and "ckpt_00000024.learner.pt is damaged" in capsys.readouterr().err
+    assert ck["driver"]["iteration"] == 22 and "ckpt_00000024.learner/state.pt is damaged" in capsys.readouterr().err
     again = tiny_config("rollout.num_workers=0", "train.iters=5", "train.checkpoint_every=11",
                         "train.keep_checkpoints=3", run_dir=uri)
     assert Trainer(again, resume=True).run()["iterations"] == 25
@@ -136,5 +137,5 @@ def test_a_checkpoint_sends_the_driver_names_and_digests_only(ray_session, tmp_p
     cfg = tiny_config("rollout.num_workers=1", "learner.num_cpus=0.5", "rollout.num_cpus_per_worker=0.5",
                       "train.iters=2", run_dir=tmp_path / "run")
     Trainer(cfg, report=report).run()
-    state_bytes = (tmp_path / "run" / "checkpoints" / "ckpt_00000022.learner.pt").stat().st_size
+    state_bytes = (tmp_path / "run" / "checkpoints" / "ckpt_00000022.learner/state.pt").stat().st_size
     assert state_bytes > 50_000 and 0 < fetched["bytes"] < 2_000, (state_bytes, fetched)

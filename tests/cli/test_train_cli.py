@@ -106,11 +106,14 @@ def test_in_process_run_writes_every_output(tmp_path):
     assert len(ckpts) == 1
     ck = torch.load(ckpts[0], weights_only=True)  # the head, written by the driver: plain containers only
     assert {"config", "task", "learner", "driver"} <= set(ck) and ck["format"] == "rayseq-checkpoint-v2"
-    assert ck["learner"] == {"generator": "ckpt_00000026.generator.pt", "state": "ckpt_00000026.learner.pt"}
+    assert ck["learner"] == {"generator": "ckpt_00000026.learner/generator.pt",
+                             "state": "ckpt_00000026.learner/state.pt"}
     assert {"numpy_rng", "python_rng", "iteration", "stage"} <= set(ck["driver"])
     # the learner's files, written by the learner, beside it (recorded in the .sha256), assembled on loading
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
-        "ckpt_00000026.generator.pt", "ckpt_00000026.learner.pt", "ckpt_00000026.pt", "ckpt_00000026.sha256"]
+        "ckpt_00000026.learner", "ckpt_00000026.pt", "ckpt_00000026.sha256"]
+    assert sorted(p.name for p in (run_dir / "checkpoints" / "ckpt_00000026.learner").iterdir()) == [
+        "generator.pt", "state.pt"]
     assert {"generator", "baseline", "gen_opt", "base_opt", "torch_rng", "version"} <= set(load_checkpoint(ckpts[0])[
         "learner"])
     weights_only = load_checkpoint(ckpts[0], training_state=False)["learner"]  # serving's, export's: no optimizer

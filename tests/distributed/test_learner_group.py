@@ -175,8 +175,8 @@ def test_a_killed_learner_is_rebuilt_from_its_checkpoint_and_the_run_completes(r
     if learners == 2:
         Trainer(_kill_test_config(2, tmp_path / "split", "train.iters=4", f"learner.strategy={strategy}")).run()
         if strategy == "fsdp":  # the learners' shards, each rank's own file
-            assert {p.name for p in (tmp_path / "split" / "checkpoints" / "ckpt_00000008.dcp").iterdir()} == {
-                ".metadata", "__0_0.distcp", "__1_0.distcp"}
+            dcp = tmp_path / "split" / "checkpoints" / "ckpt_00000008.learner" / "dcp"
+            assert {p.name for p in dcp.iterdir()} == {".metadata", "__0_0.distcp", "__1_0.distcp"}
         a = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
         for n in (1, 3) if strategy == "fsdp" else (1,):
             run = tmp_path / f"split{n}"
@@ -200,3 +200,29 @@ def test_sharded_learners_in_bf16(ray_session, tmp_path):
     assert all(np.isfinite(r["loss/policy"]) for r in rows if r["stage"] == "train")
     weights = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
     assert {v.dtype for v in weights.values()} == {torch.float32}
+
+
+def test_a_sharded_hf_policy_survives_a_killed_learner_and_resumes_on_other_counts(ray_session, corpus, hf_dir,
+                                                                                  tmp_path, caplog):
+    """A Hugging Face GPT-2 trained by 2 FSDP learners (per layer): a learner killed mid-run is rebuilt from the
+    sharded checkpoint; the same run stopped at that checkpoint resumes on 1 learner and on 3 to the killed run's
+    weights (within float tolerance); its weights are written as safetensors."""
+    hf = ("task.name=pairs", f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}", "task.test_size=100",
+          "task.val_size=10", "algo.minibatch_size=8", "train.batch_size=16", "learner.strategy=fsdp",
+          "train.pretrain_iters=2", "train.checkpoint_every=2", "learner.micro_batch_size=4")
+    killed: list = []
+    cfg = _kill_test_config(2, tmp_path / "killed", *hf, "train.iters=4")
+    summary = Trainer(cfg, report=_kill_learner_at(5, 1, killed)).run()
+    assert killed and "learner group rebuilt" in caplog.text and "iterations 5..5 are run again" in caplog.text
+    assert list(pq.read_table(tmp_path / "killed" / "metrics.parquet").to_pandas()["iteration"]) == list(range(1, 7))
+    assert (tmp_path / "killed" / "checkpoints" / "ckpt_00000006.safetensors").is_file()
+    a = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
+    Trainer(_kill_test_config(2, tmp_path / "split", *hf, "train.iters=2")).run()
+    for n in (1, 3):
+        run = tmp_path / f"split{n}"
+        shutil.copytree(tmp_path / "split", run)
+        saved = yaml.safe_load((run / "config.yaml").read_text())
+        resumed_cfg, _ = resume_config(saved, None, ["train.iters=4", f"learner.num_learners={n}", f"run_dir={run}"])
+        b = load_checkpoint(Trainer(resumed_cfg, resume=True).run()["checkpoint"])["learner"]["generator"]
+        # key biases: Adam turns float noise into steps of up to lr (see test_two_learners_make_the_update_of_one)
+        assert_same_tensors(a, b, f"generator ({n} learners)", {"rtol": 1e-5, "atol": 3e-4 * 8})

@@ -370,7 +370,7 @@ class Learner:
 
     def _module_pairs(self) -> dict:
         """What a sharded checkpoint holds: each trained module with its optimizer (None for one the learner does not
-        step, the algorithm's G_β), and the KL reference."""
+        step: a moving average the algorithm keeps), and the KL reference."""
         s = self.state
         optimizers = [o for o in self.algo.modules.values() if isinstance(o, torch.optim.Optimizer)]
 

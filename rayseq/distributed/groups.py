@@ -442,7 +442,7 @@ class RolloutGroup:
                 score, j = rescore(rollout), call.index % n_scorers
                 out[call.index] = Call(self.scorer, j, score(scorers[j]), score)
         if n_scorers:
-            scored = [manager.wait(call) for call in out]
+            scored = manager.wait_all(out)
             out, infos = [r for r, _ in scored], [info for _, info in scored]
         return out, infos
 
@@ -531,7 +531,7 @@ class ScorerGroup:
         for call, (data, _) in self._manager.as_completed(pending):  # each goes to its scorer once computed
             send = partial(send_run, fn, (data,), {})
             running[call.index] = Call(self, call.index % n_scorers, send(self.actors[call.index % n_scorers]), send)
-        out = [self._manager.wait(call) for call in running]
+        out = self._manager.wait_all(running)
         return [r for r, _ in out], [info for _, info in out]
 
     def run_on_shards(self, fn, shards: list) -> tuple[list, list]:
@@ -545,7 +545,7 @@ class ScorerGroup:
         n_scorers = len(self.actors)
         sends = [partial(send_run, fn, (shard,), {}) for shard in shards]
         calls = [Call(self, i % n_scorers, send(self.actors[i % n_scorers]), send) for i, send in enumerate(sends)]
-        out = [self._manager.wait(call) for call in calls]
+        out = self._manager.wait_all(calls)
         return [r for r, _ in out], [info for _, info in out]
 
     def stats(self) -> list[dict]:

@@ -14,6 +14,7 @@ are tracked here until they are confirmed: a crashed worker's shard (and its cha
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import pickle
@@ -173,36 +174,54 @@ class ActorManager:
         self._unconfirmed.clear()
 
     def confirm(self, shards: list) -> list:
-        """``shards`` once sampled: waits for the calls of ``sample(wait=False)`` among them, a crashed worker's
-        re-sent (its new ref in its place), and a crashed scorer's."""
+        """``shards`` once sampled: waits for the calls of ``sample(wait=False)`` among them (one wait for all the
+        sampling calls, then one for all the scoring calls), a crashed worker's re-sent (its new ref in its place),
+        and a crashed scorer's."""
         ray = self.ray
         out = list(shards)
-        for k, ref in enumerate(shards):
-            pending = self._unconfirmed.pop(ref, None)
-            if pending is None:
-                continue
-            sampled = pending.sample.refs[0]
-            rollout, _ = self.wait(pending.sample)
+        at = [(k, self._unconfirmed.pop(ref)) for k, ref in enumerate(shards) if ref in self._unconfirmed]
+        sampled = [pending.sample.refs[0] for _, pending in at]  # a re-sent call's ref differs from these
+        scoring = []  # (k, the scorer's call) of the shards the scorers score
+        for (k, pending), first, (rollout, _) in zip(at, sampled, self.wait_all([p.sample for _, p in at])):
             if pending.score is None:
                 out[k] = rollout
                 continue
             score = pending.score
-            if rollout is not sampled:  # re-sampled: its chained scorer call failed with the worker; score anew
+            if rollout is not first:  # re-sampled: its chained scorer call failed with the worker; score anew
                 with contextlib.suppress(ray.exceptions.RayError):
                     ray.get(list(score.refs))
                 send = pending.rescore(rollout)
                 score = Call(score.group, score.index, send(score.group.actors[score.index]), send)
-            out[k], _ = self.wait(score)
+            scoring.append((k, score))
+        for (k, _), (scored, _) in zip(scoring, self.wait_all([call for _, call in scoring])):
+            out[k] = scored
         return out
 
     def as_completed(self, calls: list):
         """Yields ``(call, (data ref, info))`` for each :class:`Call` as its info arrives (a crashed actor's call
-        re-sent: :meth:`wait`)."""
-        waiting = {call.refs[1]: call for call in calls}
-        while waiting:
-            (ready,), _ = self.ray.wait(list(waiting), num_returns=1)
-            call = waiting.pop(ready)
-            yield call, self.wait(call)
+        re-sent: :meth:`wait`). Callers place each result by its call's index, so what they combine does not depend
+        on the order of arrival.
+
+        One completion callback per call, registered once (``ObjectRef.future``: it fetches the small info), the
+        arrivals taken from one queue: the driver's cost is linear in the number of calls. A ``ray.wait`` per
+        arrival over the calls still out costs N + (N − 1) + ... + 1 look-ups, quadratic
+        (``benchmarks/driver_fanin.py``)."""
+        futures = {call.refs[1].future(): call for call in calls}
+        for done in concurrent.futures.as_completed(futures):
+            call = futures[done]
+            if done.exception() is None:
+                yield call, (call.refs[0], self.received(done.result()))
+            else:  # a crashed actor's call is re-sent (a task's own error is raised)
+                yield call, self.wait(call)
+
+    def wait_all(self, calls: list) -> list:
+        """``[(data ref, info)]`` of every :class:`Call`, in the order of ``calls``: one wait for all of them
+        (:meth:`as_completed`)."""
+        at = {id(call): k for k, call in enumerate(calls)}
+        out: list = [None] * len(calls)
+        for call, result in self.as_completed(calls):
+            out[at[id(call)]] = result
+        return out
 
     # -- stateless actors (workers, scorers) ------------------------------------------------------
     def wait(self, call: Call) -> tuple:

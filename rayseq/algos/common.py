@@ -196,8 +196,8 @@ class Algorithm:
     validate_every = 0  # its iteration validates every this many iterations (0: never; on_validation)
     regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)
     # its loss weighs each sampled token by π_θ / π_behaviour with the log-probs recorded at sampling
-    # (Rollout.logp), so rollouts sampled with older weights are corrected: it may train on pipelined rollouts
-    # (rollout.pipeline, staleness 1)
+    # (Rollout.logp), so rollouts sampled with older weights are corrected: it may train on rollouts sampled
+    # ahead of the learner (rollout.max_staleness)
     off_policy_ratio = False
     # its update runs on learner.num_learners ranks, each on its rows of every minibatch with its share of the
     # losses' denominators (rayseq.algos.parallel); the others run on one learner
@@ -227,7 +227,7 @@ class Algorithm:
     def training_step(self, groups: Groups, step: Step) -> dict:
         """One iteration against the actor groups (:mod:`rayseq.algos.iteration`): sample → score → update, one
         policy step on the task's reward; the next iteration's batch goes out with the update (chained, staleness
-        0), or with ``rollout.pipeline`` is sampled during it (staleness 1).
+        0), or with ``rollout.max_staleness`` = k ≥ 1 the workers sample up to k batches ahead (staleness ≤ k).
 
         Args:
             groups: the run's actor groups (:class:`rayseq.algos.iteration.Groups`).
@@ -236,7 +236,7 @@ class Algorithm:
         Returns:
             The iteration's metrics (the driver adds timing, counters and evaluation).
         """
-        if step.cfg.rollout.pipeline:
+        if step.cfg.rollout.max_staleness:
             return pipelined_step(self, groups, step)
         return rollout_step(self, groups, step, chain=True)
 

@@ -259,16 +259,31 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
     torch_threads: int = Field(1, ge=1, description="torch threads inside each worker.")
     max_restarts: int = Field(3, ge=0, description="Times a crashed worker actor is restarted.")
+    max_staleness: int = Field(
+        0, ge=0, description="Asynchronous rollouts with a bound: the workers sample up to k batches ahead of the "
+        "learner, each with the weights published when it went out, so the learner updates on rollouts at most k "
+        "updates old (logged as rollout/staleness; rollout/in_flight the batches still out). 0: sample, then "
+        "update (synchronous); 1: batch k+1 is sampled during update k. For algorithms whose loss weighs tokens by "
+        "π_θ / π_behaviour with the log-probs recorded at sampling (PPO, PPO-dynamic, GRPO, ...).",
+    )
     pipeline: bool = Field(
-        False, description="Pipelined rollouts: the workers sample batch k+1 with the weights before update k while "
-        "the learner updates on batch k (staleness 1, logged as rollout/staleness). For algorithms whose loss weighs "
-        "tokens by π_θ / π_behaviour with the log-probs recorded at sampling (PPO, PPO-dynamic, GRPO, ...).",
+        False, description="Shorthand for rollout.max_staleness=1 (where max_staleness is 0): the workers sample "
+        "batch k+1 during update k.",
     )
 
     @field_validator("resources_per_worker")
     @classmethod
     def _resources(cls, v: dict[str, float]) -> dict[str, float]:
         return _custom_resources(v, "rollout.resources_per_worker")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline(cls, data):
+        """``pipeline: true`` is ``max_staleness: 1`` unless a bound is given."""
+        if isinstance(data, dict) and data.get("pipeline") in (True, "true", "True", 1) and not data.get(
+                "max_staleness"):
+            data = {**data, "max_staleness": 1}
+        return data
 
 
 class ScorerConfig(_Section):
@@ -469,8 +484,8 @@ class RunConfig(_Section):
             raise ValueError(f"algo.name={self.algo.name!r} samples tokens by their BLEU increment against reference "
                              f"replies; it needs a task with references: "
                              f"{', '.join(registry.names_with('task', has_references=True))}")
-        if self.rollout.pipeline:
-            check_pipeline(algo, self.algo.name)
+        if self.rollout.max_staleness:
+            check_pipeline(algo, self.algo.name, self.rollout.max_staleness)
         if self.learner.num_learners > 1:
             check_data_parallel(self)
         if self.learner.cpu_offload and self.learner.strategy != "fsdp":

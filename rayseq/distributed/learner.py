@@ -263,8 +263,10 @@ class Learner:
         rollout = as_rollout(shards if isinstance(shards, Rollout) else parts)
         if rows is not None:
             rollout = rollout.rows(np.asarray(rows, dtype=np.int64))
+        sampled = [p.info.get("sample_s", 0.0) for p in parts]
         metrics = {"time/fetch_s": time.perf_counter() - t0,  # the shards from the object store, concatenated
-                   "time/sample_s": max(p.info.get("sample_s", 0.0) for p in parts)}  # the slowest worker's
+                   "time/sample_s": max(sampled),  # the slowest worker's
+                   "time/sample_total_s": sum(sampled)}  # every worker's: their busy time
         if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
             metrics.update(self.task.reward.metrics(rollout.term_scores))
         if scores is not None:

@@ -12,6 +12,9 @@ What is timed is the real code path the driver runs in an iteration, on light st
   (SeqGAN's Monte-Carlo continuations, each shard's scored as it arrives): a second ``as_completed`` over the
   workers' calls, and the scorers' calls waited for.
 
+- ``waits``: the fan-in alone: ``as_completed`` over the sampling calls of ``sample`` once they have all finished
+  (sent and waited for untimed), what the previous and the current waits cost without the sending around them.
+
 The default iteration (``sample(wait=False)``, the learner fetching the shards itself) does not wait on the driver at
 all; what it costs the driver is the sending, which both paths include.
 
@@ -30,12 +33,12 @@ size and a log-log exponent, and what the fits predict at 1,000 workers (an extr
 
 Run book (from the repository root):
 
-    python benchmarks/driver_fanin.py               # sample path, N = 1..100, k = 1, 10, 50:
+    python benchmarks/driver_fanin.py               # sample and waits, N = 1..100, k = 1, 10, 50:
                                                     #   results/driver_fanin.{md,json,png}
-    python benchmarks/driver_fanin.py --paths sample mc   # both paths (twice the time)
-    python benchmarks/driver_fanin.py --quick       # a smoke run of both paths (tests/benchmarks run it)
+    python benchmarks/driver_fanin.py --paths mc    # SeqGAN's path (about as long again)
+    python benchmarks/driver_fanin.py --quick       # a smoke run of every path (tests/benchmarks run it)
 
-Time: about 8 minutes on 2 cores for the default run; memory: ~130 MB per stand-in actor (100 of them).
+Time: about 10 minutes on 2 cores for the default run; memory: ~130 MB per stand-in actor (100 of them).
 """
 
 from __future__ import annotations
@@ -142,13 +145,26 @@ def build_groups(ray, manager, actors: list, k: int):
     return rollout, scorer
 
 
-def one_iteration(path: str, rollout, scorer, prompts, request, seed: int) -> int:
-    """The driver's part of one iteration on ``path`` (``sample`` or ``mc``); the number of shards it handled."""
+def one_iteration(path: str, rollout, scorer, prompts, request, seed: int) -> tuple[int, float, float]:
+    """The driver's part of one iteration on ``path``: (the number of shards it handled, driver CPU s, wall s).
+    ``sample`` and ``mc`` are timed whole; ``waits`` times only ``as_completed`` over sampling calls that have all
+    finished (sent, then waited for with one untimed ``ray.wait``): the fan-in alone, without the sending."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    if path == "waits":
+        from rayseq.distributed.manager import Call
+
+        ray = rollout._manager.ray
+        samples, _, _ = rollout._calls(prompts, request)
+        calls = [Call(rollout, i, send(w), send) for i, (w, send) in enumerate(zip(rollout.actors, samples))]
+        ray.wait([c.refs[1] for c in calls], num_returns=len(calls), fetch_local=False)
+        c0, t0 = time.process_time(), time.perf_counter()
+        done = sum(1 for _ in rollout._manager.as_completed(calls))
+        return done, time.process_time() - c0, time.perf_counter() - t0
     shards = rollout.sample(prompts, request)
     if path == "mc":
         pending = rollout.run_on_shards(continuations, shards, 2, seed=seed)
         shards, _ = scorer.run_on_pending(score_continuations, pending)
-    return len(shards)
+    return len(shards), time.process_time() - c0, time.perf_counter() - t0
 
 
 def measure(ray, actors: list, sizes: list[tuple[int, int]], paths: list[str], repeats: int) -> list[dict]:
@@ -178,9 +194,7 @@ def measure(ray, actors: list, sizes: list[tuple[int, int]], paths: list[str], r
             times: dict = {impl: ([], []) for impl in managers}
             for rep in range(repeats):
                 for impl in (("before", "after") if rep % 2 == 0 else ("after", "before")):
-                    c0, t0 = time.process_time(), time.perf_counter()
-                    done = one_iteration(path, *groups[impl], prompts, request, rep)
-                    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+                    done, cpu, wall = one_iteration(path, *groups[impl], prompts, request, rep)
                     assert done == shards, (done, shards)
                     times[impl][0].append(cpu * 1e3)
                     times[impl][1].append(wall * 1e3)
@@ -210,7 +224,7 @@ def fits(xs: list[float], ys: list[float]) -> dict:
     top = float(x.max())
     total = a + b * top + c * top * top
     out["quadratic_share_at_max"] = c * top * top / total if total else 0.0
-    big = x >= 10
+    big = x >= top / 10
     out["loglog_exponent"] = (float(np.polyfit(np.log(x[big]), np.log(y[big]), 1)[0]) if big.sum() >= 2 else None)
     # the fit the data needs: the quadratic one where its x² term is a quarter or more of the cost at the largest x
     out["grows"] = "quadratically" if out["quadratic_share_at_max"] > 0.25 else "linearly"
@@ -246,8 +260,9 @@ def table(rows: list[dict], summary: dict, footprint: dict | None = None) -> str
     by = {(r["path"], r["actors"], r["per_actor"], r["impl"]): r for r in rows}
     repeats = max(len(r["cpu_ms_all"]) for r in rows)
     lines = [f"Driver CPU ms per iteration (median of {repeats}; wall ms in brackets) with N stand-in actors, k shards "
-             "each: \"before\" is the previous waits (a ray.wait over the calls still out per arrival), \"after\" "
-             "the current ones (one completion callback per call).", "",
+             "each (path `waits`: the fan-in alone, not the sending). \"before\": the previous waits (a ray.wait "
+             "over the calls still out per arrival); \"after\": the current ones (one completion callback per call).",
+             "",
              "| path | N actors | k per actor | shards | before ms | after ms | before / after | after ms per shard |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for path, n, k in sorted({(r["path"], r["actors"], r["per_actor"]) for r in rows},
@@ -258,7 +273,7 @@ def table(rows: list[dict], summary: dict, footprint: dict | None = None) -> str
                      f"{a['cpu_ms'] / (n * k):.2f} |")
     lines += ["", "Fits of driver CPU ms against shards per iteration S: linear a + b·S, quadratic a + b·S + c·S² "
               "(R² each; the c·S² term's share of the quadratic fit at the largest S), the log-log exponent p of "
-              "ms ∝ S^p over S ≥ 10:", "",
+              "ms ∝ S^p over the top decade (S ≥ max/10):", "",
               "| path | code | b: ms per shard | R² | c: ms per shard² | R² | c·S² share | p | grows |",
               "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for key, fit in summary.items():
@@ -333,12 +348,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--actors", type=int, nargs="+", default=[1, 4, 16, 32, 64, 100])
     ap.add_argument("--shards-per-actor", type=int, nargs="+", default=[1, 10, 50])
-    ap.add_argument("--paths", nargs="+", default=["sample"], choices=["sample", "mc"])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="N = 1, 2, 4; k = 1, 5; both paths, 3 repeats (a smoke run)")
+    ap.add_argument("--paths", nargs="+", default=["sample", "waits"], choices=["sample", "mc", "waits"])
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--quick", action="store_true", help="N = 1, 2, 4; k = 1, 5; every path, 3 repeats (a smoke run)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.actors, args.shards_per_actor, args.paths, args.repeats = [1, 2, 4], [1, 5], ["sample", "mc"], 3
+        args.actors, args.shards_per_actor, args.paths, args.repeats = [1, 2, 4], [1, 5], ["sample", "mc", "waits"], 3
     import ray
 
     from benchmarks._report import write_report

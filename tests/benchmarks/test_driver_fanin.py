@@ -23,7 +23,7 @@ def test_fits_tell_linear_from_quadratic():
     assert quadratic["loglog_exponent"] > 1.5
 
 
-def test_quick_run_times_both_waits_on_both_paths(ray_session, tmp_path):
+def test_quick_run_times_both_waits_on_every_path(ray_session, tmp_path):
     assert main(["--quick", "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "driver_fanin_quick.json").read_text())
     rows = record["rows"]

@@ -1,5 +1,8 @@
 """A local Hugging Face causal LM as the policy (``model.arch=hf``, ``model.path=DIR``): π_θ(y_t | x, y_<t) is the
-LM's next-token distribution on the sequence ``x <bos> y_1 … y_{t−1}`` (the prompt, the separator, the reply so far).
+LM's next-token distribution on the sequence ``x <bos> y_1 … y_{t−1}`` (the prompt, the separator, the reply so far),
+or on ``x y_1 … y_{t−1}`` when the prompt marks its own end (``separator=False``: prompts rendered by the tokenizer's
+chat template end with its generation prompt, e.g. ``<|assistant|>``, and the reply follows it directly, as every
+other tool that reads the model writes it).
 
 The phase methods are those of :class:`rayseq.models.protocol.StepDecoding`, on the same shapes and conventions
 (right-padded ``src`` with ``src_len``, replies ending at ``eos`` and padded after, banned ids at logit −inf,
@@ -38,6 +41,9 @@ class _Prefix(NamedTuple):
     cache: object  # the LM's key/value cache (a transformers Cache object, e.g. DynamicCache)
     mask: torch.Tensor  # (B, L) attention mask of what the cache holds
     pos: torch.Tensor  # (B,) position id of the next token
+    # without a separator: (logits (B, V), hidden (B, H)) of the prompt's last position, which the first
+    # decode_step returns in place of feeding a separator; None once consumed (or with a separator)
+    pending: tuple | None = None
 
 
 def cache_keyword(model) -> str:
@@ -66,8 +72,9 @@ class HFCausalLM(nn.Module):
 
     def __init__(self, path: str, specials, *, vocab_size: int | None = None, banned_ids: tuple[int, ...] = (),
                  lora_r: int = 0, lora_alpha: float = 16.0, lora_dropout: float = 0.0,
-                 lora_target_modules: list[str] | None = None):
+                 lora_target_modules: list[str] | None = None, separator: bool = True):
         super().__init__()
+        self.separator = separator  # ``x <bos> y`` (True) or ``x y`` (a prompt that marks its own end)
         model = load_causal_lm(path)
         self.path = str(path)
         self.hidden_dim = self.state_dim = int(model.config.hidden_size)  # H of the states the baseline reads
@@ -105,7 +112,7 @@ class HFCausalLM(nn.Module):
                              "reply task")
         return cls(m.path, task.specials, vocab_size=len(task.vocab), banned_ids=tuple(task.banned_ids),
                    lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                   lora_target_modules=m.lora_target_modules)
+                   lora_target_modules=m.lora_target_modules, separator=getattr(task.vocab, "separator", True))
 
     # -- weights ------------------------------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict:
@@ -146,19 +153,32 @@ class HFCausalLM(nn.Module):
     token_logp = StepDecoding.token_logp
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> _Prefix:
-        """Run the prompts through the LM: its KV cache, mask and next position (the state of :meth:`decode_step`)."""
+        """Run the prompts through the LM: its KV cache, mask and next position (the state of :meth:`decode_step`);
+        without a separator also the last position's logits and hidden state (the first reply token's)."""
         ids, mask = self._left_aligned(src, src_len)
         pos = (mask.cumsum(1) - 1).clamp(min=0)
         from transformers import DynamicCache
 
         cache = DynamicCache()
+        if not self.separator:
+            if not ids.shape[1] or bool((src_len <= 0).any()):
+                raise ValueError("a policy whose prompts mark their own end (a chat template's generation prompt) "
+                                 "needs a non-empty prompt in every row")
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                             output_hidden_states=True, **{self._cache_kw: cache})
+            pending = (self._logits(out.logits[:, -1]), out.hidden_states[-1][:, -1])
+            return _Prefix(cache, mask, mask.sum(1), pending)
         if ids.shape[1]:
             self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})
         return _Prefix(cache, mask, mask.sum(1))
 
     def decode_step(self, tok: torch.Tensor, state: _Prefix):
         """One token through the LM with the cache: tok (B,) -> logits (B, V) (banned ids −inf), hidden (B, H),
-        new state."""
+        new state. Without a separator the first step (``tok`` = ``<bos>``, the decoding loops' start) feeds
+        nothing: the prompt's last position already gave the first reply token's distribution."""
+        if state.pending is not None:
+            logits, hidden = state.pending
+            return logits, hidden, state._replace(pending=None)
         mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], 1)
         out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=state.pos.unsqueeze(1),
                          use_cache=True, output_hidden_states=True, **{self._cache_kw: state.cache})
@@ -177,17 +197,24 @@ class HFCausalLM(nn.Module):
 
     # -- phase methods ------------------------------------------------------------------------------
     def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
-        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}``."""
+        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}`` (without a
+        separator ``x y_1 … y_{T−1}``, the distributions read one position earlier)."""
         S, T = src.shape[1], tokens.shape[1]
         ids, mask = self._left_aligned(src, src_len)
-        bos = torch.full_like(tokens[:, :1], self.bos_id)
-        ids = torch.cat([ids, bos, tokens[:, :-1]], 1)
-        mask = torch.cat([mask, torch.ones_like(tokens)], 1)
+        if self.separator:
+            bos = torch.full_like(tokens[:, :1], self.bos_id)
+            ids = torch.cat([ids, bos, tokens[:, :-1]], 1)
+            mask = torch.cat([mask, torch.ones_like(tokens)], 1)
+            start = S
+        else:
+            ids = torch.cat([ids, tokens[:, :-1]], 1)
+            mask = torch.cat([mask, torch.ones_like(tokens[:, :-1])], 1)
+            start = S - 1
         pos = (mask.cumsum(1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
                          output_hidden_states=True)
-        logits = self._logits(out.logits[:, S : S + T])
-        states = out.hidden_states[-1][:, S : S + T]
+        logits = self._logits(out.logits[:, start : start + T])
+        states = out.hidden_states[-1][:, start : start + T]
         return GeneratorOutput(self.token_logp(logits, tokens), states, logits)
 
     # the RNN's decoding loops, on encode/decode_step above

@@ -113,7 +113,7 @@ class ChatModel:
             raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "
                              "reply to; serve a chat (or counting) checkpoint")
         hf = "hf_tokenizer" in task["vocab"]  # model.arch=hf: the model's own tokenizer (rayseq.data.hf_text)
-        self.vocab = HFVocab(task["vocab"]["hf_tokenizer"]) if hf else vocab_from_spec(task["vocab"])
+        self.vocab = HFVocab.from_spec(task["vocab"]) if hf else vocab_from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)
         # trained on conversations rendered with the tokenizer's chat template: requests are rendered the same way

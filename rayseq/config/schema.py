@@ -258,6 +258,24 @@ class RolloutConfig(_Section):
         "tokens by π_θ / π_behaviour with the log-probs recorded at sampling (PPO, PPO-dynamic, GRPO, ...).",
     )
 
+    engine: Literal["builtin", "vllm"] = Field(
+        "builtin", description="What the workers sample with (rayseq.engines): builtin = the policy's own "
+        "decoding loop (every model.arch); vllm = vLLM for model.arch=hf (pip install -e '.[vllm]' on CPUs, the "
+        "CUDA vllm package on GPUs), whose log-probs the ratio algorithms correct for (rollout.logp_correction).",
+    )
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="rollout.engine=vllm: keyword arguments of vllm.LLM as they are, e.g. "
+        "{kv_cache_memory_bytes: 268435456, enable_prefix_caching: false, tensor_parallel_size: 1, dtype: bfloat16} "
+        "(defaults: dtype float32, prefix caching on, the run's seed).",
+    )
+    logp_correction: Literal["auto", "tis", "none"] = Field(
+        "auto", description="Truncated importance sampling (TIS) on the ratio algorithms' token losses, weight "
+        "min(π_policy / π_engine, rollout.tis_cap) per sampled token, where the engine's log-probs are not the "
+        "policy's own: auto = on for an engine with its own kernels (vllm), off for builtin (they agree exactly); "
+        "tis = on wherever an engine reports its own; none = off (the mismatch is still logged: rollout/logp_diff_*).",
+    )
+    tis_cap: float = Field(2.0, gt=0, description="Truncated importance sampling: the cap C of min(ρ_engine, C).")
+
     @field_validator("resources_per_worker")
     @classmethod
     def _resources(cls, v: dict[str, float]) -> dict[str, float]:
@@ -449,6 +467,11 @@ class RunConfig(_Section):
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")
+        if self.rollout.engine != "builtin" and self.model.arch != "hf":
+            raise ValueError(f"rollout.engine={self.rollout.engine} samples Hugging Face policies (model.arch=hf), not "
+                             f"model.arch={self.model.arch}; use rollout.engine=builtin")
+        if self.rollout.engine_kwargs and self.rollout.engine == "builtin":
+            raise ValueError("rollout.engine_kwargs: read only by rollout.engine=vllm")
         if self.model.arch == "hf":
             if "hf_tokenizer" not in type(self.task).model_fields:
                 raise ValueError(f"model.arch=hf replaces the task's vocabulary with the model's tokenizer; the "

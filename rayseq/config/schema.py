@@ -268,11 +268,11 @@ class RolloutConfig(_Section):
         "{kv_cache_memory_bytes: 268435456, enable_prefix_caching: false, tensor_parallel_size: 1, dtype: bfloat16} "
         "(defaults: dtype float32, prefix caching on, the run's seed).",
     )
-    logp_correction: Literal["auto", "tis", "none"] = Field(
-        "auto", description="Truncated importance sampling (TIS) on the ratio algorithms' token losses, weight "
-        "min(π_policy / π_engine, rollout.tis_cap) per sampled token, where the engine's log-probs are not the "
-        "policy's own: auto = on for an engine with its own kernels (vllm), off for builtin (they agree exactly); "
-        "tis = on wherever an engine reports its own; none = off (the mismatch is still logged: rollout/logp_diff_*).",
+    logp_correction: Literal["tis", "none"] = Field(
+        "tis", description="Where the engine's log-probs are not the policy's own (rollout.engine=vllm; the builtin "
+        "engine's are, so nothing is corrected there): tis = truncated importance sampling on the ratio algorithms' "
+        "advantages, weight min(π_policy / π_engine, rollout.tis_cap) per sampled token; none = off (the mismatch is "
+        "still logged: rollout/logp_diff_*, rollout/engine_kl).",
     )
     tis_cap: float = Field(2.0, gt=0, description="Truncated importance sampling: the cap C of min(ρ_engine, C).")
 

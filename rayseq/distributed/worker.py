@@ -141,8 +141,7 @@ class RolloutWorker:
         )
         if engine_logp is not None:
             rollout.engine_logp = engine_logp.cpu().numpy()
-            correction = self.cfg.rollout.logp_correction
-            if correction in ("auto", "tis"):
+            if self.cfg.rollout.logp_correction == "tis":
                 rollout.is_weights = truncated_is_weights(out.logp, engine_logp, out.action_mask,
                                                           self.cfg.rollout.tis_cap).cpu().numpy()
         if request.greedy_baseline:

@@ -116,7 +116,14 @@ class VLLMEngine:
     def __init__(self, path: str, *, separator_id: int | None, eos_id: int, banned_ids: tuple[int, ...],
                  vocab_size: int, seed: int = 0, engine_kwargs: dict | None = None, policy=None):
         vllm = import_vllm()
-        kwargs = {"dtype": "float32", "enable_prefix_caching": True, "seed": seed, **(engine_kwargs or {})}
+        kwargs = {"dtype": "float32", "enable_prefix_caching": True, "seed": seed}
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():
+            # a prompt prefilled in chunks rewinds its seeded generator after each partial step, which CPU
+            # generators cannot do (RuntimeError: CPU Generator does not use offset): whole prompts only
+            kwargs["enable_chunked_prefill"] = False
+        kwargs.update(engine_kwargs or {})
         self.llm = vllm.LLM(model=str(path), tokenizer=str(path), worker_extension_cls=EXTENSION, **kwargs)
         self._vllm = vllm
         self.separator_id, self.eos_id = separator_id, eos_id
@@ -199,6 +206,33 @@ class VLLMEngine:
             banned = sum(math.exp(lps[b].logprob) for b in self.banned if b in lps)
             out.append(lps[t].logprob - math.log1p(-min(banned, 1.0 - 1e-12)))
         return out
+
+    def generate_requests(self, src, src_len, max_len, temperature, top_k, generators, top_p=None, *,
+                          repetition_penalty=None, presence_penalty=None, frequency_penalty=None,
+                          no_repeat_ngram_size=None, banned_ids=()) -> SampleOutput:
+        """Serving's decoding (the arguments of :meth:`rayseq.models.protocol.StepDecoding.generate`, one row per
+        reply): each row its own length cap, temperature (0 = greedy), top-k, top-p, repetition, presence and
+        frequency penalties, and seed (its generator's ``initial_seed``). vLLM has no n-gram ban: a row asking for
+        one is an error."""
+        from vllm.inputs import TokensPrompt
+
+        if no_repeat_ngram_size is not None and bool((no_repeat_ngram_size > 0).any()):
+            raise ValueError("no_repeat_ngram_size: not offered by the vllm engine (set it to 0)")
+        B = src.shape[0]
+
+        def row(values, i, default):
+            return default if values is None else values[i].item()
+
+        params = [self.sampling_params(
+            int(max_len[i]), temperature=float(temperature[i]), top_p=float(row(top_p, i, 1.0)),
+            top_k=int(top_k[i]) or -1, seed=None if generators[i] is None else generators[i].initial_seed() % 2**31,
+            repetition_penalty=float(row(repetition_penalty, i, 1.0)),
+            presence_penalty=float(row(presence_penalty, i, 0.0)),
+            frequency_penalty=float(row(frequency_penalty, i, 0.0))) for i in range(B)]
+        prompts = [TokensPrompt(prompt_token_ids=ids) for ids in self.prompts(src, src_len)]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        rows = [(list(c.token_ids), self.token_logprobs(c)) for out in outputs for c in out.outputs]
+        return completions_output(rows, self.pad_id, src.device)
 
     def generate(self, src, src_len, max_len, *, n=1, temperature=1.0, top_p=1.0, seed=None) -> SampleOutput:
         from vllm.inputs import TokensPrompt

@@ -20,7 +20,7 @@ from rayseq.export import main as export_main
 from rayseq.export import policy_of
 from rayseq.tasks import make_task
 from tests.hf.test_hf_training import hf_config
-from tests.hf.test_hf_trl import TEMPLATE
+from tests.hf.test_hf_trl import math_jsonl
 
 # MLE only, long enough for the tiny GPT-2 to answer with the data's digits
 MLE = ["task.name=pairs", "task.test_size=100", "task.val_size=4", "train.pretrain_iters=80",
@@ -45,33 +45,6 @@ print(json.dumps(replies))
 """
 
 
-@pytest.fixture(scope="module")
-def chat_hf_dir(hf_dir, tmp_path_factory):
-    """The tiny GPT-2 whose tokenizer has a ChatML-shaped chat template."""
-    import shutil
-
-    from transformers import AutoTokenizer
-
-    out = tmp_path_factory.mktemp("chat") / "tiny-chat"
-    shutil.copytree(hf_dir, out)
-    tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
-    tok.chat_template = TEMPLATE
-    tok.save_pretrained(out)
-    return out
-
-
-def qa_jsonl(path, conversational: bool):
-    rows = []
-    for a in range(8):
-        for b in range(6):
-            q = f"what is {a} plus {b}?"
-            prompt = [{"role": "system", "content": "answer briefly"}, {"role": "user", "content": q}] \
-                if conversational else q
-            rows.append({"prompt": prompt, "completion": f"{a + b} it is"})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
 def standard_replies(folder, conversations: list, max_new: int) -> list[str]:
     out = subprocess.run([sys.executable, "-c", STANDARD_WAY, str(folder), str(max_new)],
                          input=json.dumps(conversations), capture_output=True, text=True, timeout=600)
@@ -81,7 +54,7 @@ def standard_replies(folder, conversations: list, max_new: int) -> list[str]:
 
 @pytest.mark.parametrize("conversational", [True, False], ids=["chat-template", "text-prompts"])
 def test_exported_policy_answers_the_standard_way(tmp_path, hf_dir, chat_hf_dir, conversational):
-    prepare(f"jsonl:{qa_jsonl(tmp_path / 'qa.jsonl', conversational)}", tmp_path / "data",
+    prepare(f"jsonl:{math_jsonl(tmp_path / 'qa.jsonl', conversational, size=(8, 6), replies=True)}", tmp_path / "data",
             PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.4, max_tgt_len=8, seed=0))
     model_dir = chat_hf_dir if conversational else hf_dir
     cfg = hf_config(tmp_path / "data", model_dir, run_dir=tmp_path / "run", tiny=MLE)

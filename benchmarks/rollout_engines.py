@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -291,12 +292,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bucket-mb", type=float, default=64.0)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args(argv)
-    gen = generate_part(args) if args.part in ("generate", "both") else []
+    gen = []
+    if args.part in ("generate", "both"):
+        if len(args.models) == 1:
+            gen = generate_part(args)
+        else:  # one process per model: a process's vLLM engines share its global parallel state, torn down with them
+            for name in args.models:
+                with tempfile.TemporaryDirectory() as tmp:
+                    cmd = [sys.executable, __file__, "--part", "generate", "--models", name, "--out", tmp,
+                           "--rows", *map(str, args.rows), "--groups", *map(str, args.groups),
+                           "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats),
+                           "--torch-threads", str(args.torch_threads)]
+                    subprocess.run(cmd, check=True)
+                    gen += json.loads((Path(tmp) / "rollout_engines.json").read_text())["generate"]
     sync = sync_part(args) if args.part in ("sync", "both") else []
     from benchmarks._report import write_report
 
     old = {}
-    if (args.out / "rollout_engines.json").exists():  # a part run alone keeps the other part's figures
+    # a part run alone keeps the other part's figures
+    if (args.out / "rollout_engines.json").exists() and args.part != "both":
         old = json.loads((args.out / "rollout_engines.json").read_text())
     gen, sync = gen or old.get("generate", []), sync or old.get("sync", [])
     write_report(args.out, "rollout_engines", table(gen, sync), {"generate": gen, "sync": sync, "args": {

@@ -275,6 +275,18 @@ class RolloutConfig(_Section):
         "still logged: rollout/logp_diff_*, rollout/engine_kl).",
     )
     tis_cap: float = Field(2.0, gt=0, description="Truncated importance sampling: the cap C of min(ρ_engine, C).")
+    weight_sync: Literal["object_store", "collective"] = Field(
+        "object_store", description="How new weights reach the rollout workers under Ray: object_store = one packed "
+        "copy per version in the object store, which each worker pulls; collective = the learner broadcasts the "
+        "generator's weights over a gloo group (ray.util.collective) in the model dtype, in buckets "
+        "(rollout.weight_bucket_mb), each worker checking their checksum; a failed broadcast falls back to the object "
+        "store for that version and the group is rebuilt (rayseq.distributed.weight_sync). Not yet proven: recovery "
+        "from a worker lost while the group is in use (a test of it stalls), hence not the default.",
+    )
+    weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")
+    weight_sync_timeout_s: float = Field(
+        60.0, gt=0, description="rollout.weight_sync=collective: how long a member waits in a broadcast for the others "
+        "(a lost worker: then that version goes through the object store and the group is rebuilt).")
 
     @field_validator("resources_per_worker")
     @classmethod
@@ -470,6 +482,9 @@ class RunConfig(_Section):
         if self.rollout.engine != "builtin" and self.model.arch != "hf":
             raise ValueError(f"rollout.engine={self.rollout.engine} samples Hugging Face policies (model.arch=hf), not "
                              f"model.arch={self.model.arch}; use rollout.engine=builtin")
+        if self.rollout.weight_sync == "collective" and self.rollout.num_workers == 0:
+            raise ValueError("rollout.weight_sync=collective: the workers are Ray actors (rollout.num_workers >= 1); "
+                             "in-process the weights are loaded directly")
         if self.rollout.engine_kwargs and self.rollout.engine == "builtin":
             raise ValueError("rollout.engine_kwargs: read only by rollout.engine=vllm")
         if self.model.arch == "hf":

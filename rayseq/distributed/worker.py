@@ -44,6 +44,7 @@ class RolloutWorker:
         self.modules: dict = {}
         self.version = -1
         self.loads = 0  # weight loads (one per version)
+        self.collective_loads = 0  # of them, received over the weights group (rollout.weight_sync=collective)
 
     def pid(self) -> int:
         return os.getpid()
@@ -53,6 +54,7 @@ class RolloutWorker:
         checksum = float(sum(p.detach().double().sum() for p in self.generator.parameters()))
         return {
             "pid": os.getpid(), "version": self.version, "loads": self.loads, "checksum": checksum,
+            "collective_loads": self.collective_loads,
             "placement_group": placement_group_id(), **self.engine_stats(),
         }
 
@@ -78,6 +80,23 @@ class RolloutWorker:
             self.version = version
             self.loads += 1
         return self.version
+
+    def receive_weights(self, group_name: str, version: int, bucket_bytes: int, join: bool = False) -> None:
+        """Weights ``version`` broadcast by the learner over ``group_name`` (``rollout.weight_sync=collective``,
+        :mod:`rayseq.distributed.weight_sync`), checked against its checksum and loaded."""
+        from rayseq.distributed import weight_sync
+
+        if self._held:
+            raise ValueError(f"rollout.weight_sync=collective carries the generator alone; algo.name="
+                             f"{self.cfg.algo.name} keeps {sorted(self._held)} on the workers too: use object_store")
+        state = weight_sync.receive(self.generator.state_dict(), group_name, bucket_bytes, join)
+        self.set_weights({"generator": state}, version)
+        self.collective_loads += 1
+
+    def leave_weight_group(self, group_name: str) -> None:
+        from rayseq.distributed import weight_sync
+
+        weight_sync.leave(group_name)
 
     # -- the Ray groups' calls: (data, small info) as two return objects; the data goes on by reference to the
     # scorer or the learner, the driver reads the info only (rayseq.distributed.handles). The weights travel with

@@ -19,15 +19,43 @@ def _gpu_name() -> str | None:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else None
 
 
+def _cpu_name() -> str | None:
+    """The CPU's model name (Linux), so that CPU timings say what they were taken on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _commit() -> str | None:
+    """The repository's commit (with ``+dirty`` for uncommitted changes), or None outside a git checkout."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def write_report(out: Path, name: str, table: str, payload: dict) -> None:
-    """Print ``table``; write ``out/name.md`` and ``out/name.json`` (payload + command, date, machine)."""
+    """Print ``table``; write ``out/name.md`` and ``out/name.json`` (payload + command, commit, date, machine)."""
     print(table)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(table + "\n")
     meta = {
         "command": " ".join(sys.argv),
+        "commit": _commit(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "gpu": _gpu_name()},
+                    "cpu": _cpu_name(), "gpu": _gpu_name()},
     }
     (out / f"{name}.json").write_text(json.dumps({**payload, **meta}, indent=2) + "\n")

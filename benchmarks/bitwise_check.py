@@ -1,7 +1,7 @@
 """Refactor guard: short in-process runs of several configurations, their metrics and a SHA-256 of every tensor
 of the final checkpoint, written to a folder; ``--compare A B`` says which configurations are bit-identical.
 
-Same seed -> same metrics and weights is the promise of a refactor (STYLE.md, issue 26). Timings (``time/*``)
+Same seed -> same metrics and weights is the promise of a refactor. Timings (``time/*``)
 and the run's wall clock differ from run to run and are left out; everything else is compared exactly.
 
     PYTHONPATH=$PWD python benchmarks/bitwise_check.py --out /tmp/before            # on the old code

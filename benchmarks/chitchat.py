@@ -48,10 +48,11 @@ ERPO = {"pretrained": 26.44, "raml": 27.22, "spg": 26.62, "mixer": 26.53, "sched
         "erpo_interpolation": 27.82}  # Tan et al. Table 1 (IWSLT'14 BLEU; their MLE is trained to convergence)
 KEYS = ["test/bleu2", "test/sentence_bleu2", "test/distinct1", "test/distinct2", "test/self_bleu2", "test/reply_len",
         "test/distinct_replies", "test/unk_replies"]
-# Issue 31's goal for an RL row against the pretrained model it starts from, per seed and on the mean
+# The chatbot's goal for an RL row against the pretrained model it starts from, per seed and on the mean: gain
+# BLEU-2 without giving up the pretrained model's diversity or the variety of its everyday replies
 GOAL_GAIN, GOAL_EVERYDAY = 1.0, 15  # BLEU-2 gain at least; distinct replies to the 20 everyday messages at least
 HEDGE = "not sure"  # the MLE models' template on everyday messages ("I'm not sure."): counted, not judged
-# 20 varied everyday messages (issue 31's goal: at least 15 distinct greedy replies to them)
+# 20 varied everyday messages (the goal: at least 15 distinct greedy replies to them)
 EVERYDAY = (
     "Hi! How was your weekend?", "I'm thinking of making pasta for dinner tonight.",
     "My cat keeps waking me up at 5am, any advice?", "Do you like rainy days?",
@@ -223,13 +224,13 @@ def rl_iteration(run_dir: Path, summary: dict, iteration: int) -> int:
 
 
 def goal_table(runs: dict, algos: list[str], seeds: list[int], split: str = "test") -> str:
-    """Issue 31's goal seed by seed for each row (``runs``: the report's JSON ``runs``): BLEU-2 gain ≥ GOAL_GAIN over
+    """The chatbot's goal seed by seed for each row (``runs``: the report's JSON ``runs``): BLEU-2 gain ≥ GOAL_GAIN over
     the seed's pretrained model, distinct-2 at least its, no ``<unk>`` in a greedy reply (held-out or everyday), at
     least GOAL_EVERYDAY distinct replies to the everyday messages; ✓/✗ per criterion, and on the means."""
     def mark(ok: bool) -> str:
         return "✓" if ok else "✗"
 
-    lines = [f"Issue 31's goal, seed by seed ({split} inputs; ✓ met): BLEU-2 gain ≥ +{GOAL_GAIN:.1f}, distinct-2 at "
+    lines = [f"The chatbot's goal, seed by seed ({split} inputs; ✓ met): BLEU-2 gain ≥ +{GOAL_GAIN:.1f}, distinct-2 at "
              f"least the pretrained model's, no <unk> in a greedy reply, ≥ {GOAL_EVERYDAY} distinct replies to the "
              f"{len(EVERYDAY)} everyday messages; \"{HEDGE}\" counts everyday replies with the MLE template.", "",
              f"| row | seed | {split} BLEU-2: pretrained → row (gain) | distinct-2 | <unk> replies | distinct / "

@@ -13,7 +13,7 @@ Run book (from the repository root)
   python benchmarks/counting.py --report-only        # redo tables and plots from the existing runs
   python benchmarks/counting.py --config tune_configs/seqgan_counting.yaml --pretrain-once \
       --algos seqgan seqgan_ppo seqgan_ppo_dynamic --out benchmarks/results/counting_seqgan \
-      --notes benchmarks/results/counting_seqgan/findings.md      # Table 1's SeqGAN block (its YAML's header)
+      --notes benchmarks/results/counting_seqgan/FINDINGS.md      # Table 1's SeqGAN block (its YAML's header)
 A run whose directory already holds a finished run of the same resolved config is kept, not rerun (--fresh reruns
 everything): an interrupted benchmark, or one given more --algos or --seeds, trains only what is missing or changed.
 The check compares configs, not code: after changing training code, pass --fresh.
@@ -551,8 +551,9 @@ def write_report(args, overrides, runs, failures, suffix, quick) -> str:
         "",
         f"Plots: `counting{suffix}_learning_curves.png` (Fig. 1), `counting{suffix}_y1_n5.png` (Fig. 2).",
     ]
-    if getattr(args, "notes", None):  # the benchmark's findings, written by hand beside the measured tables
-        md += ["", Path(args.notes).read_text().rstrip()]
+    if getattr(args, "notes", None):  # the findings, written by hand beside the report: linked, not copied
+        link = os.path.relpath(Path(args.notes).resolve(), Path(args.out).resolve()).replace(os.sep, "/")
+        md += ["", f"Findings: [{Path(args.notes).name}]({link})"]
     if failures:
         md += ["", "## Failed runs", ""] + [f"- {f['algo']} seed {f['seed']}: {f['error']}" for f in failures]
     (out / f"counting{suffix}.md").write_text("\n".join(md) + "\n")
@@ -626,7 +627,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--fresh", action="store_true",
                    help="rerun every run; by default a run whose directory holds a finished run of the same resolved "
                         "config is kept")
-    p.add_argument("--notes", default=None, help="a Markdown file appended to the report (the findings)")
+    p.add_argument("--notes", default=None, help="the findings file beside the report, which the report links")
     p.add_argument("--pretrain-once", action="store_true",
                    help="pretrain once per seed (train.iters=0, the first algorithm: MLE, and D for SeqGAN) and start "
                         "every algorithm from it (train.init_from); wall times then exclude pretraining")

@@ -12,7 +12,7 @@ Run book (from the repository root)
   python benchmarks/dynamic_sampling.py                     # 2 seeds x {grpo, grpo + dynamic sampling}, 80 iterations
   python benchmarks/dynamic_sampling.py --report-only       # tables and plots again from the runs
 
-Time on the 2-core development machine (2 runs at a time, in-process): ~3-5 min at load 2-4.
+Time on a 2-core machine (2 runs at a time, in-process): ~3-5 min.
 
 Outputs in ``--out`` (default benchmarks/results): dynamic_sampling.md (table), dynamic_sampling.json (every
 per-seed figure, command, machine), dynamic_sampling.png (validation reward against updates and against sampled
@@ -115,7 +115,7 @@ def report(dirs: dict, seeds: list[int], out: Path, overrides: list[str], load_a
         f"Command: `python benchmarks/dynamic_sampling.py {' '.join(sys.argv[1:])}`; settings `{budget}`; "
         f"dynamic sampling `algo.max_resample_rounds=4`. Both runs of a seed start from the same MLE-pretrained model "
         f"and sample `train.batch_size` replies per round. Runs in-process, 1 torch thread, 2 at a time on a 2-core "
-        f"machine; load average before / after: {load_avg[0]:.1f} / {load_avg[1]:.1f} (other jobs shared it).",
+        f"machine; load average before / after: {load_avg[0]:.1f} / {load_avg[1]:.1f}.",
         "",
         f"Target: plain GRPO's `{METRIC}` after its whole budget (per seed). 'to target' = the first validation "
         "(every 5 iterations, after the start) at which the run has reached it: updates, prompts sampled, seconds of "

@@ -21,8 +21,8 @@ in-process wall with half its sampling (two workers share it) plus Ray's floor, 
 (measured here too, with nothing else running): what the row would be if the hops cost what they cost alone.
 
 Ray starts its worker processes at nice 15; here they run at nice 0 (``RAY_worker_niceness``, as
-``benchmarks/rollout_throughput.py``), like this process and the in-process rows: on a machine shared with other
-work the figures then measure Ray's calls, not the OS scheduler's preference.
+``benchmarks/rollout_throughput.py``), like this process and the in-process rows: where other processes compete for
+the cores the figures then measure Ray's calls, not the OS scheduler's preference.
 
 ``--repeats R`` runs every row R times, interleaved (repeat 1 of every row, then repeat 2), and reports the median
 over repeats. ``--compare-with DIR`` also runs this script on DIR's rayseq (another checkout, e.g. the code

@@ -1,5 +1,5 @@
 """RLlib's PPO as a peer: RLlib PPO against rayseq's PPO and PPO-dynamic on counting, same model, same start,
-same number of sampled replies (issue 17 item 3).
+same number of sampled replies.
 
 Run book (from the repository root)
   python benchmarks/rllib_peer.py                    # 3 seeds, all methods, one run at a time (15 min, 2 cores)

@@ -34,8 +34,8 @@ machine measure the scheduler, not the code (below, at the imports).
 Command   python benchmarks/rollout_throughput.py [--repeats 3] [--loop-repeats 3] [--json PATH] [--no-ray]
               [--ray-layouts 1x1 2x1 2x2]
           python benchmarks/rollout_throughput.py --quick   # smoke test: B=8, N=4, V=500, small D, 1 Ray layout
-Time      about 9 minutes on a 2-core machine (measured at load 9-27: the plain loop ~40 s per run, the other rows
-          ~8 s; Ray start-up ~45 s); --quick ~50 s.
+Time      about 9 minutes on a 2-core machine (the plain loop ~40 s per run, the other rows ~8 s; Ray start-up
+          ~45 s); --quick ~50 s.
 Writes    benchmarks/results/rollout_throughput.md and .json (--quick: rollout_throughput_quick.*;
           --json PATH: PATH and PATH with suffix .md)
 """
@@ -78,7 +78,7 @@ QUICK_D = ["disc.emb_dim=16", "disc.filter_sizes=[1,2,3,5]", "disc.num_filters=[
 CPU_PER_ACTOR = 0.5
 LEARNER_CPUS = 0.5  # idle while mc_q runs (weights are synced before timing)
 SEED = 0
-TARGET = 6.0  # issue 16: the best batched row at least 6x the fastest plain loop
+TARGET = 6.0  # the best batched row should be at least 6x the fastest plain loop
 
 
 def overrides(s: dict, quick: bool) -> list[str]:
@@ -289,7 +289,7 @@ def report(rows: list[Row], s: dict, args, ray_rows: RayRows | None, inproc: InP
         f"B = {B} sequences, T = {T}, N = {N} rollouts, V = {V:,}, LSTM G emb 32 / hidden 32, CNN D "
         f"{'(small)' if args.quick else '(paper size: 12 filter sizes, 1,720 features)'}: {n_cont:,} continuations "
         f"and {n_tok:,} sampled tokens per update. Seconds per update (the whole Q (B, T)). "
-        f"{os.cpu_count()} CPU cores shared with other users (load average {load['before']:.1f} before, "
+        f"{os.cpu_count()} CPU cores (load average {load['before']:.1f} before, "
         f"{load['after']:.1f} after), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; rows interleaved "
         f"round-robin, {args.repeats} timed runs per row after one "
         f"warm-up (plain loop: {args.loop_repeats} runs, warm-up with N = 1).",

@@ -71,7 +71,7 @@ from rayseq.train import load_config_data  # noqa: E402
 TASKS = {
     "counting": (None, [], ("time/sample_s",)),
     # the file's schedule as the published table measured it (N = 16, 1 epoch on 5,000 negatives per d-step); the
-    # file now trains D at SeqGAN's budget per d-step (issue 32), which only lengthens the iteration's d-step
+    # file now trains D at SeqGAN's budget per d-step, which only lengthens the iteration's d-step
     "seqgan": ("tune_configs/seqgan_counting.yaml",
                ["disc.pretrain_steps=0", "algo.mc_rollouts=16", "disc.epochs=1", "disc.num_negatives=5000"],
                ("time/rollout_s", "time/mc_total_s")),

@@ -13,13 +13,13 @@ discriminator D on a fixed probe set of VALIDATION inputs (never test):
 - the sampled precision on the probe set and the y1 distribution (total variation to the truth, mean over N);
 - from the run's own metrics: D's training accuracy / D(real) / D(fake) of each d-step, val/precision.
 
-Run book (from the repository root; times measured on the 2-core machine at load 20-25, i.e. ~5% of a core each)
+Run book (from the repository root; times on the 2-core machine with other runs beside these, so shorter alone)
   python benchmarks/seqgan_counting_diagnostics.py --pretrain-only --variants short wide_d   # 2 x 30 min
-      # the issue's start (MLE 1000 + 10 d-steps) with its short D and with a wide one, probed: diag_runs/pre-*/
+      # the short schedule's start (MLE 1000 + 10 d-steps), its D and a wide one, probed: diag_runs/pre-*/
   python benchmarks/seqgan_counting_diagnostics.py --disc-study diag_runs/pre-XXXX-s0/checkpoints/ckpt_00001010.pt \
       --disc-steps 15 --disc-settings "short, l2 0"          # D alone on that generator, ~20 min per setting
   python benchmarks/seqgan_counting_diagnostics.py --disc-study CKPT --disc-steps 20 \
-      --disc-settings "short, paper budget"   # the paper's 10,000 + 10,000 pairs x 3 epochs a d-step: 384 s at load 3
+      --disc-settings "short, paper budget"   # the paper's 10,000 + 10,000 pairs x 3 epochs a d-step: 384 s
   python benchmarks/seqgan_counting_diagnostics.py --disc-sanity  # D against wrong-on-purpose negatives, ~10 min
   python benchmarks/seqgan_counting_diagnostics.py --variants short baseline --seeds 0 1   # adversarial runs, probed
   python benchmarks/seqgan_counting_diagnostics.py --report-only         # table and plot from the JSON files
@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 BASE = ["task.name=counting", "rollout.num_workers=0", "progress=false", "train.eval_every=20"]
-# the issue's shortened schedule (benchmarks/results/counting_seqgan before the fix)
+# the shortened schedule under which D learns nothing (benchmarks/results/counting_seqgan/FINDINGS.md, sections 1-8)
 SHORT = ["disc.emb_dim=32", "disc.filter_sizes=[1,2,3,4,5]", "disc.num_filters=[32,32,32,32,32]",
          "disc.pretrain_steps=10", "disc.d_steps=1", "disc.epochs=1", "disc.num_negatives=2000", "disc.lr=1e-3",
          "algo.mc_rollouts=8", "train.iters=60"]
@@ -53,7 +53,7 @@ SHORT = ["disc.emb_dim=32", "disc.filter_sizes=[1,2,3,4,5]", "disc.num_filters=[
 WIDE_D = ["disc.filter_sizes=[1,2,3,4,5,10,15]", "disc.num_filters=[32,32,32,32,32,64,64]"]
 BASELINE = ["algo.use_baseline=true"]  # Tuan et al. Supp. C: A_t = Q_t − b(s_t), b trained as Ranzato et al.
 VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "short": ("seqgan", SHORT),  # the issue's run
+    "short": ("seqgan", SHORT),  # the short schedule
     "baseline": ("seqgan", [*SHORT, *BASELINE]),
     "wide_d_baseline": ("seqgan", [*SHORT, *WIDE_D, *BASELINE]),
     "short_ppo_dynamic": ("seqgan_ppo_dynamic", SHORT),
@@ -291,7 +291,7 @@ def plot(results: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS)[:4], choices=list(VARIANTS),
-                    help="default: the first four (the issue's run, the baseline, the wide D, PPO-dynamic)")
+                    help="default: the first four (the short schedule, the baseline, the wide D, PPO-dynamic)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--probe", type=int, default=1000, help="probe inputs (the first of the validation set)")
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- D alone: can the discriminator learn what is correct, and what stops it -----------------------------------------
-DISC_SETTINGS = {  # disc.* overrides on the issue's short D (SHORT), trained from scratch on one pretrained G
+DISC_SETTINGS = {  # disc.* overrides on the short D (SHORT), trained from scratch on one pretrained G
     "short (issue)": [],
     "short, l2 0": ["disc.l2_reg=0"],
     "wide": WIDE_D,
@@ -445,7 +445,7 @@ def disc_table(study: dict) -> str:
 
 
 def disc_sanity(steps: int = 300, seed: int = 0) -> list[dict]:
-    """Can the issue's D (short, no L2) learn the counting rule at all? It is trained for ``steps`` minibatches of
+    """Can the short D (no L2) learn the counting rule at all? It is trained for ``steps`` minibatches of
     32 + 32 against negatives made wrong on purpose: the whole reply random, y2 ≠ x_t, or y3 ≠ N − t; then its
     accuracy on 1,000 + 1,000 fresh pairs."""
     import numpy as np

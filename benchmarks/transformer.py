@@ -34,7 +34,7 @@ interleaved round-robin, 1 torch thread unless said):
 
 Command   python benchmarks/transformer.py [--parts counting chitchat decode mc] [--seeds 0 1] [--repeats 3]
           (parts not named keep their figures from the last report: --parts decode mc re-measures those two)
-Time      about 35 minutes on a 2-core machine (counting ≈ 15 of them, chitchat ≈ 15–20: 21 measured at load 2–5).
+Time      about 35 minutes on a 2-core machine (counting ≈ 15 of them, chitchat ≈ 15–20).
 Writes    benchmarks/results/transformer.md, .json and transformer.png
 """
 

@@ -1,20 +1,27 @@
-"""Checkpoints: one ``torch.save`` dict of plain tensors/containers, loadable with ``weights_only=True``.
+"""Checkpoints: ``torch.save`` dicts of plain tensors/containers, loadable with ``weights_only=True``.
 
-Layout: ``<run_dir>/checkpoints/ckpt_<iteration:08d>.pt``; the run directory may be a local path or
-any pyarrow.fs URI (:class:`rayseq.storage.RunStore`). Written atomically (temporary name, then a
-move), so a crash never leaves a half-written checkpoint; the last ``keep`` are kept.
+Layout: ``<run_dir>/checkpoints/ckpt_<iteration:08d>.pt`` and the files beside it that belong to it; the run directory
+may be a local path or any pyarrow.fs URI (:class:`rayseq.storage.RunStore`). Every file is written atomically
+(a temporary name then a rename; an object store's upload is atomic by itself), so a crash never leaves a half-written
+file; the last ``keep`` checkpoints are kept.
 
-A payload with ``weights_format: safetensors`` (a policy class that declares it: ``model.arch=hf``) has the trained
-generator weights (``learner.generator``: all of them, or the LoRA adapters) written beside it as
-``ckpt_<iteration:08d>.safetensors`` — the format Hugging Face tools read — and the ``.pt`` holds the rest with
-``learner.generator = {"safetensors": <file name>}``; :func:`load_checkpoint` puts the weights back. The
-``.safetensors`` is written first, so a ``.pt`` never exists without its weights.
+A checkpoint is written by the processes that hold its parts (:data:`FORMAT`): the learner writes its own state —
+the trained generator weights in ``ckpt_N.learner/generator.pt`` (beside the head as ``ckpt_N.safetensors``, the format
+Hugging Face tools read, for a policy class that declares ``weights_format = "safetensors"``: ``model.arch=hf``) and
+the rest of the learner's state (baseline, optimizers, the algorithm's modules, RNG) in ``ckpt_N.learner/state.pt``
+(:func:`write_learner_state`; a sharded learner's modules and optimizers in ``ckpt_N.learner/dcp/``) —
+then the driver writes the head ``ckpt_N.pt``: the config, the task, its own state and the names of the learner's
+files (:func:`save_checkpoint`). No model or optimizer byte passes through the driver. :func:`load_checkpoint`
+assembles the parts into one dict (``learner``: the learner's state dict); ``training_state=False`` reads the
+weights alone (serving, export). A checkpoint written before learners wrote their own state (one ``.pt`` holding the
+learner's state, weights maybe in ``.safetensors``) loads the same way.
 
 Atomic writes do not protect a file damaged later (a truncated copy between machines, bit rot on shared storage):
-each checkpoint's SHA-256 (and its ``.safetensors``') is recorded in ``ckpt_<iteration:08d>.sha256`` (the format of
-``sha256sum``, so ``sha256sum -c`` checks it too), written before the ``.pt``, and verified before the file is
-unpickled. Loading a run directory takes its newest checkpoint that loads: a damaged one is named in a warning and
-the previous one is tried (:func:`load_latest`); when none loads, one line names every file tried.
+each file's SHA-256 is recorded in ``ckpt_<iteration:08d>.sha256`` (the format of ``sha256sum``, so ``sha256sum -c``
+checks it too), written before the head, and verified before a file is unpickled. The head is written last: a
+checkpoint exists once its head does. Loading a run directory takes its newest checkpoint that loads: a damaged one is
+named in a warning and the previous one is tried (:func:`load_latest`); when none loads, one line names every file
+tried.
 
 An exported built-in generator (``python -m rayseq.export``: ``config.json`` with ``format`` :data:`EXPORT_FORMAT`,
 ``vocab.json``, ``model.safetensors``) loads as a checkpoint too: :func:`resolve_checkpoint` of its folder names its
@@ -37,6 +44,7 @@ from rayseq.storage import RunStore
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
 CKPT_DIR = "checkpoints"
 EXPORT_FORMAT = "rayseq-export-v1"  # config.json of an exported built-in generator (rayseq.export)
+FORMAT = "rayseq-checkpoint-v2"  # a head whose learner state is in files the learner wrote (module docstring)
 
 
 class CheckpointError(ValueError):
@@ -56,12 +64,92 @@ def _store(run_dir: str | os.PathLike | RunStore) -> RunStore:
     return run_dir if isinstance(run_dir, RunStore) else RunStore(run_dir)
 
 
-def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2) -> str:
-    """Write ``payload`` as the checkpoint of ``iteration``; returns its location."""
+def checkpoint_stem(iteration: int) -> str:
+    """``ckpt_<iteration:08d>``: what every file of the checkpoint of ``iteration`` is named after."""
+    return f"ckpt_{iteration:08d}"
+
+
+def learner_folder(stem: str) -> str:
+    """``<stem>.learner``: the folder of a checkpoint's learner files (beside its head, which alone matches
+    ``ckpt_*.pt``)."""
+    return f"{stem}.learner"
+
+
+def _to_cpu(value):
+    """``value`` (nested dicts/lists of tensors) with every tensor detached and on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "torch") -> dict:
+    """Write a learner's state (:meth:`rayseq.distributed.learner.Learner.state_dict`) into the run's checkpoints,
+    on the CPU: the generator's weights (``<stem>.safetensors`` or ``<stem>.learner/generator.pt``) and the rest
+    (``<stem>.learner/state.pt``; a sharded learner's modules and optimizers are in ``<stem>.learner/dcp/``, written
+    by every rank: :func:`write_directory`). Returns what the head records: ``{"generator": file, "state": file,
+    "files": {file: SHA-256}}``."""
     store = _store(run_dir)
-    name = f"ckpt_{iteration:08d}.pt"
-    digests = []  # lines of ckpt_N.sha256: "<hex>  <file name>"
-    if payload.get("weights_format") == "safetensors":
+    state = dict(state)
+    weights = _to_cpu(state.pop("generator"))
+    files = {}
+    if weights_format == "safetensors":
+        from safetensors.torch import save
+
+        gen_name = f"{stem}.safetensors"
+        data = save({k: v.contiguous() for k, v in weights.items()}, metadata={"format": "pt"})
+        files[gen_name] = store.write_file(f"{CKPT_DIR}/{gen_name}", lambda f: f.write(data))[0]
+    else:
+        gen_name = f"{learner_folder(stem)}/generator.pt"
+        files[gen_name] = store.write_file(f"{CKPT_DIR}/{gen_name}", lambda f: torch.save(weights, f))[0]
+    state_name = f"{learner_folder(stem)}/state.pt"
+    state = _to_cpu(state)
+    files[state_name] = store.write_file(f"{CKPT_DIR}/{state_name}", lambda f: torch.save(state, f))[0]
+    return {"generator": gen_name, "state": state_name, "files": files}
+
+
+def write_directory(run_dir, rel: str, local: str | os.PathLike) -> dict:
+    """Copy the files of a local directory (a rank's shards of ``torch.distributed.checkpoint``) to ``<checkpoints>/
+    <rel>/`` in the run directory; returns ``{"<rel>/<file>": SHA-256}``."""
+    from pathlib import Path
+
+    store = _store(run_dir)
+    out = {}
+    for f in sorted(Path(local).iterdir()):
+        if f.is_file():
+            name = f"{rel}/{f.name}"
+            with f.open("rb") as src:
+                out[name] = store.write_file(f"{CKPT_DIR}/{name}", lambda dst, src=src: _copy(src, dst))[0]
+    return out
+
+
+def read_directory(location: str, local: str | os.PathLike) -> None:
+    """The files of a checkpoint's directory (``location``: its path or URI) into the local directory ``local``."""
+    from pathlib import Path
+
+    store = RunStore(location)
+    for name in store.listdir():
+        with store.fs.open_input_stream(store.path(name)) as src, (Path(local) / name).open("wb") as dst:
+            _copy(src, dst)
+
+
+def _copy(src, dst, chunk: int = 1 << 24) -> None:
+    while block := src.read(chunk):
+        dst.write(block)
+
+
+def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2, files: dict | None = None) -> str:
+    """Write the head ``payload`` as the checkpoint of ``iteration`` and keep the last ``keep``; returns its
+    location. ``files``: ``{file: SHA-256}`` of the files the learner wrote for it (:func:`write_learner_state`),
+    recorded with the head's digest; without them, ``payload["learner"]`` holds the learner's state itself (its
+    weights then written beside it as safetensors when ``payload["weights_format"]`` says so)."""
+    store = _store(run_dir)
+    name = f"{checkpoint_stem(iteration)}.pt"
+    digests = [f"{digest}  {file}" for file, digest in (files or {}).items()]  # lines of ckpt_N.sha256
+    if files is None and payload.get("weights_format") == "safetensors":
         from safetensors.torch import save
 
         weights = name.removesuffix(".pt") + ".safetensors"
@@ -74,14 +162,26 @@ def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2) -> st
     torch.save(payload, buf)
     data = buf.getvalue()
     digests.append(f"{_sha256(data)}  {name}")
-    store.write_text(f"{CKPT_DIR}/{_digest_name(name)}", "\n".join(digests) + "\n")  # before the .pt it checks
+    store.write_text(f"{CKPT_DIR}/{_digest_name(name)}", "\n".join(digests) + "\n")  # before the head it checks
     store.write_bytes(f"{CKPT_DIR}/{name}", data)
     for old in list_checkpoints(store)[:-keep]:
         old_name = old.rsplit("/", 1)[-1]
-        store.delete(f"{CKPT_DIR}/{old_name}")
-        store.delete(f"{CKPT_DIR}/{old_name.removesuffix('.pt')}.safetensors")  # nothing there unless it has one
-        store.delete(f"{CKPT_DIR}/{_digest_name(old_name)}")
+        for file in checkpoint_files(store.display(CKPT_DIR), old_name):
+            store.delete(f"{CKPT_DIR}/{file}")
+        store.delete_dir(f"{CKPT_DIR}/{learner_folder(old_name.removesuffix('.pt'))}")
     return store.display(CKPT_DIR, name)
+
+
+def checkpoint_files(folder, name: str) -> list[str]:
+    """The files of checkpoint ``name`` (``ckpt_N.pt``) in ``folder`` (the one that holds it: a run's
+    ``checkpoints/``): those its ``.sha256`` lists, the ``.sha256`` and the head (a checkpoint written before digests
+    were recorded: the head and its weights)."""
+    store = _store(folder)
+    stem = name.removesuffix(".pt")
+    listed = [f for f in _recorded_digests(store, name) if f != name]
+    if not listed and store.exists(f"{stem}.safetensors"):
+        listed = [f"{stem}.safetensors"]
+    return [*listed, _digest_name(name), name]
 
 
 def list_checkpoints(run_dir) -> list[str]:
@@ -124,6 +224,20 @@ def _recorded_digests(store: RunStore, name: str) -> dict[str, str]:
     return out
 
 
+def _check_stream(store: RunStore, name: str, recorded: dict[str, str]) -> None:
+    """``name``'s SHA-256 against the recorded one, read in blocks (a large file is never held whole)."""
+    digest = hashlib.sha256()
+    try:
+        with store.fs.open_input_stream(store.path(name)) as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    except OSError as exc:
+        raise CheckpointError(f"{store.display(name)}: cannot be read ({exc})") from None
+    if digest.hexdigest() != recorded[name]:
+        raise CheckpointError(f"{store.display(name)} is damaged: its SHA-256 differs from the one recorded when it "
+                              "was written (the .sha256 beside it)")
+
+
 def _read_verified(store: RunStore, name: str, recorded: dict[str, str]) -> bytes:
     try:
         data = store.read_bytes(name)
@@ -136,33 +250,54 @@ def _read_verified(store: RunStore, name: str, recorded: dict[str, str]) -> byte
     return data
 
 
-def _load_file(path: str, map_location="cpu") -> dict:
-    """One checkpoint file, its recorded SHA-256 checked before it is unpickled. Raises CheckpointError."""
+def _torch_load(store: RunStore, name: str, recorded: dict, map_location):
+    """A torch file of a checkpoint, its recorded SHA-256 checked before it is unpickled."""
+    data = _read_verified(store, name, recorded)
+    try:
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as exc:  # a damaged file written before digests were recorded: torch's own error
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{store.display(name)} does not load: {first}") from None
+
+
+def _load_weights(store: RunStore, name: str, recorded: dict, map_location) -> dict:
+    """The generator's weights: a ``.safetensors`` or a torch file."""
+    if not name.endswith(".safetensors"):
+        return _torch_load(store, name, recorded, map_location)
+    from safetensors.torch import load
+
+    try:
+        weights = load(_read_verified(store, name, recorded))
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"{store.display(name)} does not load: {exc}") from None
+    device = torch.device(map_location) if isinstance(map_location, (str, torch.device)) else None
+    return {k: v.to(device) for k, v in weights.items()} if device else weights
+
+
+def _load_file(path: str, map_location="cpu", training_state: bool = True) -> dict:
+    """One checkpoint (its head ``path``) with its learner's files, each file's recorded SHA-256 checked before it is
+    unpickled: ``learner`` is the learner's state dict (``training_state=False``: the generator's weights alone).
+    Raises CheckpointError."""
     parent, _, name = path.rpartition("/")
     store = RunStore(parent or ".")
     if name == "config.json":
         return _load_export(store, map_location)
     recorded = _recorded_digests(store, name)
-    data = _read_verified(store, name, recorded)
-    try:
-        ck = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-    except Exception as exc:  # a damaged file written before digests were recorded: torch's own error
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{store.display(name)} does not load: {first}") from None
+    ck = _torch_load(store, name, recorded, map_location)
     if not isinstance(ck, dict) or "config" not in ck:
         raise CheckpointError(f"{store.display(name)} is not a rayseq checkpoint")
-    generator = ck.get("learner", {}).get("generator") if isinstance(ck.get("learner"), dict) else None
+    learner = ck.get("learner")
+    if isinstance(learner, dict) and isinstance(learner.get("state"), str):  # the learner's own files
+        ck["learner"] = _torch_load(store, learner["state"], recorded, map_location) if training_state else {}
+        if "dcp" in ck["learner"]:  # a sharded learner's modules and optimizers: where they are
+            ck["learner"]["dcp"] = store.display(ck["learner"]["dcp"])
+        ck["learner"]["generator"] = _load_weights(store, learner["generator"], recorded, map_location)
+        return ck
+    generator = learner.get("generator") if isinstance(learner, dict) else None
     if isinstance(generator, dict) and set(generator) == {"safetensors"}:
-        from safetensors.torch import load
-
-        try:
-            weights = load(_read_verified(store, generator["safetensors"], recorded))
-        except CheckpointError:
-            raise
-        except Exception as exc:
-            raise CheckpointError(f"{store.display(generator['safetensors'])} does not load: {exc}") from None
-        device = torch.device(map_location) if isinstance(map_location, (str, torch.device)) else None
-        ck["learner"]["generator"] = {k: v.to(device) for k, v in weights.items()} if device else weights
+        ck["learner"]["generator"] = _load_weights(store, generator["safetensors"], recorded, map_location)
     return ck
 
 
@@ -195,16 +330,42 @@ def _newest_that(location, check, verb: str):
     raise CheckpointError(f"no checkpoint of {loc} loads; tried: " + "; ".join(tried))
 
 
-def load_latest(location: str | os.PathLike, map_location="cpu") -> tuple[str, dict]:
+def _head(path: str) -> dict:
+    """A checkpoint's head, every file of the checkpoint checked against its recorded SHA-256 first (read in
+    blocks; none but the head unpickled)."""
+    parent, _, name = path.rpartition("/")
+    store = RunStore(parent or ".")
+    if name == "config.json":
+        return _load_export(store, "cpu")
+    recorded = _recorded_digests(store, name)
+    for file in recorded:
+        if file != name:
+            _check_stream(store, file, recorded)
+    ck = _torch_load(store, name, recorded, "cpu")
+    if not isinstance(ck, dict) or "config" not in ck:
+        raise CheckpointError(f"{store.display(name)} is not a rayseq checkpoint")
+    return ck
+
+
+def select_checkpoint(location: str | os.PathLike) -> tuple[str, dict]:
+    """(file, head) of the newest checkpoint of ``location`` whose files all check out (each damaged newer one named
+    in a warning, as :func:`load_latest`): what the driver reads to resume a run, its learners reading their own
+    state (``Learner.restore``). The head of a checkpoint written before learners wrote their own state holds
+    that state too."""
+    return _newest_that(location, _head, "loading")
+
+
+def load_latest(location: str | os.PathLike, map_location="cpu", training_state: bool = True) -> tuple[str, dict]:
     """(file, checkpoint) of ``location``: a checkpoint file is loaded as it is; a run directory (or its
     ``checkpoints/`` folder) gives its newest checkpoint that loads, each damaged newer one named in a warning.
+    ``training_state=False``: the learner's weights without its training state (optimizers, the algorithm's modules).
     Raises FileNotFoundError (no checkpoint) or CheckpointError (one line: every file tried, and why)."""
-    return _newest_that(location, lambda path: _load_file(path, map_location), "loading")
+    return _newest_that(location, lambda path: _load_file(path, map_location, training_state), "loading")
 
 
-def load_checkpoint(location: str | os.PathLike, map_location="cpu") -> dict:
+def load_checkpoint(location: str | os.PathLike, map_location="cpu", training_state: bool = True) -> dict:
     """Load a checkpoint (file, run directory or URI) with ``weights_only=True``: :func:`load_latest`'s."""
-    return load_latest(location, map_location)[1]
+    return load_latest(location, map_location, training_state)[1]
 
 
 def verify_checkpoint(path: str) -> None:
@@ -238,8 +399,10 @@ def set_aside_newer(run_dir, kept: str) -> list[str]:
         name = path.rsplit("/", 1)[-1]
         if name <= kept_name:
             continue
-        stem = name.removesuffix(".pt")
-        for file in (name, f"{stem}.safetensors", f"{stem}.sha256"):
+        # the head and its digests (small); its other files too on a filesystem (an object store would copy them)
+        files = checkpoint_files(store.display(CKPT_DIR), name) if not store.is_object_store \
+            else [_digest_name(name), name]
+        for file in files:
             if store.exists(f"{CKPT_DIR}/{file}"):
                 store.rename(f"{CKPT_DIR}/{file}", f"{CKPT_DIR}/{file}.damaged")
         moved.append(store.display(CKPT_DIR, f"{name}.damaged"))
@@ -285,15 +448,15 @@ def init_from_differences(ours: dict, task_spec: dict, ck: dict) -> list[str]:
     return diff
 
 
-def checkpoint_to_resume(store: RunStore, cfg) -> dict:
+def checkpoint_to_resume(store: RunStore, cfg) -> tuple[str, dict]:
     """``--resume``: the run's latest checkpoint that loads (a damaged newer one is named in a warning and set aside),
-    read and checked against this run's config ``cfg`` before anything is written or started: its task, model and
-    algorithm must be this config's (else the weights would not fit)."""
+    its head read and checked against this run's config ``cfg`` before anything is written or started: its task,
+    model and algorithm must be this config's (else the weights would not fit). Returns (file, head)."""
     from rayseq.config import RunConfig, config_to_dict
 
     if not list_checkpoints(store):
         raise FileNotFoundError(f"--resume: no checkpoint in {store.display(CKPT_DIR)}")
-    path, ck = load_latest(store.display())
+    path, ck = select_checkpoint(store.display())
     try:  # as this version reads it: keys added since (model.arch) take their defaults
         theirs = config_to_dict(RunConfig.model_validate(ck["config"]))
     except ValueError:
@@ -306,23 +469,23 @@ def checkpoint_to_resume(store: RunStore, cfg) -> dict:
         raise ValueError(f"--resume: {run_dir} was trained with another {', '.join(diff)} (its checkpoint's config); "
                          f"resume it with its own config: python -m rayseq.train run_dir={run_dir} --resume")
     set_aside_newer(store, path)
-    return ck
+    return path, ck
 
 
-def checkpoint_to_start_from(cfg, task_spec: dict) -> dict:
-    """``train.init_from``'s checkpoint, checked before anything is written or started: only what the weights depend
-    on must match (:func:`init_from_differences`), and that run must have finished MLE pretraining; a ConfigError
-    (one line) else."""
+def checkpoint_to_start_from(cfg, task_spec: dict) -> tuple[str, dict]:
+    """``train.init_from``'s checkpoint, its head checked before anything is written or started: only what the weights
+    depend on must match (:func:`init_from_differences`), and that run must have finished MLE pretraining; a
+    ConfigError (one line) else. Returns (file, head)."""
     from rayseq.config import ConfigError, config_to_dict
 
     source = cfg.train.init_from
-    ck = load_checkpoint(source)  # a run directory: its newest checkpoint that loads
+    path, ck = select_checkpoint(source)  # a run directory: its newest checkpoint that loads
     if diff := init_from_differences(config_to_dict(cfg), task_spec, ck):
         raise ConfigError(f"train.init_from={source}: its model cannot start this run: {'; '.join(diff)}")
     driver = ck["driver"]
     if driver["stage"] == "mle" and driver["stage_iter"] < int(ck["config"]["train"]["pretrain_iters"]):
         raise ConfigError(f"train.init_from={source}: that run has not finished MLE pretraining")
-    return ck
+    return path, ck
 
 
 def _is_export(store: RunStore) -> bool:

@@ -96,7 +96,7 @@ def export_builtin(generator, ck: dict, out: Path) -> None:
 
 def export(checkpoint: str, out: str, *, lora: str = "merged", overwrite: bool = False) -> Path:
     """Export ``checkpoint`` (a run directory, a checkpoint file or a URI) into the folder ``out``; returns it."""
-    ck = load_checkpoint(checkpoint)
+    ck = load_checkpoint(checkpoint, training_state=False)  # the weights, not the optimizers
     generator, vocab = policy_of(ck)
     out = Path(out).expanduser()
     hf = "hf_tokenizer" in ck["task"]["vocab"]

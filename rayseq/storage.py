@@ -1,17 +1,20 @@
 """Run directories on a local path or any pyarrow.fs URI (``file://``, ``s3://``, ``gs://``, ``hdfs://``).
 
 Every output of a run (config, metrics, checkpoints, summary) goes through :class:`RunStore`, so a
-local directory and ``s3://bucket/runs/x`` take the same code path. Writes are atomic where the
-filesystem allows it: data goes to a temporary name in the same directory, then is moved over the
-final name (a rename on local disks; copy + delete on object stores, where readers never see a
-partial object anyway).
+local directory and ``s3://bucket/runs/x`` take the same code path. Writes are atomic: on a filesystem the data goes
+to a temporary name in the same directory, then is renamed over the final name; an object store gets the object
+directly (a PUT, or a multipart upload for a large one, is atomic by itself: readers never see a partial object, and
+a move there would be a copy, which S3 refuses above 5 GiB). Large files are written as a stream
+(:meth:`RunStore.write_file`), their SHA-256 computed on the way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,10 +26,25 @@ def is_uri(location: str | os.PathLike) -> bool:
     return "://" in str(location)
 
 
+def _s3_endpoint() -> dict:
+    """An S3-compatible server other than AWS's, from the AWS SDKs' environment variables ``AWS_ENDPOINT_URL_S3`` or
+    ``AWS_ENDPOINT_URL`` (``http://host:port``: MinIO, a local test server), as pyarrow's S3FileSystem options."""
+    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not url:
+        return {}
+    scheme, _, host = url.partition("://")
+    return {"endpoint_override": host.rstrip("/"), "scheme": scheme} if host else {"endpoint_override": url}
+
+
 class RunStore:
+    """A run directory: a local path or a pyarrow.fs URI (``s3://bucket/runs/x``; an S3-compatible server through
+    ``AWS_ENDPOINT_URL``)."""
+
     def __init__(self, location: str | os.PathLike):
         location = str(location)
-        if is_uri(location):
+        if location.startswith("s3://") and "?" not in location and _s3_endpoint():
+            self.fs, root = pafs.S3FileSystem(**_s3_endpoint()), location.removeprefix("s3://")
+        elif is_uri(location):
             self.fs, root = pafs.FileSystem.from_uri(location)
         else:
             self.fs, root = pafs.LocalFileSystem(), str(Path(location).expanduser().absolute())
@@ -69,15 +87,28 @@ class RunStore:
     def makedirs(self, *parts: str) -> None:
         self.fs.create_dir(self.path(*parts), recursive=True)
 
-    def write_bytes(self, rel: str, data: bytes) -> str:
+    @property
+    def is_object_store(self) -> bool:
+        """Objects rather than files (S3, GCS): no rename, and an upload is atomic by itself."""
+        return type(self.fs).__name__ in ("S3FileSystem", "GcsFileSystem")
+
+    def write_file(self, rel: str, write: Callable) -> tuple[str, int]:
+        """Write ``rel`` atomically with ``write(stream)`` (the stream has ``write(bytes)``); returns its SHA-256 (hex)
+        and size. A filesystem gets a temporary name then a rename; an object store the object itself."""
         final = self.path(rel)
         parent = final.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
-        tmp = f"{parent}/.{final.rsplit('/', 1)[1]}.tmp-{uuid.uuid4().hex[:8]}"
-        with self.fs.open_output_stream(tmp) as f:
-            f.write(data)
-        self.fs.move(tmp, final)
-        return final
+        target = final if self.is_object_store else f"{parent}/.{final.rsplit('/', 1)[1]}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.fs.open_output_stream(target) as f:
+            out = _Hashing(f)
+            write(out)
+        if target != final:
+            self.fs.move(target, final)
+        return out.sha256.hexdigest(), out.size
+
+    def write_bytes(self, rel: str, data: bytes) -> str:
+        self.write_file(rel, lambda f: f.write(data))
+        return self.path(rel)
 
     def write_text(self, rel: str, text: str) -> str:
         return self.write_bytes(rel, text.encode())
@@ -88,8 +119,17 @@ class RunStore:
         return self.write_bytes(rel, buf.getvalue())
 
     def delete(self, rel: str) -> None:
-        try:
+        """Delete the file (or the directory, with what it holds) ``rel``; nothing if it is not there."""
+        kind = self.fs.get_file_info(self.path(rel)).type
+        if kind == pafs.FileType.Directory:
+            self.fs.delete_dir(self.path(rel))
+        elif kind != pafs.FileType.NotFound:
             self.fs.delete_file(self.path(rel))
+
+    def delete_dir(self, rel: str) -> None:
+        """Delete the directory ``rel`` and what it holds (nothing if it is not there)."""
+        try:
+            self.fs.delete_dir(self.path(rel))
         except FileNotFoundError:
             pass
 
@@ -113,3 +153,22 @@ class RunStore:
 
     def read_table(self, rel: str) -> pa.Table:
         return pq.read_table(io.BytesIO(self.read_bytes(rel)))
+
+
+class _Hashing:
+    """A write-only stream that passes bytes on to ``stream`` and keeps their SHA-256 and count."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        data = memoryview(data).cast("B")
+        self.sha256.update(data)
+        self.size += len(data)
+        self.stream.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass

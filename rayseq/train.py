@@ -96,7 +96,8 @@ def resume_config_for(run_dir: str, data: dict, overrides: list[str]):
     from rayseq.checkpoint import CheckpointError, load_checkpoint
 
     try:
-        ck = load_checkpoint(run_dir)  # its newest checkpoint that loads (a damaged one is named in a warning)
+        # its newest checkpoint that loads (a damaged one is named in a warning)
+        ck = load_checkpoint(run_dir, training_state=False)
     except CheckpointError as exc:
         raise ConfigError(f"--resume: {exc}") from None
     cfg, changed = resume_config(ck["config"], data, overrides, stage=ck["driver"]["stage"])

@@ -89,28 +89,6 @@ def corpus(tmp_path_factory) -> Path:
     return out
 
 
-def readme_own_data_example(root: Path) -> dict:
-    """README's "Train on your own data and reward" section: its files (``examples/polite/``: ``pairs.jsonl``, whose
-    first lines the README shows, and ``my_reward.py``, shown whole) and its
-    two commands as argument lists (``local``: python -m rayseq.train ...; ``job``: ray job submit ...), so that the
-    tests run what the README says."""
-    import re
-    import shlex
-
-    text = (root / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Train on your own data and reward\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
-    example = root / "examples" / "polite"  # the files the README shows (the data file's first lines)
-    files = {name: (example / name).read_text(encoding="utf-8") for name in ("pairs.jsonl", "my_reward.py")}
-    shown = next(b for lang, b in blocks if lang == "json")
-    assert files["pairs.jsonl"].startswith(shown), "README shows other data than examples/polite/pairs.jsonl"
-    assert next(b for lang, b in blocks if lang == "python") == files["my_reward.py"], "README's my_reward.py"
-    commands = [shlex.split(b.replace("\\\n", " ")) for lang, b in blocks if lang == "bash"]
-    local = next(c for c in commands if c[:3] == ["python", "-m", "rayseq.train"])
-    job = next(c for c in commands if c[:3] == ["ray", "job", "submit"])
-    return {"files": files, "local": local, "job": job}
-
-
 @pytest.fixture(scope="session")
 def hf_dir(tmp_path_factory):
     """A tiny local GPT-2 and its tokenizer (tests/hf_fixtures.py); needs the hf extra."""

@@ -234,9 +234,9 @@ def test_load_yaml_base_errors_name_the_file(tmp_path):
 
 
 def test_shipped_chatbot_config_is_the_quick_schedule_with_the_chosen_rl_settings():
-    """tune_configs/chitchat_bot.yaml (issue 31's chosen chatbot defaults) changes the model (a GRU of 256), the
-    algorithm, the reward, the RL length and evaluation and keeps its best evaluation; the data, the MLE schedule and
-    the resources are chitchat_quick.yaml's."""
+    """tune_configs/chitchat_bot.yaml (the chatbot's settings, chosen on validation) changes the model (a GRU of
+    256), the algorithm, the reward, the RL length and evaluation and keeps its best evaluation; the data, the MLE
+    schedule and the resources are chitchat_quick.yaml's."""
     root = Path(__file__).resolve().parents[1] / "tune_configs"
     quick = build_config(load_yaml(root / "chitchat_quick.yaml"))
     bot = build_config(load_yaml(root / "chitchat_bot.yaml"))
@@ -262,7 +262,7 @@ def test_yaml_round_trip(tmp_path):
     assert build_config(config_to_dict(cfg)) == cfg
 
 
-# -- keys that do not apply (issue 13 item 7) -----------------------------------------------------------
+# -- keys that do not apply -----------------------------------------------------------
 
 
 @pytest.mark.parametrize(("overrides", "named"), [
@@ -328,7 +328,7 @@ def test_a_later_top_level_algo_key_beats_the_files_per_algorithm_value():
 
 
 def test_cuda_learner_without_a_reserved_gpu_is_a_config_error():
-    """Issue 13 item 5: under Ray an actor sees only the GPUs it reserves; no silent CPU fallback."""
+    """Under Ray an actor sees only the GPUs it reserves; no silent CPU fallback."""
     with pytest.raises(ConfigError, match="learner.device=cuda with learner.num_gpus=0"):
         build_config(None, ["learner.device=cuda", "rollout.num_workers=2"])
     assert build_config(None, ["learner.device=cuda", "learner.num_gpus=1"]).learner.num_gpus == 1
@@ -418,7 +418,7 @@ def test_a_config_written_before_algorithms_declared_their_keys_resumes():
 
 
 def test_a_config_with_every_algorithms_keys_loads_where_runs_are_read_back():
-    """A checkpoint's config from before runs kept only the keys they read (issue 13) holds every algorithm's keys
+    """A checkpoint's config from before runs kept only the keys they read holds every algorithm's keys
     in algo: and every task's in task:; actors, serving and evaluation (RunConfig.model_validate) still load it,
     dropping what the run does not read, while a user who gives such a key is told it does not apply."""
     old = config_to_dict(build_config(None, ["algo.name=ppo_dynamic"]))

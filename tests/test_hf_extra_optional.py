@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = r"""
@@ -34,6 +36,7 @@ print("LOADED", sorted(k for k in sys.modules if k.split(".")[0] in ("transforme
 """
 
 
+@pytest.mark.e2e
 def test_rayseq_imports_and_validates_without_the_hf_extra():
     r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

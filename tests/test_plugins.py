@@ -1,4 +1,4 @@
-"""A user's own algorithm and task from a module outside the package (issue 14 item 2): named by import path,
+"""A user's own algorithm and task from a module outside the package: named by import path,
 declaring their own keys, trained through the real Ray path (`python -m rayseq.train`, rollout workers on an
 embedded Ray) without any change to rayseq; and what goes wrong is named."""
 
@@ -146,21 +146,19 @@ def test_user_algorithm_and_task_train_on_ray_actors(plugin_dir):
     assert "reward_scale: 3.0" in (run_dir / "config.yaml").read_text()
 
 
-def readme_algorithm_example() -> str:
-    """The ``# my_algo.py`` block of README's "Your own algorithm or task"."""
-    import re
+def guide_algorithm_example() -> str:
+    """The ``# my_algo.py`` block of docs/guides/plugins.md."""
+    from tests.doc_examples import code_blocks, page
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Your own algorithm or task"):]
-    (code,) = re.findall(r"```python\n(# my_algo\.py.*?)```", section[: section.index("\n### ", 10)], re.S)
+    (code,) = [b for lang, b in code_blocks(page("docs/guides/plugins.md")) if b.startswith("# my_algo.py")]
     return code
 
 
-def test_readme_algorithm_example_builds_its_own_module(tmp_path, monkeypatch):
-    """README's own algorithm, through the import-path plug-in: its training_step takes algo.policy_steps sample →
+def test_guide_algorithm_example_builds_its_own_module(tmp_path, monkeypatch):
+    """The plug-in guide's own algorithm, through the import path: its training_step takes algo.policy_steps sample →
     update steps per iteration (the learner's version grows by that many); the value head it builds is trained by
     its own Adam at algo.head_lr, checkpointed under learner.algo and restored on --resume."""
-    (tmp_path / "my_algo.py").write_text(readme_algorithm_example())
+    (tmp_path / "my_algo.py").write_text(guide_algorithm_example())
     monkeypatch.syspath_prepend(str(tmp_path))
     from rayseq.checkpoint import load_checkpoint
     from rayseq.distributed.driver import Trainer

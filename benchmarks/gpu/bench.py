@@ -1,4 +1,4 @@
-"""What the GPU buys rayseq (issue 29): the device beside the CPU, in one run on one machine.
+"""What the GPU buys rayseq: the device beside the CPU, in one run on one machine.
 
 Parts (``--parts``; each writes ``<out>/<part>.md`` and ``.json``, and a plot where one says more):
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benchmarks/gpu/kit.sh — the project's copy of ../shared/tools/device-kit (issue 29), with its fixes:
+# benchmarks/gpu/kit.sh — the project's copy of ../shared/tools/device-kit, with its fixes:
 #   - a checkout whose .git has no info/ folder (a fresh clone's may lack it): created before .kit is excluded;
 #   - SeqGAN's oracle (shared/data beside the checkout does not travel to the GPU machine) goes into the kit.
 # device-kit: pack what the GPU machine lacks (Ray and rayseq's other dependencies) into one folder that

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benchmarks/gpu/run.sh — one command that tests and measures rayseq's CUDA path (issue 29).
+# benchmarks/gpu/run.sh — one command that tests and measures rayseq's CUDA path.
 #
 #   bash benchmarks/gpu/run.sh                                   # on the GPU machine -> benchmarks/results/gpu/
 #   bash benchmarks/gpu/run.sh --device cpu --quick --out DIR    # the same parts on a CPU at smoke-test sizes

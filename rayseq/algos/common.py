@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from rayseq.algos.iteration import pipelined_step, rollout_step
-from rayseq.algos.parallel import DataParallel
+from rayseq.algos.iteration import Groups, Step, pipelined_step, rollout_step
+from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.losses.mismatch import logp_mismatch
-from rayseq.types import Rollout, RolloutRequest, to_torch
+from rayseq.models.protocol import lean_logprobs
+from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
 
 @dataclass
@@ -25,6 +27,7 @@ class LearnerState:
     base_opt: torch.optim.Optimizer
     device: torch.device
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
+    micro_batch: int | None = None  # rows per pass without gradients (learner.micro_batch_size; None: all at once)
     dp: DataParallel | None = None  # this learner's rank when learner.num_learners > 1 (rayseq.algos.parallel)
 
 
@@ -59,6 +62,31 @@ def rollout_tensors(rollout: Rollout, device, gamma: float) -> RolloutTensors:
     )
 
 
+def policy_pass(policy, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor, lean: bool) -> tuple:
+    """``policy``'s teacher-forced log-probs (B, T) and states (B, T, H) of ``tokens``: with ``lean`` its pass
+    that keeps no (B, T, V) logits (:func:`rayseq.models.protocol.lean_logprobs`), else ``logprobs``'."""
+    if lean:
+        return lean_logprobs(policy, src, src_len, tokens)
+    out = policy.logprobs(src, src_len, tokens)
+    return out.logp, out.states
+
+
+def without_grad(state: LearnerState, fn, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> tuple:
+    """A forward pass without gradients over a batch, ``fn(src, src_len, tokens, lean) -> tuple of (m, ...)
+    tensors``: one call on the whole batch, or (``learner.micro_batch_size`` set, or several learner ranks) in row
+    micro-batches shared by the ranks with ``lean`` passes (:func:`rayseq.algos.parallel.rows_without_grad`).
+    Returns the tuple for every row."""
+    if state.micro_batch is None and state.dp is None:
+        with torch.no_grad():
+            return fn(src, src_len, tokens, False)
+
+    def rows(idx: torch.Tensor) -> tuple:
+        idx = idx.to(tokens.device)
+        return fn(src[idx], src_len[idx], tokens[idx], True)
+
+    return rows_without_grad(rows, len(tokens), state.micro_batch, state.dp)
+
+
 def advantages(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:
     """A_t = R_t − b(s_t) (Tuan et al. Eq. 1), optionally whitened over unmasked tokens; detached."""
     adv = (returns - values).detach()
@@ -81,6 +109,8 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_g
         dp.all_reduce_grads(params)
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    elif params and is_dtensor(params[0].grad):  # a sharded learner's: the norm of the whole gradient, over the ranks
+        norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
     else:
         norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])) if params else 0.0
     opt.step()
@@ -179,8 +209,8 @@ class Algorithm:
     validate_every = 0  # its iteration validates every this many iterations (0: never; on_validation)
     regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)
     # its loss weighs each sampled token by π_θ / π_behaviour with the log-probs recorded at sampling
-    # (Rollout.logp), so rollouts sampled with older weights are corrected: it may train on pipelined rollouts
-    # (rollout.pipeline, staleness 1)
+    # (Rollout.logp), so rollouts sampled with older weights are corrected: it may train on rollouts sampled
+    # ahead of the learner (rollout.max_staleness)
     off_policy_ratio = False
     # its update runs on learner.num_learners ranks, each on its rows of every minibatch with its share of the
     # losses' denominators (rayseq.algos.parallel); the others run on one learner
@@ -189,7 +219,7 @@ class Algorithm:
     # the figures its iterations show in the progress line: metric name -> label (those its metrics have)
     progress_metrics = {"rollout/reward_mean": "reward", "loss/nll": "nll"}
 
-    def __init__(self, cfg, seed: int = 0):
+    def __init__(self, cfg: Any, seed: int = 0):
         self.cfg = cfg
         self.seed = int(seed)
         self.modules: dict = {}  # what build_modules returned (on the learner; empty elsewhere)
@@ -207,10 +237,10 @@ class Algorithm:
         return cfg.train.iters
 
     # -- the iteration ------------------------------------------------------------------------------
-    def training_step(self, groups, step) -> dict:
+    def training_step(self, groups: Groups, step: Step) -> dict:
         """One iteration against the actor groups (:mod:`rayseq.algos.iteration`): sample → score → update, one
         policy step on the task's reward; the next iteration's batch goes out with the update (chained, staleness
-        0), or with ``rollout.pipeline`` is sampled during it (staleness 1).
+        0), or with ``rollout.max_staleness`` = k ≥ 1 the workers sample up to k batches ahead (staleness ≤ k).
 
         Args:
             groups: the run's actor groups (:class:`rayseq.algos.iteration.Groups`).
@@ -219,7 +249,7 @@ class Algorithm:
         Returns:
             The iteration's metrics (the driver adds timing, counters and evaluation).
         """
-        if step.cfg.rollout.pipeline:
+        if step.cfg.rollout.max_staleness:
             return pipelined_step(self, groups, step)
         return rollout_step(self, groups, step, chain=True)
 
@@ -233,7 +263,7 @@ class Algorithm:
         """One iteration of that stage (arguments and result as :meth:`training_step`'s)."""
         raise NotImplementedError(f"algo.name={self.name} has no pretraining stage of its own")
 
-    def update(self, state: LearnerState, batch, iteration: int) -> dict:
+    def update(self, state: LearnerState, batch: Rollout | PromptBatch, iteration: int) -> dict:
         """The update on the learner.
 
         Args:
@@ -260,7 +290,7 @@ class Algorithm:
         """
         raise NotImplementedError(f"algo.name={self.name} scores its rollouts with the task's reward only")
 
-    def aux_update(self, state: LearnerState, positives, negatives: Rollout, seed: int) -> dict:
+    def aux_update(self, state: LearnerState, positives: PromptBatch, negatives: Rollout, seed: int) -> dict:
         """An update of a model of its own on real examples against sampled ones (SeqGAN's d-step), on the learner.
 
         Args:
@@ -275,7 +305,7 @@ class Algorithm:
         raise NotImplementedError(f"algo.name={self.name} trains no model besides the generator")
 
     # -- what it holds ------------------------------------------------------------------------------
-    def build_modules(self, run_cfg, generator: nn.Module, task, device) -> dict:
+    def build_modules(self, run_cfg: Any, generator: nn.Module, task: Any, device: torch.device) -> dict:
         """The modules and optimizers it trains besides the generator and the value baseline, built once by the
         learner, which keeps them in ``self.modules``: saved by :meth:`state_dict`, given their learning rates
         by :meth:`config_lrs`.

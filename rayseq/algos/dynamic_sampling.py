@@ -27,7 +27,7 @@ rows=)``). Metrics: ``group/all_equal_frac`` (of every group sampled this iterat
 ``reward.*`` each term's ``reward/<name>`` is also over every sampled reply (logged when no update is made too).
 
 Rounds are synchronous (each waits for its rewards), so the next iteration's batch is not sent with the update
-(``rollout_step``'s chained mode) and ``rollout.pipeline`` is refused. Round 0 samples with the seed the plain
+(``rollout_step``'s chained mode) and ``rollout.max_staleness`` ≥ 1 is refused. Round 0 samples with the seed the plain
 iteration would use; round r ≥ 1 with :func:`resample_seed`.
 """
 
@@ -65,10 +65,11 @@ def resample_seed(run_seed: int, iteration: int, round_: int) -> int:
 
 def check_dynamic_sampling(cls, cfg) -> None:
     """What dynamic sampling cannot run with."""
-    if cfg.algo.dynamic_sampling and cfg.rollout.pipeline:
+    if cfg.algo.dynamic_sampling and cfg.rollout.max_staleness:
         raise ValueError(f"algo.dynamic_sampling=true: algo.name={cls.name} decides after each round's rewards "
-                         "whether to sample again, which rollout.pipeline=true (sampling the next batch during the "
-                         "update) cannot; set rollout.pipeline=false")
+                         f"whether to sample again, which rollout.max_staleness={cfg.rollout.max_staleness} (sampling "
+                         "the next batches during the update) cannot; set rollout.max_staleness=0 and "
+                         "rollout.pipeline=false")
 
 
 def select_groups(round_scores: list[np.ndarray], group_size: int, wanted: int) -> np.ndarray:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,7 +62,7 @@ class RolloutGroupLike(Protocol):
         """The shard handles of the batch that went out with the last update (``LearnerGroupLike.update``'s
         ``next_batch``)."""
 
-    def run_on_shards(self, fn, shards: list, *args, seed: int) -> list:
+    def run_on_shards(self, fn: Callable, shards: list, *args, seed: int) -> list:
         """Run ``fn`` on each shard where it was sampled, with the published weights.
 
         Args:
@@ -83,7 +84,7 @@ class ScorerGroupLike(Protocol):
         """Publish what the learner's algorithm has the scorers hold (``Algorithm.scorer_weights``), when its version
         is new to them."""
 
-    def run_on_pending(self, fn, pending: list) -> tuple[list, list]:
+    def run_on_pending(self, fn: Callable, pending: list) -> tuple[list, list]:
         """Run ``fn`` on what each pending call of :meth:`RolloutGroupLike.run_on_shards` computed, as soon as it
         exists.
 
@@ -96,7 +97,7 @@ class ScorerGroupLike(Protocol):
             (per-shard result handles, per-shard infos).
         """
 
-    def run_on_shards(self, fn, shards: list) -> tuple[list, list]:
+    def run_on_shards(self, fn: Callable, shards: list) -> tuple[list, list]:
         """Run ``fn(scorer, shard) -> (result, info)`` on each rollout shard.
 
         Returns:
@@ -107,8 +108,8 @@ class ScorerGroupLike(Protocol):
 class LearnerGroupLike(Protocol):
     """The learner ranks, as an algorithm's iteration calls them (:class:`rayseq.distributed.groups.LearnerGroup`)."""
 
-    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
-               rows=None) -> dict:
+    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch: Callable | None = None,
+               rows: Any = None) -> dict:
         """The algorithm's update on a sampled rollout.
 
         Args:
@@ -172,8 +173,9 @@ def rollout_seed(run_seed: int, k: int) -> int:
 @dataclass
 class Carry:
     """What one iteration leaves for the next, kept by the driver: the batch sent ahead (with the last update,
-    ``ahead``; or pipelined, ``next``: its shard handles) and the data RNGs from before it was drawn (``rng_ahead``,
-    checkpointed in their place: a resumed run draws that batch again)."""
+    ``ahead``; or the batches in flight with ``rollout.max_staleness``, ``next``: (data RNGs before it was drawn,
+    shard handles) each, oldest first) and the data RNGs from before the first of them was drawn (``rng_ahead``,
+    checkpointed in their place: a resumed run draws those batches again)."""
 
     ahead: bool = False
     next: list | None = None
@@ -288,28 +290,39 @@ def _next_batch(algo, step: Step):
 
 
 def pipelined_step(algo, groups: Groups, step: Step) -> dict:
-    """``rollout.pipeline``: the learner updates on batch k, sampled while update k−1 ran (with the weights before
-    it: staleness 1, ``rollout/staleness``), while the workers sample batch k+1 with the current weights. The
+    """``rollout.max_staleness`` = k ≥ 1: the learner updates on batch i while the workers sample batches i+1 … i+k,
+    each with the weights published when it went out, so batch i was sampled with the weights of up to k updates
+    before (``rollout/staleness``; ``rollout/in_flight``: the batches still out when the update goes). The
     algorithm's ratio π_θ / π_behaviour uses the log-probs recorded at sampling (``Rollout.logp``), which corrects
-    for the older weights (``off_policy_ratio``; rayseq.config.check_pipeline refuses the others). In-process the
-    same happens one call after the other: batch k+1 is sampled before update k.
+    for the older weights (``off_policy_ratio``; rayseq.config.check_pipeline refuses the others). Under Ray a
+    worker's calls queue on it, so it samples the next batch the moment it has finished one; in-process the same
+    happens one call after the other: the batches ahead are sampled before update i.
 
-    The stage's first batch (and the first after a resume, where nothing is in flight) is sampled with the current
-    weights (staleness 0); prompts and seeds follow the synchronous loop's."""
-    carry = step.carry
+    The stage's first batches (and the first after a resume or a learner's loss, where nothing is in flight) are
+    sampled with the current weights; prompts and seeds follow the synchronous loop's. What is in flight is not
+    checkpointed: the data RNGs from before the oldest batch ahead are (``Carry.rng_ahead``), so a resumed run draws
+    those batches again."""
+    carry, k = step.carry, step.cfg.rollout.max_staleness
     t0 = time.perf_counter()
     groups.rollout.sync_weights()
     t1 = time.perf_counter()
-    if carry.next is None:
-        carry.next = _submit(algo, groups, step, step.stage_iter, step.iteration)
-    shards, carry.next, carry.rng_ahead = carry.next, None, None
-    if not step.last:
-        carry.rng_ahead = step.rng_state()
-        carry.next = _submit(algo, groups, step, step.stage_iter + 1, step.iteration + 1)
+    queue = carry.next or []  # (the data RNGs before it was drawn, its shard handles) of each batch in flight
+    if not queue:
+        queue = [(step.rng_state(), _submit(algo, groups, step, step.stage_iter, step.iteration))]
+    (_, shards), queue = queue[0], queue[1:]
+    carry.rng_ahead = queue[0][0] if queue else None
+    for ahead in range(len(queue) + 1, k + 1):  # keep k batches out after this one, up to the stage's end
+        if step.stage_iter + ahead >= step.n_iters:
+            break
+        rng = step.rng_state()
+        carry.rng_ahead = carry.rng_ahead or rng
+        queue.append((rng, _submit(algo, groups, step, step.stage_iter + ahead, step.iteration + ahead)))
+    carry.next = queue or None
     t2 = time.perf_counter()
     m = groups.learner.update(shards, step.stage_iter)
     t3 = time.perf_counter()
-    m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
+    m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2,
+              "rollout/in_flight": float(len(queue))})
     return m
 
 

@@ -13,9 +13,10 @@ of tokens among the ranks — unlike averaging each rank's mean (DDP's and RLlib
 short replies like another's long ones. A loss whose terms have different denominators scales each term by its
 own share (PPO's policy and entropy terms over the sampled tokens; MIXER's over all tokens).
 
-What is not split: the forward passes that make the update's inputs over the whole batch (advantages' baseline
-values, the KL reference's log-probs), which every rank computes on all rows (no gradient; their cost is the
-same for any N). Diagnostics are the share-weighted sums of the ranks' (:meth:`DataParallel.reduce`): exact for
+The forward passes without gradients that make the update's inputs (advantages' baseline values, the KL
+reference's log-probs) are split by rows too: each rank computes its part, in micro-batches of
+``learner.micro_batch_size`` rows, and the parts are all-gathered (:func:`rows_without_grad`), so N ranks do 1/N of
+that work each. Diagnostics are the share-weighted sums of the ranks' (:meth:`DataParallel.reduce`): exact for
 means, the ranks' weighted average for ratios of means (explained variance). Dropout draws from each rank's own
 torch RNG, so with dropout N ranks are equivalent in distribution, not bit for bit.
 
@@ -29,6 +30,14 @@ from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
+
+
+def is_dtensor(tensor) -> bool:
+    """Whether ``tensor`` is a shard of a distributed tensor (a sharded learner's parameter or gradient:
+    rayseq.distributed.sharding), whose reduction FSDP does."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
 
 
 class DataParallel:
@@ -58,7 +67,7 @@ class DataParallel:
         """Sum the ranks' gradients (each already scaled by its share) into every rank's ``.grad``, in one
         all-reduce of a flat buffer. Parameters without a gradient (outside the loss's graph: the same ones on
         every rank) are left out."""
-        grads = [p.grad for p in params if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None and not is_dtensor(p.grad)]  # a shard's: summed by FSDP
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -69,6 +78,16 @@ class DataParallel:
             g.copy_(flat[offset : offset + n].view_as(g))
             offset += n
 
+    def gather_rows(self, part: torch.Tensor, n: int) -> torch.Tensor:
+        """The rows of every rank: ``part`` is this rank's :meth:`part` of ``n`` rows (its leading dimension);
+        returns the (n, ...) concatenation in rank order (one all-gather, the parts padded to equal size)."""
+        sizes = [len(p) for p in torch.tensor_split(torch.arange(n), self.world)]
+        padded = torch.zeros((max(sizes), *part.shape[1:]), dtype=part.dtype, device=self.device)
+        padded[: len(part)] = part.to(self.device)
+        gathered = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(gathered, padded)
+        return torch.cat([g[:k] for g, k in zip(gathered, sizes)]).to(part.device)
+
     def reduce(self, values: dict[str, float]) -> dict[str, float]:
         """The sum over the ranks of each value (each rank's already weighted by its share): one all-reduce."""
         if not values:
@@ -77,3 +96,30 @@ class DataParallel:
         flat = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         return dict(zip(keys, flat.tolist()))
+
+
+def rows_without_grad(fn, n: int, micro_batch: int | None = None, dp: DataParallel | None = None) -> tuple:
+    """``fn(rows) -> tensors`` for every row 0..n−1, without gradients: this rank's rows (all of them with one
+    learner), ``micro_batch`` at a time (None: in one call), then, with several ranks, every rank's gathered
+    (:meth:`DataParallel.gather_rows`). The largest tensor ``fn`` makes is bounded by the micro-batch, not by n.
+
+    Args:
+        fn: rows (m,) int64 -> a tuple of tensors whose leading dimension is m.
+        n: the number of rows.
+        micro_batch: rows per call (``learner.micro_batch_size``).
+        dp: this learner's rank, or None.
+
+    Returns:
+        A tuple of (n, ...) tensors: every row's results, in row order.
+    """
+    rows = torch.arange(n)
+    if dp is not None:
+        rows = torch.tensor_split(rows, dp.world)[dp.rank]
+    step = micro_batch or max(len(rows), 1)
+    with torch.no_grad():
+        if len(rows):
+            parts = [fn(rows[i : i + step]) for i in range(0, len(rows), step)]
+            out = tuple(torch.cat(column) for column in zip(*parts))
+        else:  # fewer rows than ranks: an empty part, shaped as fn's results
+            out = tuple(t[:0] for t in fn(torch.arange(1)))
+    return out if dp is None else tuple(dp.gather_rows(t, n) for t in out)

@@ -19,10 +19,12 @@ from rayseq.algos.common import (
     RolloutAlgo,
     advantages,
     optimizer_step,
+    policy_pass,
     returns_gamma,
     rollout_metrics,
     rollout_tensors,
     with_entropy,
+    without_grad,
 )
 from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
 from rayseq.seeding import derive_seed
@@ -55,8 +57,10 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
     if given_advantages is not None:
         adv_all = given_advantages.to(state.device).detach() * b.action_mask
     else:
-        with torch.no_grad():
-            values = state.baseline(state.generator.logprobs(b.src, b.src_len, b.tokens).states)
+        def baseline_values(src, src_len, tokens, lean):  # b(s_t) (B, T), from the generator's states
+            return (state.baseline(policy_pass(state.generator, src, src_len, tokens, lean)[1]),)
+
+        (values,) = without_grad(state, baseline_values, b.src, b.src_len, b.tokens)
         if not use_baseline:
             values = torch.zeros_like(values)
         adv_all = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)

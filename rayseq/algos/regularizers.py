@@ -1,4 +1,4 @@
-"""KL and entropy control for every rollout algorithm (issue 14 item 5).
+"""KL and entropy control for every rollout algorithm.
 
 KL to the pretrained policy, in the reward (Ziegler et al. 2019, "Fine-Tuning Language Models from Human
 Preferences", Sec. 2.2; InstructGPT, Ouyang et al. 2022, Eq. 2): a frozen copy π_ref of the generator as the
@@ -74,7 +74,7 @@ def entropy_bonus(logits: torch.Tensor, mask: torch.Tensor, coef: float) -> tupl
     banned ids), mask (B, T). Zero (and not computed) when coef is 0."""
     if coef == 0:
         return torch.zeros((), device=logits.device), float("nan")
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(logits.float(), dim=-1)  # in fp32 from bf16 logits too
     # banned ids (logit −inf) add nothing, and no 0·∞ reaches the gradient (entr's derivative is infinite at 0)
     logp = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
     h = -(logp.exp() * logp).sum(-1)

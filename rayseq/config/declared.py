@@ -59,7 +59,7 @@ class TaskConfig(Section):
 def _declared(section: str, cls) -> dict:
     """The keys class ``cls`` declares for ``section`` (``algo``, ``task``), after checks of the declaration."""
     label = f"{section}.name={getattr(cls, '__module__', '?')}:{cls.__name__}"
-    if getattr(cls, "params", None):  # rayseq before issue 26: names of keys config.py declared
+    if getattr(cls, "params", None):  # classes written before keys were declared per algorithm: names config.py knew
         raise ValueError(f"{label}: `params` {tuple(cls.params)} is no longer read; a class declares its keys in "
                          "`fields` (key -> (type, pydantic Field)); spread a parent's or a group's, e.g. "
                          "fields = {**Reinforce.fields, ...} (see rayseq/algos/common.py, rayseq/tasks/base.py)")
@@ -195,21 +195,22 @@ def resolve_task_section(task: dict) -> dict:
     return {**registry.task_class(name).defaults, **given}
 
 
-def check_pipeline(algo, name: str) -> None:
-    """``rollout.pipeline=true`` trains on rollouts one update old: only algorithms that correct for it with the
-    behaviour log-probs (``off_policy_ratio``), rewarded by the task and without state between batches."""
+def check_pipeline(algo, name: str, max_staleness: int = 1) -> None:
+    """``rollout.max_staleness`` ≥ 1 trains on rollouts up to that many updates old: only algorithms that correct for
+    it with the behaviour log-probs (``off_policy_ratio``), rewarded by the task and without state between batches."""
     why = None
     if not algo.off_policy_ratio:
-        why = ("its update has no importance ratio π_θ / π_behaviour to correct rollouts sampled with the previous "
+        why = ("its update has no importance ratio π_θ / π_behaviour to correct rollouts sampled with older "
                "weights")
     elif algo.own_reward:
         why = "its rewards come from a model it trains between the batches"
     elif algo.stateful_request or algo.validate_every:
         why = "its rollout requests depend on the learner's state at sampling time"
     if why:
-        raise ValueError(f"rollout.pipeline=true: algo.name={name} cannot train on pipelined rollouts ({why}); use "
-                         f"one of {', '.join(registry.names_with('algo', off_policy_ratio=True, own_reward=False))} "
-                         "or rollout.pipeline=false")
+        raise ValueError(f"rollout.max_staleness={max_staleness}: algo.name={name} cannot train on rollouts sampled "
+                         f"with older weights ({why}); use one of "
+                         f"{', '.join(registry.names_with('algo', off_policy_ratio=True, own_reward=False))} "
+                         "or rollout.max_staleness=0 (and rollout.pipeline=false)")
 
 
 def _declaration_error(section: str, name: str) -> None:

@@ -24,7 +24,8 @@ RESUMABLE = {
                   "rollout.torch_threads", "rollout.max_restarts", "scorer.num_scorers", "scorer.num_cpus_per_scorer",
                   "scorer.num_gpus_per_scorer", "scorer.torch_threads", "scorer.batch_size", "learner.num_cpus",
                   "learner.num_gpus", "learner.device", "learner.torch_threads", "learner.num_learners",
-                  "learner.max_restarts", "rollout.placement_strategy",
+                  "learner.max_restarts", "learner.micro_batch_size", "learner.cpu_offload",
+                  "learner.activation_checkpointing", "rollout.placement_strategy",
                   "deterministic",
                   # {name: amount} keys: each name below them (learner.resources.node_a)
                   "rollout.resources_per_worker", "scorer.resources_per_scorer", "learner.resources"),

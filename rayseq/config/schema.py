@@ -183,6 +183,13 @@ class ModelConfig(_Section):
         None, description="hf: names of the modules that get adapters (e.g. [c_attn] for GPT-2, [q_proj, v_proj] "
         "for Llama); None = peft's default for the architecture.",
     )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Precision of the policy's compute: bfloat16 = the rollout workers sample with a bf16 "
+        "copy (the weights are published in bf16), the KL reference is held in bf16, and the learner computes its "
+        "forward passes in bf16 (autocast; FSDP's mixed precision when sharded) with fp32 master weights, gradients "
+        "reduced in fp32 and fp32 optimizer state; log-probs and losses are computed in fp32 from the bf16 logits. "
+        "(float16 would need loss scaling: not offered.)",
+    )
 
     @field_validator("arch")
     @classmethod
@@ -252,10 +259,16 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
     torch_threads: int = Field(1, ge=1, description="torch threads inside each worker.")
     max_restarts: int = Field(3, ge=0, description="Times a crashed worker actor is restarted.")
+    max_staleness: int = Field(
+        0, ge=0, description="Asynchronous rollouts with a bound: the workers sample up to k batches ahead of the "
+        "learner, each with the weights published when it went out, so the learner updates on rollouts at most k "
+        "updates old (logged as rollout/staleness; rollout/in_flight the batches still out). 0: sample, then "
+        "update (synchronous); 1: batch k+1 is sampled during update k. For algorithms whose loss weighs tokens by "
+        "π_θ / π_behaviour with the log-probs recorded at sampling (PPO, PPO-dynamic, GRPO, ...).",
+    )
     pipeline: bool = Field(
-        False, description="Pipelined rollouts: the workers sample batch k+1 with the weights before update k while "
-        "the learner updates on batch k (staleness 1, logged as rollout/staleness). For algorithms whose loss weighs "
-        "tokens by π_θ / π_behaviour with the log-probs recorded at sampling (PPO, PPO-dynamic, GRPO, ...).",
+        False, description="Shorthand for rollout.max_staleness=1 (where max_staleness is 0): the workers sample "
+        "batch k+1 during update k.",
     )
 
     engine: Literal["builtin", "vllm"] = Field(
@@ -281,7 +294,9 @@ class RolloutConfig(_Section):
         "generator's weights over a gloo group (ray.util.collective) in the model dtype, in buckets "
         "(rollout.weight_bucket_mb), each worker checking their checksum; a failed broadcast falls back to the object "
         "store for that version and the group is rebuilt (rayseq.distributed.weight_sync). Not yet proven: recovery "
-        "from a worker lost while the group is in use (a test of it stalls), hence not the default.",
+        "from a worker lost while the group is in use (a test of it stalls), hence not the default. Composes with "
+        "rollout.max_staleness up to 1 (a worker receives behind the batches already queued on it); not with "
+        "learner.strategy=fsdp.",
     )
     weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")
     weight_sync_timeout_s: float = Field(
@@ -292,6 +307,15 @@ class RolloutConfig(_Section):
     @classmethod
     def _resources(cls, v: dict[str, float]) -> dict[str, float]:
         return _custom_resources(v, "rollout.resources_per_worker")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline(cls, data):
+        """``pipeline: true`` is ``max_staleness: 1`` unless a bound is given."""
+        if isinstance(data, dict) and data.get("pipeline") in (True, "true", "True", 1) and not data.get(
+                "max_staleness"):
+            data = {**data, "max_staleness": 1}
+        return data
 
 
 class ScorerConfig(_Section):
@@ -330,6 +354,26 @@ class LearnerConfig(_Section):
         "denominator, so N learners make the update one learner makes on the same batch. Each reserves "
         "learner.num_cpus / num_gpus. N > 1 needs rollout.num_workers >= 1 and an algorithm whose update is "
         "data-parallel (MLE pretraining, the PPO and GRPO families, SeqGAN-PPO's g- and d-steps).",
+    )
+    strategy: Literal["replicated", "fsdp"] = Field(
+        "replicated", description="How num_learners > 1 learners hold the model: replicated (each the whole model, "
+        "gradients all-reduced) or fsdp (FSDP2: each 1/N of the parameters, gradients and optimizer state, gathered "
+        "per layer around each forward; checkpoints written by every learner with torch.distributed.checkpoint, "
+        "resumable with another num_learners).",
+    )
+    cpu_offload: bool = Field(
+        False, description="learner.strategy=fsdp: keep parameters and optimizer state in host memory between uses "
+        "(GPU learners; on a CPU learner it changes nothing).",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute a Hugging Face policy's layer activations in the backward pass instead of "
+        "keeping them (less memory, about a third more compute).",
+    )
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="Rows per forward pass without gradients on a learner (the value baseline's inputs, "
+        "the KL reference's log-probs): their memory is bounded by the micro-batch instead of the batch, and an HF "
+        "policy's log-probs are computed a few positions at a time (no (B, T, V) logits). With num_learners > 1 "
+        "each learner computes its own rows. None = the whole batch in one pass.",
     )
     max_restarts: int = Field(
         1, ge=0, description="Times a lost learner (a dead learner actor) is rebuilt inside the run from the latest "
@@ -472,10 +516,15 @@ class RunConfig(_Section):
             raise ValueError(f"algo.name={self.algo.name!r} samples tokens by their BLEU increment against reference "
                              f"replies; it needs a task with references: "
                              f"{', '.join(registry.names_with('task', has_references=True))}")
-        if self.rollout.pipeline:
-            check_pipeline(algo, self.algo.name)
+        if self.rollout.max_staleness:
+            check_pipeline(algo, self.algo.name, self.rollout.max_staleness)
         if self.learner.num_learners > 1:
             check_data_parallel(self)
+        if self.learner.cpu_offload and self.learner.strategy != "fsdp":
+            raise ValueError("learner.cpu_offload offloads FSDP's shards: set learner.strategy=fsdp")
+        if self.learner.activation_checkpointing and self.model.arch != "hf":
+            raise ValueError(f"learner.activation_checkpointing recomputes a Hugging Face policy's layers; "
+                             f"model.arch={self.model.arch} has none to recompute")
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")
@@ -485,6 +534,18 @@ class RunConfig(_Section):
         if self.rollout.weight_sync == "collective" and self.rollout.num_workers == 0:
             raise ValueError("rollout.weight_sync=collective: the workers are Ray actors (rollout.num_workers >= 1); "
                              "in-process the weights are loaded directly")
+        if self.rollout.weight_sync == "collective" and self.rollout.max_staleness > 1:
+            raise ValueError(f"rollout.weight_sync=collective with rollout.max_staleness={self.rollout.max_staleness}: "
+                             "a worker receives the broadcast behind the batches already queued on it, and the "
+                             "learner's next update waits behind its send, so every update would wait for all "
+                             "batches in flight (the overlap of max_staleness=1 at a staleness of "
+                             f"{self.rollout.max_staleness}); set rollout.max_staleness=1 (or 0), or "
+                             "rollout.weight_sync=object_store")
+        if self.rollout.weight_sync == "collective" and self.learner.strategy == "fsdp" and \
+                self.learner.num_learners > 1:
+            raise ValueError("rollout.weight_sync=collective broadcasts from learner rank 0 alone, and "
+                             "learner.strategy=fsdp gathers the weights on every learner rank; use "
+                             "rollout.weight_sync=object_store with learner.strategy=fsdp")
         if self.rollout.engine_kwargs and self.rollout.engine == "builtin":
             raise ValueError("rollout.engine_kwargs: read only by rollout.engine=vllm")
         if self.model.arch == "hf":
@@ -570,8 +631,8 @@ def _format_validation_error(err: ValidationError, prefix: str = "", own: tuple[
 
 def _without_unread(section: dict, model: type, builtin) -> dict:
     """``section`` without the keys some built-in algorithm (task) reads and the chosen one, ``model``, does not: a
-    config written before a run's config kept only the keys it reads (rayseq before issue 13: every algorithm's
-    keys in one section) still loads on the actors, in serving and in evaluation. A user's config never gets here
+    config written before a run's config kept only the keys it reads (every algorithm's keys in one section) still
+    loads on the actors, in serving and in evaluation. A user's config never gets here
     with such a key: :func:`build_config` refuses it first (:func:`check_applicable`)."""
     if all(k in model.model_fields for k in section):
         return section

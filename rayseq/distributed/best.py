@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from rayseq.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from rayseq.checkpoint import list_checkpoints
 from rayseq.config import ConfigError
 from rayseq.runlog import to_json
 from rayseq.storage import RunStore
@@ -60,25 +60,25 @@ class BestKeeper:
         self.store = store
         self.best: dict | None = None
 
-    def start(self, start_figures: dict, iteration: int, payload: Callable[[], dict]) -> None:
+    def start(self, start_figures: dict, iteration: int, write: Callable[[RunStore], str]) -> None:
         """The start of the algorithm stage (``start_figures``: the pretrained model's) is the first candidate, so an
         evaluation is the best only if it beats the start; when none does, ``run_dir/best`` is the start."""
         start = {k: v for k, v in start_figures.items() if k.startswith("val/")}
         value = start.get(self.train.best_metric)
         if value is not None and not math.isnan(value):
-            self._keep(start, iteration, payload)
+            self._keep(start, iteration, write)
 
-    def consider(self, ev: dict, start_figures: dict, iteration: int, payload: Callable[[], dict]) -> None:
+    def consider(self, ev: dict, start_figures: dict, iteration: int, write: Callable[[RunStore], str]) -> None:
         """When the evaluation ``ev`` beats the best so far (the start included) and keeps ``train.best_keep_start``
-        at the start's values, the learner's weights now (``payload()``: the checkpoint's content) go to
-        ``run_dir/best``."""
+        at the start's values, the learner's state now goes to ``run_dir/best`` (``write(store)``: the checkpoint
+        written into a run directory, the only one kept there)."""
         if is_best(ev, self.best, start_figures, self.train):
-            self._keep(ev, iteration, payload)
+            self._keep(ev, iteration, write)
 
-    def _keep(self, ev: dict, iteration: int, payload: Callable[[], dict]) -> None:
+    def _keep(self, ev: dict, iteration: int, write: Callable[[RunStore], str]) -> None:
         key = self.train.best_metric
         self.best = {"iteration": iteration, "value": ev[key], "val": dict(ev)}
-        save_checkpoint(RunStore(self.store.display(BEST_DIR)), iteration, payload(), keep=1)
+        write(RunStore(self.store.display(BEST_DIR)))
         self.store.write_text(f"{BEST_DIR}/best.json", to_json({**self.best, "metric": key}))
 
     def summary(self, iteration: int, final_test: tuple[dict, dict], learner) -> dict | None:
@@ -91,7 +91,7 @@ class BestKeeper:
         if self.best["iteration"] == iteration:
             test, details = final_test
         else:
-            learner.load_state_dict(load_checkpoint(path)["learner"])
+            learner.restore(path)
             test, details = learner.evaluate("test")
         best = {"iteration": self.best["iteration"], "metric": self.train.best_metric, "value": self.best["value"],
                 "checkpoint": path, "metrics": {**self.best["val"], **test}}

@@ -28,15 +28,16 @@ from datetime import datetime
 import numpy as np
 import yaml
 
-from rayseq import registry
 from rayseq.algos import MLE, make_algo
 from rayseq.algos.iteration import ALGO_PRETRAIN, STAGES, Carry, Step, counted, stage_name
 from rayseq.checkpoint import (
+    FORMAT,
+    checkpoint_stem,
     checkpoint_to_resume,
     checkpoint_to_start_from,
     list_checkpoints,
-    load_latest,
     save_checkpoint,
+    select_checkpoint,
 )
 from rayseq.config import RunConfig, config_to_dict
 from rayseq.distributed.best import BestKeeper, check_best_keys
@@ -111,29 +112,28 @@ class Trainer:
     def _rng_state(self) -> dict:
         return {"numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate()}
 
-    def _payload(self, groups: ActorGroups | None = None) -> dict:
-        payload = {
-            "format": "rayseq-checkpoint-v1",
-            "config": config_to_dict(self.cfg),
-            "task": self.task.spec(),
-            "learner": (groups or self.groups).learner.state_dict(),
-            "driver": self._driver_state(),
-        }
-        if getattr(registry.model_class(self.cfg.model.arch), "weights_format", "torch") == "safetensors":
-            payload["weights_format"] = "safetensors"  # the trained weights beside the .pt (rayseq.checkpoint)
-        return payload
+    def _write_checkpoint(self, store: RunStore, keep: int, groups: ActorGroups | None = None) -> str:
+        """The checkpoint of this iteration in ``store``: the learners write their state (nothing of it comes back
+        but its files' digests), then the driver its head (config, task, its own state)."""
+        stem = checkpoint_stem(self.iteration)
+        written = (groups or self.groups).learner.save(store.display(), stem)
+        head = {"format": FORMAT, "config": config_to_dict(self.cfg), "task": self.task.spec(),
+                "learner": {"generator": written["generator"], "state": written["state"]},
+                "driver": self._driver_state()}
+        return save_checkpoint(store, self.iteration, head, keep=keep, files=written["files"])
 
     def save(self, groups: ActorGroups | None = None) -> str:
         """Checkpoint (metrics first: rows past a checkpoint are dropped again on resume)."""
         self.metrics.flush()
         t0 = time.perf_counter()
-        path = save_checkpoint(self.store, self.iteration, self._payload(groups), keep=self.cfg.train.keep_checkpoints)
+        path = self._write_checkpoint(self.store, self.cfg.train.keep_checkpoints, groups)
         if self.metrics.rows:  # written with the next flush
             self.metrics.rows[-1]["time/checkpoint_s"] = time.perf_counter() - t0
         return path
 
-    def _restore(self, groups: ActorGroups, ck: dict) -> None:
-        groups.learner.load_state_dict(ck["learner"])
+    def _restore(self, groups: ActorGroups, path: str, ck: dict) -> None:
+        """The run as checkpoint ``path`` (head ``ck``) left it: the learners read their state themselves."""
+        groups.learner.restore(path)
         groups.learner.apply_config_lrs()  # this run's learning rates, not the saved ones (Tune PBT mutates them)
         saved = ck["driver"]
         self.iteration, self.stage = int(saved["iteration"]), stage_name(saved["stage"])
@@ -146,11 +146,11 @@ class Trainer:
         self.metrics.rows = [{k: (stage_name(v) if k == "stage" else v) for k, v in r.items() if v is not None}
                              for r in rows]
 
-    def _init_from(self, groups: ActorGroups, ck: dict) -> None:
+    def _init_from(self, groups: ActorGroups, path: str, ck: dict) -> None:
         """Start the algorithm stage from a pretrained run (``train.init_from``), its starting point scored with this
         run's task, data and reward (the table's and summary.json's "before"). A checkpoint without what the
         algorithm pretrains itself starts at that pretraining (stage ``algo_pretrain``) from its generator."""
-        loaded = groups.learner.init_from(ck["learner"])
+        loaded = groups.learner.init_from(path)
         self.iteration = int(ck["driver"]["iteration"])
         self.stage, self.stage_iter = ("train" if all(loaded.values()) else ALGO_PRETRAIN), 0
         self.pretrain_metrics = {**self._evaluate(groups, "val")[0], **self._evaluate(groups, "test")[0]}
@@ -173,11 +173,9 @@ class Trainer:
         bar = Progress(cfg.progress, cfg.progress_every)
         try:
             if ck is not None:
-                self._restore(groups, ck)
-                del ck
+                self._restore(groups, *ck)
             elif init is not None:
-                self._init_from(groups, init)
-                init = None
+                self._init_from(groups, *init)
             restarts = 0
             while True:
                 try:
@@ -227,7 +225,7 @@ class Trainer:
             if stage != "mle" and not self.pretrain_metrics and self.stage_iter == 0:  # no pretraining: the start's
                 self.pretrain_metrics = {**self._evaluate(groups, "val")[0], **self._evaluate(groups, "test")[0]}
             if stage == "train" and self.cfg.train.best_metric and self.best.best is None and self.stage_iter == 0:
-                self.best.start(self.pretrain_metrics, self.iteration, lambda: self._payload(groups))
+                self.best.start(self.pretrain_metrics, self.iteration, lambda store: self._write_checkpoint(store, 1))
             if self.stage_iter < plan[stage]:
                 bar.start(self._label(stage), plan[stage], self.stage_iter)
             final = self._run_stage(groups, stage, plan[stage], bar)
@@ -253,8 +251,8 @@ class Trainer:
         groups.restart_learner()
         self._evaluated, self.carry, lost_at = {}, Carry(), self.iteration
         if list_checkpoints(self.store):
-            path, ck = load_latest(self.store.display())
-            self._restore(groups, ck)
+            path, ck = select_checkpoint(self.store.display())
+            self._restore(groups, path, ck)
             where = f"its checkpoint {path} (iteration {self.iteration})"
         else:
             self.rng.bit_generator.state = self._start_state["numpy_rng"]
@@ -262,7 +260,7 @@ class Trainer:
             self.iteration, self.stage, self.stage_iter, self.pretrain_metrics = 0, "mle", 0, {}
             self.best.best, self.metrics.rows = None, []
             if self.cfg.train.init_from:
-                self._init_from(groups, checkpoint_to_start_from(self.cfg, self.task.spec()))
+                self._init_from(groups, *checkpoint_to_start_from(self.cfg, self.task.spec()))
             where = "the start (no checkpoint yet)"
         log.warning("%s at iteration %d; learner group rebuilt (restart %d of learner.max_restarts=%d) from %s in "
                     "%.1f s: iterations %d..%d are run again", exc, lost_at, restarts, self.cfg.learner.max_restarts,
@@ -309,7 +307,8 @@ class Trainer:
                 if cfg.train.best_metric:  # its names checked at the first evaluation, MLE's included
                     check_best_keys(ev, cfg.train)
                     if stage == "train":
-                        self.best.consider(ev, self.pretrain_metrics, self.iteration, lambda: self._payload(groups))
+                        self.best.consider(ev, self.pretrain_metrics, self.iteration,
+                                           lambda store: self._write_checkpoint(store, 1))
             self.metrics.log(stage, self.iteration, m)
             if cfg.train.checkpoint_every and self.iteration % cfg.train.checkpoint_every == 0:
                 self.save(groups)

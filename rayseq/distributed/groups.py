@@ -81,6 +81,7 @@ class LearnerGroup:
         self._manager = manager
         self.rollout: RolloutGroup | None = None  # set by ActorGroups: the group a chained update samples on
         self.actors: list = []
+        self.sharded, self._peer_refs = False, []
         if self.is_local:
             self.local = Learner(cfg_dict)
         else:
@@ -103,6 +104,10 @@ class LearnerGroup:
                                    "place them") from None
         self.actor = self.actors[0]
         self._manager.learner_ids = [a.actor_id.remote() for a in self.actors]  # tells their failures apart
+        # sharded (learner.strategy=fsdp, several ranks): whatever reads the model is a collective, so every call goes
+        # to every rank (rank 0's answer is the group's)
+        self.sharded = len(self.actors) > 1 and self._cfg_dict["learner"]["strategy"] == "fsdp"
+        self._peer_refs: list = []  # peers' parts of collectives whose answers only rank 0's counts (waited for later)
         self._version: int | None = None  # known from the last update (Ray); None: ask the learner
         self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update (Ray)
         world = len(self.actors)
@@ -111,6 +116,19 @@ class LearnerGroup:
             self._manager.get_learner([a.join_data_parallel.remote(rank, world, address, port,
                                                                    self.COLLECTIVE_TIMEOUT_S)
                                        for rank, a in enumerate(self.actors)], self)
+
+    def _wait_peers(self) -> None:
+        """Wait for the peers' parts of earlier collectives (a lost rank raises LearnerLost here)."""
+        refs, self._peer_refs = self._peer_refs, []
+        if refs:
+            self._manager.get_learner(refs, self)
+
+    def _rank0_ref(self, method):
+        """A ref to rank 0's answer to ``method(actor)()`` (sharded: every rank takes part, the peers' answers waited
+        for with the next call)."""
+        refs = [method(a).remote() for a in (self.actors if self.sharded else self.actors[:1])]
+        self._peer_refs.extend(refs[1:])
+        return refs[0]
 
     def restart(self) -> None:
         """Replace every learner actor by a fresh one in its bundle (its state: the caller loads a checkpoint)."""
@@ -127,7 +145,8 @@ class LearnerGroup:
             return method(self.local)(*args)
         if not keeps_version:
             self._version = None
-        actors = self.actors if every_rank else self.actors[:1]
+        self._wait_peers()
+        actors = self.actors if every_rank or self.sharded else self.actors[:1]
         if len(actors) > 1:
             args = tuple(self._manager.ray.put(a) for a in args)
         return self._manager.get_learner([method(a).remote(*args) for a in actors], self)[0]
@@ -137,7 +156,26 @@ class LearnerGroup:
         return self._call(lambda a: a.start_stage, stage, every_rank=True)
 
     def state_dict(self) -> dict:
+        """Rank 0's training state, fetched (tests, diagnostics; checkpoints are written by :meth:`save`)."""
         return self._call(lambda a: a.state_dict, keeps_version=True)
+
+    def save(self, location: str, stem: str) -> dict:
+        """The learners write their state into the run's checkpoints (``Learner.save``: rank 0, or with
+        ``learner.strategy=fsdp`` every rank its shards); returns the files written and their SHA-256, the only thing
+        that comes back."""
+        if self.is_local or not self.sharded:
+            return self._call(lambda a: a.save, location, stem, keeps_version=True)
+        self._wait_peers()
+        first, *others = self._manager.get_learner([a.save.remote(location, stem) for a in self.actors], self)
+        return {**first, "files": {**first["files"], **{k: v for o in others for k, v in o["files"].items()}}}
+
+    def whole_state(self) -> dict:
+        """``Learner.whole_state`` (tests, diagnostics)."""
+        return self._call(lambda a: a.whole_state, keeps_version=True)
+
+    def restore(self, path: str) -> None:
+        """Every rank loads its state from checkpoint ``path`` itself (``Learner.restore``)."""
+        return self._call(lambda a: a.restore, path, every_rank=True)
 
     def load_state_dict(self, state: dict) -> None:
         return self._call(lambda a: a.load_state_dict, state, every_rank=True)
@@ -145,8 +183,9 @@ class LearnerGroup:
     def apply_config_lrs(self) -> dict:
         return self._call(lambda a: a.apply_config_lrs, keeps_version=True, every_rank=True)
 
-    def init_from(self, state: dict) -> dict:
-        return self._call(lambda a: a.init_from, state, every_rank=True)
+    def init_from(self, path: str) -> dict:
+        """Every rank starts from another run's checkpoint ``path`` (``Learner.init_from``); what was there."""
+        return self._call(lambda a: a.init_from, path, every_rank=True)
 
     def evaluate(self, split: str = "val") -> tuple[dict, dict]:
         return self._call(lambda a: a.evaluate, split, keeps_version=True)
@@ -180,11 +219,15 @@ class LearnerGroup:
         published = self._published
         if published is not None and published[0] == version:
             return published[1]
-        return self.actor.get_flat_weights.remote()
+        self._wait_peers()
+        return self._rank0_ref(lambda a: a.get_flat_weights)
 
     def scorer_weights_handle(self):
         """What the scorers load of the algorithm's (``{name: state dict}``; under Ray a ref to it)."""
-        return self.local.get_scorer_weights() if self.is_local else self.actor.get_scorer_weights.remote()
+        if self.is_local:
+            return self.local.get_scorer_weights()
+        self._wait_peers()
+        return self._rank0_ref(lambda a: a.get_scorer_weights)
 
     # -- the algorithm's calls ----------------------------------------------------------------------
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
@@ -226,6 +269,7 @@ class LearnerGroup:
             if next_batch is not None:
                 rollout.sample_ahead(*next_batch())
             return metrics
+        self._wait_peers()
         before = rollout.published() if next_batch is not None else None
         after = self.version() + 1 if next_batch is not None else None  # the version this update makes
         self._version = None
@@ -234,7 +278,9 @@ class LearnerGroup:
 
         def submit(shards):
             metrics_ref, weights_ref = _two(self.actor.update_and_publish).remote(shards, iteration, scores, rows)
-            peers[:] = [a.update_rollout.remote(shards, iteration, scores, rows) for a in self.actors[1:]]
+            peers[:] = [a.update_rollout.remote(shards, iteration, scores, rows) if not self.sharded else
+                        _two(a.update_and_publish).remote(shards, iteration, scores, rows)[0]  # and the gathering
+                        for a in self.actors[1:]]
             if next_batch is not None:
                 drawn[:] = drawn or [next_batch()]  # drawn once (a retried update sends the same batch)
                 rollout.publish(weights_ref, after)

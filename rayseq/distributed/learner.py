@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo
-from rayseq.algos.common import baseline_lr
+from rayseq.algos.common import baseline_lr, policy_pass, without_grad
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
@@ -25,7 +25,7 @@ from rayseq.types import PromptBatch, Rollout, to_torch
 # the learner state's own entries; any other top-level entry of a checkpoint written before algorithms owned their
 # modules (those modules, their optimizers and counters) is the algorithm's
 _LEARNER_KEYS = {"generator", "baseline", "gen_opt", "base_opt", "stage", "version", "torch_rng", "cuda_rng",
-                 "ref_policy", "kl_coef", "algo"}
+                 "ref_policy", "kl_coef", "algo", "dcp"}
 
 
 def algorithm_entries(state: dict) -> dict:
@@ -59,6 +59,7 @@ class Learner:
             gen_opt=torch.optim.Adam(generator.parameters(), lr=c.train.pretrain_lr),
             base_opt=torch.optim.Adam(baseline.parameters(), lr=baseline_lr(c.algo)),
             device=self.device,
+            micro_batch=c.learner.micro_batch_size,
         )
         # the configured algorithm, with what it trains besides the generator (built once, here)
         self.algo = make_algo(c.algo, c.seed)
@@ -71,6 +72,10 @@ class Learner:
         self.stage = "mle"
         self.pretrainer = MLE(c.algo, c.seed)  # the update of MLE pretraining (and of the algorithm's own stage)
         self.version = 0
+        self.rank, self.sharded = 0, False  # set when it joins a data-parallel group (learner.strategy=fsdp: sharded)
+        self.dtype = getattr(torch, c.model.dtype)  # the compute precision (fp32 master weights whatever it is)
+        if c.learner.activation_checkpointing:
+            generator.model.gradient_checkpointing_enable()
 
     @property
     def updater(self):
@@ -111,7 +116,49 @@ class Learner:
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         self.state.dp = DataParallel(rank, world, self.device)
+        self.rank = rank
+        if self.cfg.learner.strategy == "fsdp":
+            self._shard(world)
         return backend
+
+    def _trained_modules(self) -> dict:
+        """Every module this learner trains, by name: the generator, the baseline, the algorithm's."""
+        s = self.state
+        return {"generator": s.generator, "baseline": s.baseline,
+                **{k: m for k, m in self.algo.modules.items() if isinstance(m, torch.nn.Module)}}
+
+    def _shard(self, world: int) -> None:
+        """FSDP2 over the learners (:mod:`rayseq.distributed.sharding`): every trained module sharded, the optimizers
+        built again over the sharded parameters (before the first update: nothing in them yet)."""
+        from rayseq.distributed.sharding import rebuild_optimizer, shard_modules
+
+        modules = self._trained_modules()
+        names = {id(p): f"{m}.{n}" for m, module in modules.items() for n, p in module.named_parameters()}
+        shard_modules(modules, world, self.device, dtype=self.dtype, cpu_offload=self.cfg.learner.cpu_offload)
+        params = {f"{m}.{n}": p for m, module in modules.items() for n, p in module.named_parameters()}
+        s = self.state
+        s.gen_opt, s.base_opt = (rebuild_optimizer(o, names, params) for o in (s.gen_opt, s.base_opt))
+        for k, opt in self.algo.modules.items():
+            if isinstance(opt, torch.optim.Optimizer):
+                self.algo.modules[k] = rebuild_optimizer(opt, names, params)
+        self.sharded = True
+
+    def _reference(self):
+        """π_ref, the generator now, frozen: its own ``reference_policy()`` (a frozen copy; a LoRA policy: itself with
+        its adapters off), or, sharded (a sharded module cannot be copied), a new generator sharded the same way
+        holding the same shards (the global RNG left as it was)."""
+        if not self.sharded or getattr(self.state.generator, "lora", False):
+            ref = reference_policy(self.state.generator)
+            return ref.to(self.dtype) if isinstance(ref, torch.nn.Module) else ref  # a frozen copy: in bf16 too
+        from rayseq.distributed.sharding import shard_modules
+
+        with torch.random.fork_rng():
+            ref = make_generator(self.cfg, self.task).to(self.device)
+        shard_modules({"reference": ref}, self.state.dp.world, self.device, dtype=self.dtype)
+        with torch.no_grad():
+            for r, p in zip(ref.parameters(), self.state.generator.parameters()):
+                r.to_local().copy_(p.to_local())
+        return ref.eval().requires_grad_(False)
 
     def actor_id(self) -> str | None:
         """This learner's Ray actor id (hex; None in-process): what a RayActorError names when it is the one lost."""
@@ -132,13 +179,35 @@ class Learner:
             self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
             self.algo.start(self.state)
             if self.kl is not None and self.kl.coef > 0:
-                self.ref_policy = reference_policy(self.state.generator)
+                self.ref_policy = self._reference()
+
+    def _whole(self, state: dict, publish: bool = True) -> dict:
+        """``{module: state dict}`` on the CPU, whole: sharded tensors gathered (every rank takes part), rank 0's;
+        ``publish``: in the compute precision (bf16: half the bytes), else as held (fp32 master weights)."""
+        def cast(t):
+            return t.to(self.dtype) if publish and t.is_floating_point() else t
+
+        if not self.sharded:
+            return {k: None if v is None else {n: cast(t.detach().cpu()) for n, t in v.items()}
+                    for k, v in state.items()}
+        from rayseq.distributed.sharding import full_state
+
+        whole = {k: None if v is None else {n: cast(t) for n, t in full_state(v).items()} for k, v in state.items()}
+        return whole if self.rank == 0 else {}
+
+    def _compute(self):
+        """The context of this learner's forward passes: autocast to ``model.dtype`` (bf16 compute on fp32 master
+        weights); nothing in fp32, or sharded (FSDP's mixed precision casts the gathered parameters itself)."""
+        from contextlib import nullcontext
+
+        if self.dtype == torch.float32 or self.sharded:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
 
     def get_weights(self) -> dict:
         """The generator's state dict and what the algorithm publishes to the rollout workers with it
-        (``Algorithm.worker_weights``), on CPU: one version."""
-        return {"generator": {k: v.detach().cpu() for k, v in self.state.generator.state_dict().items()},
-                **self.algo.worker_weights()}
+        (``Algorithm.worker_weights``), on CPU: one version (sharded: every rank gathers, rank 0's is whole)."""
+        return self._whole({"generator": self.state.generator.state_dict(), **self.algo.worker_weights()})
 
     def get_flat_weights(self) -> FlatWeights:
         """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
@@ -165,8 +234,9 @@ class Learner:
         return self.algo.scorer_weights()[0]
 
     def get_scorer_weights(self) -> dict:
-        """``{name: state dict}`` the scorers load (``Algorithm.scorer_weights``)."""
-        return self.algo.scorer_weights()[1]
+        """``{name: state dict}`` the scorers load (``Algorithm.scorer_weights``; sharded: gathered as
+        :meth:`get_weights`)."""
+        return self._whole(self.algo.scorer_weights()[1])
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int):
         """The algorithm's request built from the learner's copy (algorithms whose requests carry state)."""
@@ -174,15 +244,17 @@ class Learner:
 
     def validate(self) -> dict:
         """Validation-set reward handed to the algorithm (interpolation: keep or undo, anneal λ)."""
-        reward = self.task.validation_reward(self.state.generator, self.device)
+        with self._compute():
+            reward = self.task.validation_reward(self.state.generator, self.device)
         return self.algo.on_validation(self.state, reward)
 
     def update(self, batch, iteration: int) -> dict:
         """The stage's update (MLE's, then the algorithm's) on ``batch``; its metrics."""
         self.state.generator.train()
         rollout = self.updater.kind == "rollout"
-        kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and rollout else {}
-        metrics = {**self.updater.update(self.state, batch, iteration), **kl_metrics}
+        with self._compute():
+            kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and rollout else {}
+            metrics = {**self.updater.update(self.state, batch, iteration), **kl_metrics}
         if rollout:
             metrics["rollout/staleness"] = float(self.version - batch.version)
         self.version += 1
@@ -203,8 +275,10 @@ class Learner:
         rollout = as_rollout(shards if isinstance(shards, Rollout) else parts)
         if rows is not None:
             rollout = rollout.rows(np.asarray(rows, dtype=np.int64))
+        sampled = [p.info.get("sample_s", 0.0) for p in parts]
         metrics = {"time/fetch_s": time.perf_counter() - t0,  # the shards from the object store, concatenated
-                   "time/sample_s": max(p.info.get("sample_s", 0.0) for p in parts)}  # the slowest worker's
+                   "time/sample_s": max(sampled),  # the slowest worker's
+                   "time/sample_total_s": sum(sampled)}  # every worker's: their busy time
         if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
             metrics.update(self.task.reward.metrics(rollout.term_scores))
         if scores is not None:
@@ -228,8 +302,13 @@ class Learner:
     def _kl_penalty(self, rollout: Rollout) -> dict:
         """r_t − β·(log π_old − log π_ref) on the rollout (rayseq.algos.regularizers); then β's controller step."""
         dev = self.device
-        ref = self.ref_policy.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
-                                       to_torch(rollout.tokens, dev)).logp.cpu().numpy()
+
+        def reference(src, src_len, tokens, lean):  # log π_ref (B, T), without gradients
+            return (policy_pass(self.ref_policy, src, src_len, tokens, lean)[0],)
+
+        (ref,) = without_grad(self.state, reference, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
+                              to_torch(rollout.tokens, dev))
+        ref = ref.cpu().numpy()
         kl = sampled_kl(rollout.logp, ref, rollout.action_mask)
         coef = self.kl.coef
         apply_kl_penalty(rollout, kl, coef)
@@ -241,16 +320,19 @@ class Learner:
     def aux_update(self, positives: PromptBatch, negatives: Rollout | list, seed: int) -> dict:
         """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (a
         Rollout, or the shard handles of one, fetched here): ``Algorithm.aux_update``."""
-        return self.algo.aux_update(self.state, positives, as_rollout(negatives), seed)
+        with self._compute():
+            return self.algo.aux_update(self.state, positives, as_rollout(negatives), seed)
 
     def evaluate(self, split: str = "val") -> tuple[dict, dict]:
         """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics."""
-        return self.task.evaluate(self.state.generator, self.device, split=split)
+        with self._compute():
+            return self.task.evaluate(self.state.generator, self.device, split=split)
 
     # -- checkpoints ------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self, modules: bool = True) -> dict:
         """The training state: generator, baseline, their optimizers, stage, version, RNG, the KL reference and the
-        algorithm's own state (``Algorithm.state_dict``, under ``algo``)."""
+        algorithm's own state (``Algorithm.state_dict``, under ``algo``). ``modules=False``: without the modules and
+        optimizers (what a sharded checkpoint keeps beside their shards)."""
         s = self.state
         out = {
             "generator": s.generator.state_dict(),
@@ -260,32 +342,133 @@ class Learner:
             "stage": self.stage,
             "version": self.version,
             "torch_rng": torch.get_rng_state(),
-        }
+        } if modules else {"stage": self.stage, "version": self.version, "torch_rng": torch.get_rng_state()}
         if self.device.type == "cuda":  # dropout and anything else drawn on the GPU
             out["cuda_rng"] = torch.cuda.get_rng_state_all()
         if self.ref_policy is not None:
-            out |= {"ref_policy": self.ref_policy.state_dict(), "kl_coef": self.kl.coef}
-        algo_state = self.algo.state_dict()
+            out |= {"ref_policy": self.ref_policy.state_dict(), "kl_coef": self.kl.coef} if modules else \
+                {"kl_coef": self.kl.coef}
+        algo_state = self.algo.state_dict() if modules else self.algo.own_state_dict()
         if algo_state:
             out["algo"] = algo_state
         return out
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` (or a checkpoint written before algorithms owned their modules)."""
+    def save(self, location: str, stem: str) -> dict:
+        """Write this learner's state into the checkpoints of the run at ``location`` (its run directory: a path or a
+        URI), named after ``stem``, on the CPU (:func:`rayseq.checkpoint.write_learner_state`); nothing of it goes
+        back. With ``learner.strategy=fsdp`` every rank writes its shards of the modules and optimizers
+        (``torch.distributed.checkpoint``, ``<stem>.learner/dcp/``) and rank 0 the whole generator weights and the rest.
+        Returns the files written and their SHA-256 (what the checkpoint's head records)."""
+        from rayseq import registry
+        from rayseq.checkpoint import write_learner_state
+
+        weights_format = getattr(registry.model_class(self.cfg.model.arch), "weights_format", "torch")
+        if self.cfg.learner.strategy != "fsdp":
+            return write_learner_state(location, stem, self.state_dict(), weights_format)
+        import tempfile
+
+        from rayseq.checkpoint import learner_folder, write_directory
+        from rayseq.distributed.sharding import save_sharded, sharded_state
+
+        weights = self._whole({"generator": self.state.generator.state_dict()}, publish=False)  # every rank gathers
+        with tempfile.TemporaryDirectory(prefix="rayseq-dcp-") as local:
+            save_sharded(sharded_state(self._module_pairs()), local)
+            dcp = f"{learner_folder(stem)}/dcp"
+            files = write_directory(location, dcp, local)  # this rank's shards (rank 0: and the metadata)
+        if self.rank != 0:
+            return {"files": files}
+        rest = {k: v for k, v in self.state_dict(modules=False).items()}
+        written = write_learner_state(location, stem, {**rest, "generator": weights["generator"], "dcp": dcp},
+                                      weights_format)
+        return {**written, "files": {**written["files"], **files}}
+
+    def _module_pairs(self) -> dict:
+        """What a sharded checkpoint holds: each trained module with its optimizer (None for one the learner does not
+        step: a moving average the algorithm keeps), and the KL reference."""
         s = self.state
-        s.generator.load_state_dict(state["generator"])
-        s.baseline.load_state_dict(state["baseline"])
-        self.start_stage(state["stage"])
-        s.gen_opt.load_state_dict(state["gen_opt"])
-        s.base_opt.load_state_dict(state["base_opt"])
+        optimizers = [o for o in self.algo.modules.values() if isinstance(o, torch.optim.Optimizer)]
+
+        def owner(module) -> torch.optim.Optimizer | None:
+            ids = {id(p) for p in module.parameters()}
+            return next((o for o in optimizers if any(id(p) in ids for g in o.param_groups for p in g["params"])),
+                        None)
+
+        pairs = {"generator": (s.generator, s.gen_opt), "baseline": (s.baseline, s.base_opt)}
+        pairs.update({k: (m, owner(m)) for k, m in self.algo.modules.items() if isinstance(m, torch.nn.Module)})
+        if isinstance(self.ref_policy, torch.nn.Module):
+            pairs["ref_policy"] = (self.ref_policy, None)
+        return pairs
+
+    def whole_state(self) -> dict:
+        """The generator's and the baseline's weights and their optimizers' states, whole and keyed by parameter names
+        (sharded: gathered, every rank calls it, rank 0's answer): what compares learners of any strategy."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        out = {}
+        for name, (module, opt) in list(self._module_pairs().items())[:2]:
+            if self.sharded:
+                opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+                out[name], out[f"{name}.optim"] = get_state_dict(module, opt, options=opts)
+            else:
+                out[name], out[f"{name}.optim"] = get_state_dict(module, opt)
+        return out if self.rank == 0 else {}
+
+    def shard_sizes(self) -> dict:
+        """Elements this rank holds of the trained modules' parameters and of their optimizers' state, against the
+        whole: ``{"params": (held, whole), "optimizer": (held, whole)}``."""
+        from rayseq.algos.parallel import is_dtensor
+
+        def held(t):
+            return t.to_local().numel() if is_dtensor(t) else t.numel()
+
+        params = [p for m in self._trained_modules().values() for p in m.parameters()]
+        optims = [self.state.gen_opt, self.state.base_opt]
+        states = [t for o in optims for st in o.state.values() for t in st.values()
+                  if isinstance(t, torch.Tensor) and t.dim() > 0]
+        return {"params": (sum(held(p) for p in params), sum(p.numel() for p in params)),
+                "optimizer": (sum(held(t) for t in states), sum(t.numel() for t in states))}
+
+    def restore(self, path: str) -> None:
+        """Load the checkpoint ``path`` (its head; this learner reads its own files: the driver never holds them)."""
+        from rayseq.checkpoint import load_checkpoint
+
+        self.load_state_dict(load_checkpoint(path, map_location=self.device)["learner"])
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (or a checkpoint written before algorithms owned their modules; or a sharded
+        learner's, ``dcp``: its modules and optimizers read from there, resharded to this learner's ranks)."""
+        s = self.state
+        if "dcp" in state:
+            self.start_stage(state["stage"])
+            self._load_dcp(state["dcp"], self._module_pairs())
+        else:
+            s.generator.load_state_dict(state["generator"])
+            s.baseline.load_state_dict(state["baseline"])
+            self.start_stage(state["stage"])
+            s.gen_opt.load_state_dict(state["gen_opt"])
+            s.base_opt.load_state_dict(state["base_opt"])
         self.version = int(state["version"])
         torch.set_rng_state(state["torch_rng"])
         if self.device.type == "cuda" and "cuda_rng" in state:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         if self.ref_policy is not None and "ref_policy" in state:
             self.ref_policy.load_state_dict(state["ref_policy"])
+        if self.ref_policy is not None and "kl_coef" in state:
             self.kl.coef = float(state["kl_coef"])
         self.algo.load_state_dict(algorithm_entries(state))
+
+    def _load_dcp(self, location: str, pairs: dict, optimizers: bool = True) -> None:
+        """Fill ``pairs`` (:meth:`_module_pairs`' form) from a sharded checkpoint's ``torch.distributed.checkpoint``
+        directory ``location`` (a path or a URI; any number of ranks wrote it)."""
+        import tempfile
+
+        from rayseq.checkpoint import read_directory
+        from rayseq.distributed.sharding import load_sharded, restore_sharded, sharded_state
+
+        pairs = {k: (m, o if optimizers else None) for k, (m, o) in pairs.items()}
+        with tempfile.TemporaryDirectory(prefix="rayseq-dcp-") as local:
+            read_directory(location, local)
+            restore_sharded(pairs, load_sharded(sharded_state(pairs), local))
 
     def apply_config_lrs(self) -> dict:
         """Set the optimizers' learning rates from the config: ``load_state_dict`` restores the saved ones,
@@ -300,13 +483,31 @@ class Learner:
                 g["lr"] = lr
         return lrs
 
-    def init_from(self, state: dict) -> dict:
-        """Start from another run's pretrained generator, baseline and what the algorithm pretrains itself (when that
-        run has it: ``Algorithm.init_from``); optimizers and stage start fresh. Returns what this run needs, and
-        whether it was there."""
-        self.state.generator.load_state_dict(state["generator"])
-        self.state.baseline.load_state_dict(state["baseline"])
+    def init_from(self, path: str) -> dict:
+        """Start from the checkpoint ``path`` of another run: its pretrained generator, baseline and what the algorithm
+        pretrains itself (when that run has it: ``Algorithm.init_from``); optimizers and stage start fresh. Returns
+        what this run needs, and whether it was there."""
+        from rayseq.checkpoint import load_checkpoint
+
+        state = load_checkpoint(path, map_location=self.device)["learner"]
+        if "dcp" in state:  # a sharded learner's: its modules (not its optimizers) read from its shards
+            s = self.state
+            pairs = {"generator": (s.generator, None), "baseline": (s.baseline, None)}
+            self._load_dcp(state["dcp"], pairs, optimizers=False)
+            return {"generator": True, **self.algo.init_from({})}
+        self._load_full("generator", state["generator"])
+        self._load_full("baseline", state["baseline"])
         return {"generator": True, **self.algo.init_from(algorithm_entries(state))}
+
+    def _load_full(self, name: str, full: dict) -> None:
+        """Whole tensors into the trained module ``name`` (sharded: each distributed as the module's own)."""
+        module = self._trained_modules()[name]
+        if self.sharded:
+            from rayseq.distributed.sharding import load_full
+
+            load_full(module, full)
+        else:
+            module.load_state_dict(full)
 
 
 def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu") -> tuple[dict, dict]:
@@ -314,7 +515,7 @@ def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu")
     process: e.g. the test figures of the trial a search chose on its validation metric."""
     from rayseq.checkpoint import load_checkpoint
 
-    ck = load_checkpoint(location)
+    ck = load_checkpoint(location, training_state=False)
     cfg = RunConfig.model_validate(ck["config"])
     task = make_task(cfg.task, cfg.reward)
     generator = make_generator(cfg, task).to(device)

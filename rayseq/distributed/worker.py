@@ -35,12 +35,14 @@ class RolloutWorker:
         set_deterministic(self.cfg.deterministic)
         self.device = torch.device("cuda" if self.cfg.rollout.num_gpus_per_worker > 0 else "cpu")
         self.task = make_task(self.cfg.task, self.cfg.reward)
-        self.generator = make_generator(self.cfg, self.task).to(self.device)
+        dtype = getattr(torch, self.cfg.model.dtype)  # samples in the policy's compute precision (bf16: a bf16 copy)
+        self.generator = make_generator(self.cfg, self.task).to(self.device, dtype)
         self.generator.eval()
         self.engine = make_engine(self.cfg, self.generator, self.task, self.device)  # what samples (rollout.engine)
         # what the algorithm keeps here (Algorithm.worker_modules), built now, not on the first weights (in-process
         # runs draw the same global random numbers before and after a resume); in ``modules`` once weights arrive
-        self._held = self.cfg.algorithm.worker_modules(self.cfg, self.task, self.device)
+        self._held = {k: m.to(dtype) for k, m in self.cfg.algorithm.worker_modules(self.cfg, self.task,
+                                                                                  self.device).items()}
         self.modules: dict = {}
         self.version = -1
         self.loads = 0  # weight loads (one per version)

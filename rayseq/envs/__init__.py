@@ -1,4 +1,4 @@
-"""rayseq's tasks as Gymnasium environments, for RLlib and any other RL library (issue 17).
+"""rayseq's tasks as Gymnasium environments, for RLlib and any other RL library.
 
 ``make_env(task)`` turns any rayseq task into a token-level :class:`gymnasium.Env` (:mod:`rayseq.envs.env`): a
 built-in name (``counting``, ``oracle``, ``pairs``, ``chitchat``), a user's task class as an import path

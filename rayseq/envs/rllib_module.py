@@ -1,5 +1,5 @@
 """rayseq's generator and value baseline as an RLlib RLModule (torch, RLlib's new API stack), so that RLlib's PPO
-trains exactly the network rayseq trains (issue 17 item 2).
+trains exactly the network rayseq trains.
 
 :class:`GeneratorRLModule` reads the observations of :class:`rayseq.envs.env.SeqEnv` (a prompt and the reply so
 far) and returns
@@ -51,7 +51,7 @@ def generator_source(model_config: dict) -> tuple[RunConfig, dict | None, str]:
         if model_config.get("task") is not None or model_config.get("model") is not None:
             raise ValueError("model_config: give either checkpoint (its run's task and model are used) or task/model")
         location = resolve_checkpoint(checkpoint)
-        ck = load_checkpoint(location)
+        ck = load_checkpoint(location)  # the generator and the value baseline
         return RunConfig.model_validate(ck["config"]), ck["learner"], location
     if model_config.get("task") is None:
         raise ValueError("model_config: give checkpoint=RUN_DIR (a rayseq run) or task=NAME (and model={...})")

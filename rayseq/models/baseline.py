@@ -19,4 +19,4 @@ class ValueBaseline(nn.Module):
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         """states (B, T, H) decoder states -> (B, T) predicted returns; the input is detached here."""
-        return self.linear(states.detach()).squeeze(-1)
+        return self.linear(states.detach()).squeeze(-1).float()  # fp32 values whatever the compute precision

@@ -23,4 +23,4 @@ class Critic(nn.Module):
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         """states (B, T, H) -> V (B, T); the input is detached here."""
-        return self.net(states.detach()).squeeze(-1)
+        return self.net(states.detach()).squeeze(-1).float()  # fp32 values whatever the compute precision

@@ -85,6 +85,8 @@ class HFCausalLM(nn.Module):
             model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                                                      target_modules=lora_target_modules, task_type="CAUSAL_LM"))
         self.model = model
+        base = model.get_base_model() if self.lora else model
+        self._backbone = getattr(base, base.base_model_prefix)  # the LM without its head: last hidden states
         self._cache_kw = cache_keyword(model)
         logits_dim = int(model.get_output_embeddings().weight.shape[0])
         if vocab_size is not None and vocab_size > logits_dim:
@@ -138,6 +140,12 @@ class HFCausalLM(nn.Module):
             return _AdaptersDisabled(self)
         return copy.deepcopy(self).eval().requires_grad_(False)
 
+    def fsdp_blocks(self) -> list[nn.Module]:
+        """The LM's decoder layers (its backbone's largest list of modules: GPT-2's ``h``, Llama's ``layers``): a
+        sharded learner gathers each one's parameters around its forward (rayseq.distributed.sharding)."""
+        lists = [m for m in self._backbone.children() if isinstance(m, nn.ModuleList)]
+        return list(max(lists, key=len)) if lists else []
+
     # -- building blocks ----------------------------------------------------------------------------
     def _left_aligned(self, src: torch.Tensor, src_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded (B, S) -> left-padded ids (B, S) and their mask (B, S) (prompts end at column S−1)."""
@@ -149,6 +157,13 @@ class HFCausalLM(nn.Module):
 
     def _logits(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.float() + self.logit_bias
+
+    def _hidden(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache=None) -> torch.Tensor:
+        """The LM's last hidden layer (B, L, H) (after its final norm: what its head reads), and no other layer's;
+        ``cache``: a key/value cache to use and extend."""
+        kw = {self._cache_kw: cache} if cache is not None else {}
+        out = self._backbone(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=cache is not None, **kw)
+        return out.last_hidden_state
 
     token_logp = StepDecoding.token_logp
 
@@ -164,12 +179,10 @@ class HFCausalLM(nn.Module):
             if not ids.shape[1] or bool((src_len <= 0).any()):
                 raise ValueError("a policy whose prompts mark their own end (a chat template's generation prompt) "
                                  "needs a non-empty prompt in every row")
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                             output_hidden_states=True, **{self._cache_kw: cache})
-            pending = (self._logits(out.logits[:, -1]), out.hidden_states[-1][:, -1])
-            return _Prefix(cache, mask, mask.sum(1), pending)
+            hidden = self._hidden(ids, mask, pos, cache)[:, -1]
+            return _Prefix(cache, mask, mask.sum(1), (self.output_logits(hidden), hidden))
         if ids.shape[1]:
-            self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})
+            self._hidden(ids, mask, pos, cache)
         return _Prefix(cache, mask, mask.sum(1))
 
     def decode_step(self, tok: torch.Tensor, state: _Prefix):
@@ -180,10 +193,8 @@ class HFCausalLM(nn.Module):
             logits, hidden = state.pending
             return logits, hidden, state._replace(pending=None)
         mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], 1)
-        out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=state.pos.unsqueeze(1),
-                         use_cache=True, output_hidden_states=True, **{self._cache_kw: state.cache})
-        cache = out[self._cache_kw]  # the same Cache object, updated in place (not the deprecated attribute)
-        return self._logits(out.logits[:, 0]), out.hidden_states[-1][:, 0], _Prefix(cache, mask, state.pos + 1)
+        hidden = self._hidden(tok.unsqueeze(1), mask, state.pos.unsqueeze(1), state.cache)  # the cache: in place
+        return self.output_logits(hidden)[:, 0], hidden[:, 0], _Prefix(state.cache, mask, state.pos + 1)
 
     def advance(self, tok: torch.Tensor, state: _Prefix):
         """:meth:`decode_step` without the logits: (hidden (B, H), new state) (the step protocol's building block)."""
@@ -196,10 +207,12 @@ class HFCausalLM(nn.Module):
         return self._logits(self.model.get_output_embeddings()(out))
 
     # -- phase methods ------------------------------------------------------------------------------
-    def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
-        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}`` (without a
-        separator ``x y_1 … y_{T−1}``, the distributions read one position earlier)."""
-        S, T = src.shape[1], tokens.shape[1]
+    def _sequence_states(self, src: torch.Tensor, src_len: torch.Tensor,
+                         tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The last hidden layer (B, L, H) of one pass over ``x <bos> y_1 … y_{T−1}`` (without a separator
+        ``x y_1 … y_{T−1}``) and the column of its first reply prediction: columns start..start+T−1 predict the
+        reply's tokens (start = S, or S−1 without a separator: the distributions read one position earlier)."""
+        S = src.shape[1]
         ids, mask = self._left_aligned(src, src_len)
         if self.separator:
             bos = torch.full_like(tokens[:, :1], self.bos_id)
@@ -211,11 +224,27 @@ class HFCausalLM(nn.Module):
             mask = torch.cat([mask, torch.ones_like(tokens[:, :-1])], 1)
             start = S - 1
         pos = (mask.cumsum(1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
-                         output_hidden_states=True)
-        logits = self._logits(out.logits[:, start : start + T])
-        states = out.hidden_states[-1][:, start : start + T]
-        return GeneratorOutput(self.token_logp(logits, tokens), states, logits)
+        return self._hidden(ids, mask, pos), start
+
+    def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
+        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}`` (without a
+        separator ``x y_1 … y_{T−1}``)."""
+        T = tokens.shape[1]
+        hidden, start = self._sequence_states(src, src_len, tokens)
+        logits = self.output_logits(hidden)[:, start : start + T]  # the head on the whole sequence, as the LM's forward
+        return GeneratorOutput(self.token_logp(logits, tokens), hidden[:, start : start + T], logits)
+
+    def lean_logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor,
+                      chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`logprobs`' log-probs (B, T) and states (B, T, H) without its (B, T, V) logits: the head runs on
+        ``chunk`` positions at a time, so no more than (B, chunk, V) logits exist at once (the passes without
+        gradients: baseline states, the KL reference)."""
+        T = tokens.shape[1]
+        hidden, start = self._sequence_states(src, src_len, tokens)
+        states = hidden[:, start : start + T]
+        logp = torch.cat([self.token_logp(self.output_logits(states[:, t : t + chunk]), tokens[:, t : t + chunk])
+                          for t in range(0, T, chunk)], 1)
+        return logp, states
 
     # the RNN's decoding loops, on encode/decode_step above
     first_step_logprobs = StepDecoding.first_step_logprobs
@@ -248,6 +277,11 @@ class _AdaptersDisabled:
     def logprobs(self, src, src_len, tokens) -> GeneratorOutput:
         with self._base():
             return self.policy.logprobs(src, src_len, tokens)
+
+    @torch.no_grad()
+    def lean_logprobs(self, src, src_len, tokens) -> tuple[torch.Tensor, torch.Tensor]:
+        with self._base():
+            return self.policy.lean_logprobs(src, src_len, tokens)
 
     def state_dict(self) -> dict:
         return {}

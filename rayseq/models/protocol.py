@@ -83,6 +83,17 @@ def state_cat(hs: list):
     return torch.cat(hs, 1)
 
 
+def lean_logprobs(generator, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> tuple:
+    """Log-probs (B, T) and states (B, T, H) of ``tokens`` for a pass without gradients (baseline values, the KL
+    reference): the model's own ``lean_logprobs`` when it has one (which keeps no (B, T, V) logits: the HF policy runs
+    its head a few positions at a time), else :meth:`logprobs`'."""
+    lean = getattr(generator, "lean_logprobs", None)
+    if lean is not None:
+        return lean(src, src_len, tokens)
+    out = generator.logprobs(src, src_len, tokens)
+    return out.logp, out.states
+
+
 class StepDecoding:
     """The phase methods of the protocol (module docstring) on top of ``encode``, ``advance`` and
     ``output_logits``; mixed into an ``nn.Module`` that sets the protocol's attributes."""
@@ -99,7 +110,7 @@ class StepDecoding:
 
     def token_logp(self, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """log softmax(logits)[tokens]: logits (..., V), tokens (...) -> (...); 0 at ``<pad>`` (no token there)."""
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # fp32 always
         return torch.where(tokens == self.pad_id, 0.0, logp)
 
     def output_projection(self):
@@ -137,7 +148,7 @@ class StepDecoding:
         """log π(y_1 | x) over the vocabulary, (B, V)."""
         state = self.encode(src, src_len)
         logits, _, _ = self.decode_step(torch.full_like(src_len, self.bos_id), state)
-        return torch.log_softmax(logits, dim=-1)
+        return torch.log_softmax(logits.float(), dim=-1)
 
     @torch.no_grad()
     def sample(
@@ -259,6 +270,7 @@ class StepDecoding:
             if not alive.any():
                 break
             logits, _, state = self.decode_step(tok, state)
+            logits = logits.float()
             logp_all = torch.log_softmax(logits, dim=-1)
             logits = penalties(logits, tokens)
             scaled = logits / temp

@@ -46,6 +46,7 @@ def sample_with_logp(
     logits (R, V), u (R,) -> tokens (R,) int64, logp (R,) = log softmax(logits)[y] at temperature 1
     (the policy's log-probability, what PPO's ratio needs).
     """
+    logits = logits.float()  # the cdf and the log-prob in fp32, from bf16 logits too
     R, V = logits.shape
     tokens = torch.empty(R, dtype=torch.long, device=logits.device)
     logp = torch.empty(R, dtype=logits.dtype, device=logits.device)

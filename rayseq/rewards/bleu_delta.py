@@ -28,7 +28,7 @@ vectorised over the batch (no Python loop over rows):
      call (hypothesis length |p| + 1 for every candidate, so the closest reference length is shared within a
      row), and the candidates are scattered into a (B, V) array filled with the row's no-match value.
 
-Speed (2-core development VM shared with other jobs, numpy 2.4, Python 3.11, ``python -m
+Speed (a 2-core VM, numpy 2.4, Python 3.11, ``python -m
 rayseq.rewards.bleu_delta``, median of 200 calls; prefixes of length 0..22, 1-3 references of 7-13 tokens
 per row drawn partly from the prefix so that matches happen; ``_benchmark``), V = 4,000:
 

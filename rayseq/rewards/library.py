@@ -21,7 +21,7 @@ Built-ins (also importable to build your own: ``from rayseq.rewards.library impo
   best-matching reference), in [0, 1]; kwargs ``char_order`` (6), ``word_order`` (0; 2 = chrF++), ``beta`` (2);
 - ``novelty``: 1 − sentence BLEU-``max_order`` (default 2) of a reply against the OTHER replies of its batch, in
   [0, 1], 0 for an empty reply: a reply the policy gives to many inputs (a template) scores near 0, one unlike the
-  rest near 1. A distinct-n term for RL on a chatbot (issue 31): with ``task`` it rewards being right and being
+  rest near 1. A distinct-n term for RL on a chatbot: with ``task`` it rewards being right and being
   different; it needs the batch (``reward.batch_size`` unset: the whole scored batch);
 - ``length``: −|n − target| / target, n the reply's tokens (words and punctuation marks, the word tokenizer's
   tokens, what a pairs model emits): 0 at ``target`` tokens, −1 for an empty reply or one twice as long.

@@ -112,7 +112,8 @@ class ChatModel:
     def __init__(self, checkpoint: str | os.PathLike, device: str = "cpu", engine: str = "builtin",
                  engine_kwargs: dict | None = None):
         t0 = time.perf_counter()
-        self.checkpoint, ck = load_latest(checkpoint, map_location=device)  # a run: its newest one that loads
+        # a run: its newest checkpoint that loads; its weights, not the optimizers
+        self.checkpoint, ck = load_latest(checkpoint, map_location=device, training_state=False)
         task = ck["task"]
         if not task.get("conditional", task["name"] not in _OLD_UNCONDITIONAL):
             raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "

@@ -5,8 +5,9 @@ The vocabulary a task holds is :class:`rayseq.vocab.Vocab`.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
+import numpy as np
 from pydantic import Field
 
 # task.* keys of the held-out sets every built-in task reads (Task.fields: a subclass spreads them into its own)
@@ -61,7 +62,7 @@ def sampled_reward(task, src, src_len, tokens, token_mask, key=None) -> tuple[ob
 class TaskProtocol(Protocol):
     """The methods a task class provides (:class:`Task` lists its attributes and the optional hooks)."""
 
-    def sample_prompts(self, rng, n: int, *, with_targets: bool = False):
+    def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> Any:
         """Training inputs.
 
         Args:
@@ -71,23 +72,26 @@ class TaskProtocol(Protocol):
             with_targets: give each its reference target (MLE, the supervised algorithms).
 
         Returns:
-            A :class:`rayseq.types.PromptBatch` (``src`` (n, S), ``src_len`` (n,), and ``tgt``, ``tgt_len`` with
-            targets).
+            The batch, a :class:`rayseq.types.PromptBatch`: ``src`` (n, S), ``src_len`` (n,), and ``tgt``,
+            ``tgt_len`` with targets.
         """
 
-    def rewards(self, src, src_len, tokens, token_mask, key=None) -> tuple:
+    def rewards(self, src: np.ndarray, src_len: np.ndarray, tokens: np.ndarray, token_mask: np.ndarray,
+                key: np.ndarray | None = None) -> tuple:
         """The task's own reward of sampled replies.
 
         Args:
-            src, src_len: the inputs (B, S) and their lengths (B,).
-            tokens, token_mask: the replies (B, T) and which of their positions are tokens (B, T).
+            src: the inputs (B, S).
+            src_len: their lengths (B,).
+            tokens: the replies (B, T).
+            token_mask: which of their positions are tokens (B, T).
             key: the rows' keys into the task's data (references, extra columns), when it has them.
 
         Returns:
             (per-token rewards (B, T), score (B,)), float32.
         """
 
-    def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
+    def evaluate(self, generator: Any, device: str = "cpu", *, split: str = "val") -> tuple[dict, dict]:
         """The generator's figures on a held-out split.
 
         Args:

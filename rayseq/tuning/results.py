@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from rayseq.checkpoint import load_checkpoint
+from rayseq.checkpoint import checkpoint_files, load_checkpoint
 from rayseq.runlog import to_json
 from rayseq.storage import RunStore
 from rayseq.tuning.spec import Experiment
@@ -163,8 +163,9 @@ def export_best(exp: Experiment, result, trial_id: str) -> str:
         dest.fs.delete_dir_contents(dest.root, missing_dir_ok=True)
     with result.checkpoint.as_directory() as d:
         f = checkpoint_file(Path(d), result.checkpoint.path)
-        dest.write_bytes(f"checkpoints/{f.name}", f.read_bytes())
-    ck = load_checkpoint(dest.display("checkpoints", f.name))
+        for file in checkpoint_files(RunStore(f.parent), f.name):  # the head, its digests, the learner's files
+            dest.write_bytes(f"checkpoints/{file}", (f.parent / file).read_bytes())
+    ck = load_checkpoint(dest.display("checkpoints", f.name), training_state=False)
     dest.write_text("config.yaml", yaml.safe_dump(ck["config"], sort_keys=False))
     run = RunStore(f"{exp.path}/runs/{trial_id}")
     for name in ("summary.json", "metrics.parquet"):

@@ -137,9 +137,12 @@ class TuneReporter:
         if checkpoint_location is None:
             tune.report(metrics)
             return
+        from rayseq.checkpoint import checkpoint_files
+
         store, name = _split(checkpoint_location)
         with tempfile.TemporaryDirectory(prefix="rayseq-tune-ckpt-") as tmp:
-            for file in _checkpoint_files(store, name):  # the .pt, its SHA-256 record and weights (arch=hf)
+            for file in checkpoint_files(store, name):  # the head, its SHA-256 record and the learner's files
+                (Path(tmp) / file).parent.mkdir(parents=True, exist_ok=True)
                 (Path(tmp) / file).write_bytes(store.read_bytes(file))
             (Path(tmp) / "rayseq.json").write_text(json.dumps({"file": name, "iteration": metrics["iteration"],
                                                                "source": checkpoint_location}))
@@ -190,12 +193,6 @@ def checkpoint_file(folder: Path, shown: str) -> Path:
     return files[-1]
 
 
-def _checkpoint_files(store: RunStore, name: str) -> list[str]:
-    """``ckpt_N.pt`` and the files beside it that belong to it (``ckpt_N.sha256``, ``ckpt_N.safetensors``)."""
-    stem = name.removesuffix(".pt")
-    return [name] + [f for f in (f"{stem}.sha256", f"{stem}.safetensors") if store.exists(f)]
-
-
 def _older_tune_checkpoints(checkpoint) -> list:
     """The trial's Tune checkpoints older than ``checkpoint`` (sibling ``checkpoint_NNNNNN`` folders), newest first."""
     import pyarrow.fs as pafs
@@ -216,17 +213,17 @@ def install_checkpoint(checkpoint, store: RunStore) -> int:
     ``checkpoints/`` (replacing whatever is there: the Trainer resumes from the newest); returns its iteration. A
     damaged one is named in a warning and the trial's previous Tune checkpoint is tried; when none loads, one line
     (CheckpointError) names them all."""
-    from rayseq.checkpoint import CheckpointError, verify_checkpoint
+    from rayseq.checkpoint import CheckpointError, checkpoint_files, verify_checkpoint
 
     tried = []
     for candidate in [checkpoint, *_older_tune_checkpoints(checkpoint)]:
         for old in store.listdir("checkpoints"):
-            store.delete(f"checkpoints/{old}")
+            store.delete(f"checkpoints/{old}")  # a file, or a checkpoint's learner folder
         try:
             with candidate.as_directory() as d:
                 path = checkpoint_file(Path(d), candidate.path)
                 name = path.name
-                for file in _checkpoint_files(RunStore(path.parent), name):
+                for file in checkpoint_files(RunStore(path.parent), name):
                     store.write_bytes(f"checkpoints/{file}", (path.parent / file).read_bytes())
             verify_checkpoint(store.display("checkpoints", name))
         except (CheckpointError, FileNotFoundError) as exc:

@@ -1,4 +1,5 @@
-"""The algorithms of issue 8 end to end on a tiny chit-chat corpus: each through the driver (in-process),
+"""The sequence-level algorithms (SCST, actor-critic, the ERPO family, SeqGAN-critic) end to end on a tiny
+chit-chat corpus: each through the driver (in-process),
 three on Ray actors (ERPO sampling on a rollout worker, the greedy SCST
 baseline scored on a ScorerActor, SeqGAN-critic's D scores from a scorer), and all of them as one Ray Tune
 grid."""

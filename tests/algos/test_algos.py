@@ -89,6 +89,7 @@ def test_ppo_minibatches_move_the_ratio_and_clip():
     assert m["policy/clipfrac"] > 0.0 and m["policy/approx_kl"] > 0.0
 
 
+@pytest.mark.e2e
 def test_reinforce_raises_the_reward_on_counting():
     """A handful of REINFORCE steps from an MLE-pretrained model raise the sampled reward."""
     cfg, learner, worker = make_pair("algo.name=reinforce", "algo.lr=3e-3", "train.pretrain_lr=1e-2",
@@ -119,7 +120,7 @@ def test_mixer_schedule_and_forced_prefix():
     np.testing.assert_array_equal(r.action_mask, r.token_mask)
 
 
-# -- randomness derived from the run seed (issue 13 item 5) ---------------------------------------------
+# -- randomness derived from the run seed ---------------------------------------------
 
 
 def _update_with_algo_seed(name: str, algo_seed: int, *overrides: str) -> dict:
@@ -148,7 +149,7 @@ def test_random_streams_follow_the_run_seed(name, overrides):
     assert minibatch_seed(algos[0], 3) != minibatch_seed(algos[1], 3) != minibatch_seed(algos[1], 4)
 
 
-# -- MIXER's forced prefix per reference (issue 13 item 4) ----------------------------------------------
+# -- MIXER's forced prefix per reference ----------------------------------------------
 
 
 @pytest.mark.parametrize("delta", [1, 2, 4])

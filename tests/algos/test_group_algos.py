@@ -1,4 +1,4 @@
-"""Group-sampling algorithms added through the algorithm protocol (issue 14 item 4): each declares its own
+"""Group-sampling algorithms added through the algorithm protocol: each declares its own
 ``group_size`` key, asks the driver for G samples per prompt (consecutive rows) and computes its advantages from
 the group; nothing in the driver, learner, runtime or config names them."""
 

@@ -1,4 +1,4 @@
-"""KL to the pretrained policy in the reward, and the entropy bonus, for every rollout algorithm (issue 14 item 5;
+"""KL to the pretrained policy in the reward, and the entropy bonus, for every rollout algorithm (
 Ziegler et al. 2019 Sec. 2.2, InstructGPT Eq. 2): by hand, against loops, and through the learner."""
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def test_ppo_dynamic_bounds_default_to_supplement_c_for_seqgan():
 
 @pytest.mark.ray
 def test_seqgan_ppo_dynamic_bounds_reach_the_loss_on_ray_actors(ray_session, tmp_path):
-    """Issue 13 item 1, through the real path: the Learner actor rebuilds its config from the driver's dict and
+    """Through the real path: the Learner actor rebuilds its config from the driver's dict and
     logs the bounds its loss received; config.yaml shows the same values."""
     changed = {**SEQGAN_DYNAMIC_BOUNDS, "alpha2": 0.5}
     for extra, expected in (([], SEQGAN_DYNAMIC_BOUNDS), (["algo.alpha2=0.5"], changed)):

@@ -1,4 +1,4 @@
-"""Every algorithm trains a ``model.arch=transformer`` policy end to end (issue 15): MLE pretraining, then the
+"""Every algorithm trains a ``model.arch=transformer`` policy end to end: MLE pretraining, then the
 algorithm through the driver (in-process) on the tiny chit-chat corpus (BLEU rewards are rarely all 0, so every
 algorithm has a gradient after a few pretraining steps), and SeqGAN on SeqGAN's oracle task with the
 decoder-only Transformer, its Monte-Carlo search on a rollout worker actor, through ``python -m rayseq.train`` on

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +113,7 @@ def test_kept_runs_are_the_finished_ones_of_the_same_config_unless_fresh_or_pret
     assert kept_runs(jobs, per_seed, [0], None, fresh=False) == []  # seed 0 pretrained anew
 
 
+@pytest.mark.e2e
 def test_a_second_run_of_the_benchmark_keeps_the_finished_runs(tmp_path, capsys):
     from benchmarks.counting import main
 

@@ -1,10 +1,10 @@
-"""benchmarks/gpu/run.sh on the CPU (issue 29): ``--device cpu --quick`` runs the parts end to end — the kit check,
+"""benchmarks/gpu/run.sh on the CPU: ``--device cpu --quick`` runs the parts end to end — the kit check,
 the GPU suite (``pytest -m gpu`` with RAYSEQ_TEST_DEVICE=cpu), the benchmarks, SeqGAN on a tiny oracle — so the
 command the GPU machine gets cannot rot before a GPU comes; a second call skips what is done; a spent budget stops
 before the next part with exit 3 and says to run the command again.
 
 The default run takes three parts (the environment, one bench.py part, the resumable oracle runs and their report:
-about 40 s on 2 idle cores); every part, the GPU suite's 100 s among them, is ``slow`` (5 minutes)."""
+about 40 s on 2 cores); every part, the GPU suite's 100 s among them, is ``slow`` (5 minutes)."""
 
 from __future__ import annotations
 

@@ -24,3 +24,25 @@ def test_medians_skip_warmup_then_take_the_median_over_seeds():
     s = tp.summarise([a, b], warmup=2, last=2)["8"]["trl"]
     assert s["step_s"] == [3, 1] and s["median_step_s"] == 2 and s["completions_per_s"] == 4
     assert s["final_reward"] == [pytest.approx(0.45), 0.0] and s["median_final_reward"] == pytest.approx(0.225)
+
+
+def test_ratio_to_trl_pairs_runs_of_the_same_round():
+    # round (seed) 0: TRL 4 s/step, rayseq 2 s -> 2x; round 1: TRL 2 s, rayseq 2 s -> 1x; round 2 has no TRL run
+    def run(method, seed, step):
+        return {"method": method, "batch": 64, "seed": seed, "steps": 3, "startup_s": 1.0,
+                "step_ends": [0, step, 2 * step], "rewards": [0.5] * 3}
+
+    runs = [run("trl", 0, 4), run("rayseq", 0, 2), run("trl", 1, 2), run("rayseq", 1, 2), run("rayseq", 2, 8)]
+    s = tp.summarise(runs, warmup=1)["64"]
+    assert s["rayseq"]["vs_trl"] == [2.0, 1.0] and s["rayseq"]["median_vs_trl"] == 1.5
+    assert s["rayseq"]["median_step_s"] == 2 and s["trl"]["median_step_s"] == 3
+    assert "vs_trl" not in s["trl"]
+
+
+def test_rounds_rotate_the_methods_order():
+    methods = ["trl", "trl_defaults", "rayseq", "rayseq_ray"]
+    orders = [tp.round_order(methods, i) for i in range(4)]
+    assert orders[0] == methods and orders[1] == ["trl_defaults", "rayseq", "rayseq_ray", "trl"]
+    assert all(sorted(o) == sorted(methods) for o in orders)
+    assert {o[0] for o in orders} == set(methods)  # every method runs first once in 4 rounds
+

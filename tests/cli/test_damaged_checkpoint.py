@@ -119,8 +119,9 @@ def test_serving_a_run_uses_its_newest_good_checkpoint(tmp_path, capsys):
 def test_a_tune_trial_restores_from_its_previous_good_checkpoint(tmp_path, capsys):
     from ray import tune
 
+    from rayseq.checkpoint import checkpoint_files
     from rayseq.storage import RunStore
-    from rayseq.tuning.trainable import _checkpoint_files, install_checkpoint
+    from rayseq.tuning.trainable import install_checkpoint
 
     run = tmp_path / "run"
     for it in (5, 10):
@@ -130,8 +131,8 @@ def test_a_tune_trial_restores_from_its_previous_good_checkpoint(tmp_path, capsy
     for i, loc in enumerate(list_checkpoints(run)):  # the files TuneReporter.report hands to Tune
         folder = trial / f"checkpoint_{i:06d}"
         folder.mkdir(parents=True)
-        files = _checkpoint_files(store, Path(loc).name)
-        assert len(files) == 2  # the .pt and its .sha256
+        files = checkpoint_files(store, Path(loc).name)
+        assert len(files) == 2  # the .pt and its .sha256 (no learner files: a head written with its state inline)
         for file in files:
             (folder / file).write_bytes(store.read_bytes(file))
     flip_a_byte(trial / "checkpoint_000001" / "ckpt_00000010.pt")

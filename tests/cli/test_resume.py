@@ -58,6 +58,7 @@ def snapshot(run_dir: Path) -> dict[str, tuple[int, bytes]]:
             for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.e2e
 def test_ctrl_c_then_resume_without_config_continues_the_same_run(corpus, tmp_path):
     """The newcomer's sequence: a run started with `--config tune_configs/chitchat_quick.yaml`, Ctrl-C, then the
     command the interrupt message prints (no --config). That command used to overwrite config.yaml with the

@@ -66,6 +66,7 @@ def test_experiment_files_parse(capsys):
         assert yaml.safe_load(out)["algo"]["name"], f"{f.name}: --print-config printed no algorithm"
 
 
+@pytest.mark.e2e
 def test_in_process_run_writes_every_output(tmp_path):
     run_dir = tmp_path / "run"
     r = run_cli(*TINY, "rollout.num_workers=0", "algo.name=ppo", f"run_dir={run_dir}")
@@ -103,14 +104,25 @@ def test_in_process_run_writes_every_output(tmp_path):
 
     ckpts = list_checkpoints(run_dir)
     assert len(ckpts) == 1
-    ck = torch.load(ckpts[0], weights_only=True)  # plain tensors and containers only
-    assert {"config", "task", "learner", "driver"} <= set(ck)
-    assert {"generator", "baseline", "gen_opt", "base_opt", "torch_rng", "version"} <= set(ck["learner"])
+    ck = torch.load(ckpts[0], weights_only=True)  # the head, written by the driver: plain containers only
+    assert {"config", "task", "learner", "driver"} <= set(ck) and ck["format"] == "rayseq-checkpoint-v2"
+    assert ck["learner"] == {"generator": "ckpt_00000026.learner/generator.pt",
+                             "state": "ckpt_00000026.learner/state.pt"}
     assert {"numpy_rng", "python_rng", "iteration", "stage"} <= set(ck["driver"])
+    # the learner's files, written by the learner, beside it (recorded in the .sha256), assembled on loading
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "ckpt_00000026.learner", "ckpt_00000026.pt", "ckpt_00000026.sha256"]
+    assert sorted(p.name for p in (run_dir / "checkpoints" / "ckpt_00000026.learner").iterdir()) == [
+        "generator.pt", "state.pt"]
+    assert {"generator", "baseline", "gen_opt", "base_opt", "torch_rng", "version"} <= set(load_checkpoint(ckpts[0])[
+        "learner"])
+    weights_only = load_checkpoint(ckpts[0], training_state=False)["learner"]  # serving's, export's: no optimizer
+    assert set(weights_only) == {"generator"}
     assert ck["driver"]["iteration"] == 26
     assert ck["task"]["vocab"]["itos"][:4] == ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
+@pytest.mark.e2e
 def test_training_changes_the_parameters_and_learns(tmp_path):
     cfg = tiny_config("rollout.num_workers=0", "train.pretrain_iters=150", "train.iters=0",
                       "train.pretrain_lr=1e-2", run_dir=tmp_path / "r")
@@ -161,6 +173,7 @@ def test_default_cli_path_runs_on_embedded_ray(tmp_path):
     assert len(r.stderr.splitlines()) <= 6, r.stderr  # run dir, Ray started, one line per stage
 
 
+@pytest.mark.e2e
 def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
     """The default `progress` with stderr in a file (ray job logs, CI): a readable line per stage end (and every
     progress_every seconds), never a bar's carriage-return redraws; the run directory first."""
@@ -239,6 +252,7 @@ def test_relative_run_dir_inside_a_ray_job_is_named(monkeypatch, tmp_path):
     assert relative_run_dir_warning("/shared/runs/x") is None and relative_run_dir_warning("s3://b/x") is None
 
 
+@pytest.mark.e2e
 def test_sigkilled_run_resumes_without_repeating_or_skipping(tmp_path):
     """kill -9 the training process after a checkpoint; `--resume` continues from it and appends to
     metrics.parquet so that every iteration appears exactly once."""

@@ -1,4 +1,4 @@
-"""Data as TRL users have it (issue 28, item 1): jsonl / parquet / csv / hf sources, --prompt-column and
+"""Data as TRL users have it: jsonl / parquet / csv / hf sources, --prompt-column and
 --reply-column (``completion`` is a reply), prompt-only rows, conversational prompts, and every other column kept in
 the Parquet shards and delivered per row by the pairs task."""
 

@@ -468,6 +468,7 @@ def test_cli_ok_and_bad_file(tmp_path):
 # -------------------------------------------------------------------------------- real corpora
 
 
+@pytest.mark.e2e
 def test_real_chitchat(tmp_path):
     pytest.importorskip("chitchat_dataset")
     m = prepare("chitchat", tmp_path / "cc", opts())

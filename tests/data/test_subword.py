@@ -1,4 +1,4 @@
-"""The BPE vocabulary (issue 31): learned at prepare time on the training split, words round-trip through its pieces,
+"""The BPE vocabulary: learned at prepare time on the training split, words round-trip through its pieces,
 no training text is <unk>, a subword model never emits <unk> (sampled, greedy, served), BLEU counts words, the
 tokenizer lives in the dataset, the checkpoint and a resumed run, and the prepare option is validated."""
 

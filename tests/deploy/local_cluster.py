@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -241,13 +242,38 @@ def submit(cluster: LocalCluster, *cmd: str, **kwargs) -> subprocess.CompletedPr
 
 def submit_job(address: str, env: dict, *cmd: str, wait_s: float = 120, options: tuple | list = (),
                working_dir: Path = ROOT, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`ray job submit --working-dir <working_dir> [options] -- cmd` (run from ``cwd``). The head answers `ray job
-    list` before its job agent has registered; until then a submission is refused with "No available agent" (HTTP
-    500, no job created), so that one answer is retried."""
+    """`ray job submit --working-dir <working_dir> [options] -- cmd` (run from ``cwd``), under a submission id (the
+    one in ``options``, else one of its own). Two answers of the head are about its connection to the job agent, not
+    the job, and are retried: "No available agent" (the head answers `ray job list` before its agent has
+    registered; no job is created) and "Server disconnected" (the head reused a keep-alive connection the agent
+    had just closed; the job may or may not have been created). Before a retry the id is looked up: a job created
+    anyway is followed to its end instead (not with --no-wait), and the answer is what `ray job submit` would have
+    returned: its logs, exit status 0 only when it succeeded."""
+    options = list(options)
+    if "--submission-id" in options:
+        sid = options[options.index("--submission-id") + 1]
+    else:
+        sid = f"rayseq-test-{uuid.uuid4().hex[:12]}"
+        options += ["--submission-id", sid]
     deadline = time.monotonic() + wait_s
+
+    def ray_job(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        return subprocess.run([RAY, "job", *args], env=env, capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd)
+
     while True:
-        r = subprocess.run([RAY, "job", "submit", "--address", address, "--working-dir", str(working_dir),
-                            *options, "--", *cmd], env=env, capture_output=True, text=True, timeout=900, cwd=cwd)
-        if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr or time.monotonic() > deadline:
+        r = ray_job("submit", "--address", address, "--working-dir", str(working_dir), *options, "--", *cmd)
+        out = r.stdout + r.stderr
+        transient = "No available agent" in out or "Server disconnected" in out
+        if r.returncode == 0 or not transient or time.monotonic() > deadline:
             return r
+        status = ray_job("status", "--address", address, sid, timeout=60)
+        if status.returncode == 0:  # the job was created all the same
+            if "--no-wait" in options:
+                return subprocess.CompletedProcess(r.args, 0, status.stdout, status.stderr)
+            logs = ray_job("logs", "--address", address, "--follow", sid)
+            status = ray_job("status", "--address", address, sid, timeout=60)
+            ok = "succeeded" in (status.stdout + status.stderr).lower()
+            return subprocess.CompletedProcess(r.args, 0 if ok else 1, logs.stdout + status.stdout,
+                                               logs.stderr + status.stderr)
         time.sleep(2)

@@ -64,13 +64,13 @@ def test_job_submit_runs_seqgan_with_scorer_actors(ray_head, tmp_path):
 
 
 def test_job_submit_trains_on_your_own_data_and_reward(ray_head, tmp_path):
-    """README's own-data example as a job: the user's folder (pairs.jsonl, my_reward.py, nothing else) is the
+    """The own-data guide's example as a job: the user's folder (pairs.jsonl, my_reward.py, nothing else) is the
     working dir; the job prepares the data there, and my_reward imports on the learner and the scorer actor."""
-    from tests.conftest import readme_own_data_example
-    from tests.rewards.test_rewards import TINY_CLI, check_readme_run
+    from tests.doc_examples import own_data_example
+    from tests.rewards.test_rewards import TINY_CLI, check_own_data_run
 
     address, env = ray_head
-    example = readme_own_data_example(ROOT)
+    example = own_data_example(ROOT)
     project = tmp_path / "project"
     project.mkdir()
     for name, content in example["files"].items():
@@ -84,5 +84,5 @@ def test_job_submit_trains_on_your_own_data_and_reward(ray_head, tmp_path):
                working_dir=Path("."), cwd=project)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    check_readme_run(run_dir)
+    check_own_data_run(run_dir)
     assert not (project / "data").exists()  # prepared inside the job's copy of the folder, not here

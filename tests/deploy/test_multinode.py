@@ -23,7 +23,7 @@ from tests.deploy.local_cluster import RAY, LocalCluster, submit
 
 pytestmark = pytest.mark.ray
 
-# the algorithm stage lasts about 10 s on 2 idle cores (300 iterations): time to kill a node after its first
+# the algorithm stage lasts about 10 s on 2 cores (300 iterations): time to kill a node after its first
 # checkpoint there, also on a loaded machine
 PRETRAIN, ITERS, EVERY = 20, 300, 5
 RUN = ["python", "-m", "rayseq.train", "model.emb_dim=16", "model.hidden_dim=32", "task.test_size=200",

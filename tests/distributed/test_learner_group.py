@@ -6,6 +6,7 @@ its checkpoint and completes, each iteration logged once."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 
 import numpy as np
@@ -30,13 +31,13 @@ pytestmark = pytest.mark.ray
 TOL = {"rtol": 1e-5, "atol": 1e-6}  # float32 sums in another order (two ranks' halves, then their sum)
 
 
-def assert_same_tensors(a: dict, b: dict, what: str) -> None:
+def assert_same_tensors(a: dict, b: dict, what: str, tol: dict = TOL) -> None:
     assert a.keys() == b.keys()
     for k in a:
         if isinstance(a[k], dict):
-            assert_same_tensors(a[k], b[k], f"{what}.{k}")
+            assert_same_tensors(a[k], b[k], f"{what}.{k}", tol)
         elif isinstance(a[k], torch.Tensor) and a[k].is_floating_point():
-            torch.testing.assert_close(a[k], b[k], **TOL, msg=f"{what}.{k}")
+            torch.testing.assert_close(a[k], b[k], **tol, msg=lambda m, k=k: f"{what}.{k}: {m}")
 
 
 def assert_same_metrics(a: dict, b: dict, keys) -> None:
@@ -54,13 +55,26 @@ CASES = {
                    "disc.dropout=0"),  # dropout draws each rank's own masks: equal in distribution only
     # GRPO: groups of 4 samples per prompt, minibatches of 6 (ranks 3 + 3), no value network
     "grpo": ("algo.name=grpo", "algo.group_size=4", "algo.minibatch_size=6"),
+    # PPO with its value baseline and the KL penalty, the passes without gradients (the baseline's inputs, the
+    # reference's log-probs) in micro-batches of 3 rows, each rank computing its 8 of the 16 rows, then gathered
+    "ppo_kl_micro": ("algo.name=ppo", "algo.minibatch_size=8", "algo.epochs=2", "algo.kl_coef=0.1",
+                     "learner.micro_batch_size=3"),
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_two_learners_make_the_update_of_one(ray_session, case):
-    """MLE, then (SeqGAN-PPO) a d-step, then the policy update: metrics, weights, optimizer moments of one learner."""
-    cfg = tiny_config("rollout.num_workers=1", "learner.num_learners=2", "train.batch_size=16", *CASES[case])
+@pytest.mark.parametrize("case", [*CASES, "fsdp:ppo_kl_micro", "fsdp:grpo", "fsdp:transformer", "fsdp:hf"])
+def test_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case):
+    """MLE, then (SeqGAN-PPO) a d-step, then the policy update: metrics, weights, optimizer moments of one learner.
+    ``fsdp:``: the two learners shard the models (learner.strategy=fsdp), each holding half of the parameters and
+    of the Adam moments; the built-in Transformer and a Hugging Face GPT-2 are sharded too (the HF policy one decoder
+    layer at a time)."""
+    strategy, _, case = case.rpartition(":")
+    hf = ("task.name=pairs", f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}", "task.test_size=100",
+          "task.val_size=10")
+    extra = {"transformer": ("model.arch=transformer", *CASES["ppo_kl_micro"]),
+             "hf": (*hf, *CASES["ppo_kl_micro"])}.get(case, CASES.get(case))
+    sharded = ("learner.strategy=fsdp",) if strategy else ()
+    cfg = tiny_config("rollout.num_workers=1", "learner.num_learners=2", "train.batch_size=16", *extra, *sharded)
     d = config_to_dict(cfg)
     group = LearnerGroup(d, manager=ActorManager(ray_session, None), actor_options=[{"num_cpus": 0.5}] * 2)
     one = Learner(d)  # the reference: one learner, in this process
@@ -97,8 +111,21 @@ def test_two_learners_make_the_update_of_one(ray_session, case):
     m1, m2 = one.update_rollout([rollout], 0), group.update([rollout], 0)
     assert_same_metrics(m1, m2, ["loss/policy", "policy/clipfrac", "policy/approx_kl", "policy/ratio_mean",
                                  "policy/grad_norm", "rollout/reward_mean", "learner/version"]
-                        + (["loss/value", "policy/entropy"] if case == "seqgan_ppo" else []))
+                        + (["loss/value", "policy/entropy"] if case == "seqgan_ppo" else [])
+                        + (["loss/value", "kl/per_reply", "kl/per_token"] if case == "ppo_kl_micro" else []))
     assert m1["policy/grad_norm"] > 1e-3 and m1["policy/updates"] > 2  # several Adam steps on real gradients
+    if strategy:  # sharded: the whole weights and moments gathered, each rank holding its half
+        # attention's key bias has no gradient in exact arithmetic (softmax ignores a shift common to every key), so
+        # Adam turns float noise into steps of up to lr each: there the weights agree to lr per step, not to rounding
+        noise = {"rtol": 1e-5, "atol": 3e-4 * (m1["policy/updates"] + 1)} if case in ("transformer", "hf") else TOL
+        assert_same_tensors(one.whole_state(), group.whole_state(), "state", noise)
+        for actor in group.actors:
+            sizes = ray_session.get(actor.shard_sizes.remote())
+            for held, whole in sizes.values():
+                assert whole / 2 - 64 <= held <= whole / 2 + 64, sizes  # half, but for a row split unevenly
+        for a in group.actors:
+            ray_session.kill(a)
+        return
     state = group.state_dict()  # rank 0's: generator, baseline, D, optimizers' moments
     assert_same_tensors(one.state_dict(), state, "state")
     assert_same_tensors(state["generator"], ray_session.get(group.actors[1].state_dict.remote())["generator"],
@@ -126,17 +153,19 @@ def _kill_test_config(learners: int, run_dir, *overrides):
                        "train.checkpoint_every=4", "train.eval_every=0", *overrides, run_dir=run_dir)
 
 
-@pytest.mark.parametrize("learners", [pytest.param(1, marks=pytest.mark.slow), 2])
+@pytest.mark.parametrize("learners, strategy", [pytest.param(1, "replicated", marks=pytest.mark.slow),
+                                                (2, "replicated"), (2, "fsdp")])
 def test_a_killed_learner_is_rebuilt_from_its_checkpoint_and_the_run_completes(ray_session, tmp_path, learners,
-                                                                              caplog):
+                                                                              strategy, caplog):
     """kill -9 a learner (the last rank) after iteration 10: the group is rebuilt from the checkpoint of iteration
     8, the two iterations after it run again, and metrics.parquet has each iteration once.
 
     N=2: the same run stopped after iteration 8 and resumed (``--resume``) with ``learner.num_learners=1`` ends with
-    the killed run's weights: a 2-learner checkpoint restores the run on any number of learners, and the rebuilt
-    group redid iterations 9-10 as the uninterrupted run does them."""
+    the killed run's weights: a 2-learner checkpoint restores the run on any number of learners (sharded: every
+    rank's shards written with torch.distributed.checkpoint, read back by 1 learner and by 3), and the rebuilt group
+    redid iterations 9-10 as the uninterrupted run does them."""
     killed: list = []
-    cfg = _kill_test_config(learners, tmp_path / "killed")
+    cfg = _kill_test_config(learners, tmp_path / "killed", f"learner.strategy={strategy}")
     summary = Trainer(cfg, report=_kill_learner_at(10, learners - 1, killed)).run()
     assert killed, "the learner was not killed"
     assert "learner group rebuilt" in caplog.text and "iterations 9..10 are run again" in caplog.text
@@ -144,11 +173,56 @@ def test_a_killed_learner_is_rebuilt_from_its_checkpoint_and_the_run_completes(r
     assert list(t["iteration"]) == list(range(1, 4 + 8 + 1))  # nothing skipped, nothing repeated
     assert summary["iterations"] == 12
     if learners == 2:
-        Trainer(_kill_test_config(2, tmp_path / "split", "train.iters=4")).run()
-        saved = yaml.safe_load((tmp_path / "split" / "config.yaml").read_text())
-        resumed_cfg, changed = resume_config(saved, None, ["train.iters=8", "learner.num_learners=1"])
-        assert {k for k, _, _ in changed} == {"train.iters", "learner.num_learners"}
-        resumed = Trainer(resumed_cfg, resume=True).run()
+        Trainer(_kill_test_config(2, tmp_path / "split", "train.iters=4", f"learner.strategy={strategy}")).run()
+        if strategy == "fsdp":  # the learners' shards, each rank's own file
+            dcp = tmp_path / "split" / "checkpoints" / "ckpt_00000008.learner" / "dcp"
+            assert {p.name for p in dcp.iterdir()} == {".metadata", "__0_0.distcp", "__1_0.distcp"}
         a = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
-        b = load_checkpoint(resumed["checkpoint"])["learner"]["generator"]
-        assert_same_tensors(a, b, "generator")
+        for n in (1, 3) if strategy == "fsdp" else (1,):
+            run = tmp_path / f"split{n}"
+            shutil.copytree(tmp_path / "split", run)
+            saved = yaml.safe_load((run / "config.yaml").read_text())
+            resumed_cfg, changed = resume_config(saved, None, ["train.iters=8", f"learner.num_learners={n}",
+                                                               f"run_dir={run}"])
+            assert {k for k, _, _ in changed} == {"train.iters", "learner.num_learners", "run_dir"}
+            resumed = Trainer(resumed_cfg, resume=True).run()
+            b = load_checkpoint(resumed["checkpoint"])["learner"]["generator"]
+            assert_same_tensors(a, b, f"generator ({n} learners)")
+
+
+def test_sharded_learners_in_bf16(ray_session, tmp_path):
+    """learner.strategy=fsdp with model.dtype=bfloat16: FSDP's mixed precision (bf16 gathered parameters and compute,
+    fp32 master shards and gradient reduction): a short run trains, its checkpoint holds fp32 weights, the workers
+    sample with bf16 ones."""
+    cfg = _kill_test_config(2, tmp_path / "bf16", "learner.strategy=fsdp", "model.dtype=bfloat16", "train.iters=2")
+    summary = Trainer(cfg).run()
+    rows = pq.read_table(tmp_path / "bf16" / "metrics.parquet").to_pylist()
+    assert all(np.isfinite(r["loss/policy"]) for r in rows if r["stage"] == "train")
+    weights = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
+    assert {v.dtype for v in weights.values()} == {torch.float32}
+
+
+def test_a_sharded_hf_policy_survives_a_killed_learner_and_resumes_on_other_counts(ray_session, corpus, hf_dir,
+                                                                                  tmp_path, caplog):
+    """A Hugging Face GPT-2 trained by 2 FSDP learners (per layer): a learner killed mid-run is rebuilt from the
+    sharded checkpoint; the same run stopped at that checkpoint resumes on 1 learner and on 3 to the killed run's
+    weights (within float tolerance); its weights are written as safetensors."""
+    hf = ("task.name=pairs", f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}", "task.test_size=100",
+          "task.val_size=10", "algo.minibatch_size=8", "train.batch_size=16", "learner.strategy=fsdp",
+          "train.pretrain_iters=2", "train.checkpoint_every=2", "learner.micro_batch_size=4")
+    killed: list = []
+    cfg = _kill_test_config(2, tmp_path / "killed", *hf, "train.iters=4")
+    summary = Trainer(cfg, report=_kill_learner_at(5, 1, killed)).run()
+    assert killed and "learner group rebuilt" in caplog.text and "iterations 5..5 are run again" in caplog.text
+    assert list(pq.read_table(tmp_path / "killed" / "metrics.parquet").to_pandas()["iteration"]) == list(range(1, 7))
+    assert (tmp_path / "killed" / "checkpoints" / "ckpt_00000006.safetensors").is_file()
+    a = load_checkpoint(summary["checkpoint"])["learner"]["generator"]
+    Trainer(_kill_test_config(2, tmp_path / "split", *hf, "train.iters=2")).run()
+    for n in (1, 3):
+        run = tmp_path / f"split{n}"
+        shutil.copytree(tmp_path / "split", run)
+        saved = yaml.safe_load((run / "config.yaml").read_text())
+        resumed_cfg, _ = resume_config(saved, None, ["train.iters=4", f"learner.num_learners={n}", f"run_dir={run}"])
+        b = load_checkpoint(Trainer(resumed_cfg, resume=True).run()["checkpoint"])["learner"]["generator"]
+        # key biases: Adam turns float noise into steps of up to lr (see test_two_learners_make_the_update_of_one)
+        assert_same_tensors(a, b, f"generator ({n} learners)", {"rtol": 1e-5, "atol": 3e-4 * 8})

@@ -1,6 +1,7 @@
-"""Pipelined rollouts (``rollout.pipeline=true``, issue 16 item 2) in-process: batch k+1 is sampled with the weights
-before update k (staleness 1), the ratio algorithms correct with the behaviour log-probs recorded at sampling, and
-algorithms without such a ratio are refused."""
+"""Rollouts sampled ahead of the learner (``rollout.max_staleness`` = k; ``rollout.pipeline=true`` is k = 1)
+in-process: batch i+k is sampled with the weights before update i (staleness ≤ k), the ratio algorithms correct with
+the behaviour log-probs recorded at sampling, a resumed run draws the batches in flight again, and algorithms without
+such a ratio are refused."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rayseq.config import ConfigError, check_pipeline
-from rayseq.distributed.driver import Trainer
+from rayseq.distributed.driver import Interrupted, Trainer
 from tests.conftest import tiny_config
 
 # one epoch, one minibatch: synchronous PPO's ratio π_θ / π_old is exactly 1 (π_θ is the sampling policy)
@@ -42,6 +43,50 @@ def test_pipelined_batches_are_one_update_old_and_the_ratio_corrects_for_it(tmp_
     assert pipe["learner/version"].tolist() == sync["learner/version"].tolist()
 
 
+@pytest.mark.parametrize("k", [2, 4])
+def test_batches_sampled_k_ahead_are_at_most_k_updates_old(tmp_path, k):
+    """k batches go out ahead with the weights of their time: staleness 0, 1, …, k, then k; the prompts and seeds are
+    the synchronous run's (the first batch's update is the same), and the ratio sees the older policy."""
+    rows = {}
+    for staleness in (0, 1, k):
+        run_dir = tmp_path / f"k{staleness}"
+        Trainer(tiny_config("rollout.num_workers=0", f"rollout.max_staleness={staleness}", *ONE_STEP,
+                            "train.iters=7", run_dir=run_dir)).run()
+        rows[staleness] = train_rows(run_dir)
+    assert list(rows[k]["rollout/staleness"]) == [min(i, k) for i in range(7)]
+    for col in ("rollout/reward_mean", "loss/policy", "policy/ratio_mean"):
+        assert rows[k][col][0] == rows[0][col][0] == rows[1][col][0], col
+    # batch 1 is sampled with the first weights by k = 1 and k: the same rollouts, the same learner: the same update
+    assert rows[k]["loss/policy"][1] == rows[1]["loss/policy"][1]
+    assert rows[k]["loss/policy"][2] != rows[1]["loss/policy"][2]  # batch 2: k's from the first weights, 1's not
+    assert list(rows[k]["rollout/in_flight"]) == [min(k, 6 - i) for i in range(7)]
+    assert (np.abs(rows[k]["policy/ratio_mean"][1:] - 1.0) > 1e-4).all()
+
+
+def test_a_resumed_run_draws_the_batches_in_flight_again(tmp_path):
+    """A checkpoint taken with k batches in flight keeps the data RNGs from before the oldest: resumed, the run samples
+    those prompts again (with its current weights: staleness restarts at 0), so its prompts are the uninterrupted
+    run's."""
+    common = ("rollout.num_workers=0", "rollout.max_staleness=2", *ONE_STEP, "train.iters=6",
+              "train.checkpoint_every=3")
+    Trainer(tiny_config(*common, run_dir=tmp_path / "whole")).run()
+
+    def stop_after_3(row, trainer):  # stopped (as by SIGTERM) after the checkpoint of iteration 3, 2 batches out
+        if row["stage"] == "train" and trainer.stage_iter == 3:
+            assert len(trainer.carry.next) == 2
+            trainer._stop = True
+
+    with pytest.raises(Interrupted):
+        Trainer(tiny_config(*common, run_dir=tmp_path / "cut"), report=stop_after_3).run()
+    Trainer(tiny_config(*common, run_dir=tmp_path / "cut"), resume=True).run()
+    whole, cut = train_rows(tmp_path / "whole"), train_rows(tmp_path / "cut")
+    assert list(cut["rollout/staleness"]) == [0, 1, 2, 0, 1, 2]
+    assert list(cut["learner/version"]) == list(whole["learner/version"])
+    # the first three iterations are the same run; after the resume the batches are drawn from the same data RNG
+    for col in ("rollout/reward_mean", "loss/policy"):
+        assert cut[col][:3].tolist() == whole[col][:3].tolist(), col
+
+
 def test_the_last_iteration_samples_no_batch_that_nobody_uses(tmp_path):
     calls = []
 
@@ -55,7 +100,15 @@ def test_the_last_iteration_samples_no_batch_that_nobody_uses(tmp_path):
 
 @pytest.mark.parametrize("name", ["ppo", "ppo_dynamic", "grpo", "grpo_dynamic", "mixer_ppo", "mixer_ppo_dynamic"])
 def test_ratio_algorithms_accept_the_pipeline(name):
-    assert tiny_config("rollout.pipeline=true", f"algo.name={name}").rollout.pipeline
+    assert tiny_config("rollout.pipeline=true", f"algo.name={name}").rollout.max_staleness == 1
+    assert tiny_config("rollout.max_staleness=3", f"algo.name={name}").rollout.max_staleness == 3
+
+
+def test_pipeline_is_max_staleness_one_unless_a_bound_is_given():
+    assert tiny_config().rollout.max_staleness == 0
+    assert tiny_config("rollout.pipeline=true", "rollout.max_staleness=2").rollout.max_staleness == 2
+    with pytest.raises((ConfigError, ValueError), match="rollout.max_staleness"):
+        tiny_config("rollout.max_staleness=-1")
 
 
 @pytest.mark.parametrize(("name", "why"), [
@@ -69,9 +122,9 @@ def test_algorithms_without_a_ratio_refuse_the_pipeline(name, why):
     with pytest.raises((ConfigError, ValueError)) as err:
         tiny_config("rollout.pipeline=true", f"algo.name={name}")
     msg = str(err.value)
-    assert f"rollout.pipeline=true: algo.name={name} cannot train on pipelined rollouts ({why}" in msg
+    assert f"rollout.max_staleness=1: algo.name={name} cannot train on rollouts sampled with older weights ({why}" in msg
     assert msg.endswith("use one of mixer_ppo, mixer_ppo_dynamic, ppo, ppo_dynamic, grpo, grpo_dynamic or "
-                        "rollout.pipeline=false")
+                        "rollout.max_staleness=0 (and rollout.pipeline=false)")
 
 
 def test_a_ratio_algorithm_whose_requests_carry_learner_state_refuses_the_pipeline():
@@ -80,6 +133,6 @@ def test_a_ratio_algorithm_whose_requests_carry_learner_state_refuses_the_pipeli
     class Annealed(PPO):  # e.g. a ratio algorithm whose request reads a λ the learner anneals
         stateful_request = True
 
-    with pytest.raises(ValueError, match=r"algo.name=annealed cannot train on pipelined rollouts \(its rollout "
-                                         r"requests depend on the learner's state at sampling time\)"):
+    with pytest.raises(ValueError, match=r"algo.name=annealed cannot train on rollouts sampled with older weights "
+                                         r"\(its rollout requests depend on the learner's state at sampling time\)"):
         check_pipeline(Annealed, "annealed")

@@ -154,23 +154,25 @@ def test_driver_receives_metrics_not_rollouts(ray_session, tmp_path):
     assert received[1024] < rollout_bytes[1024] / 10, (received, rollout_bytes)
 
 
-def test_pipelined_run_on_a_ray_worker_matches_the_in_process_pipeline(ray_session, tmp_path):
-    """rollout.pipeline on a Ray worker: batch k+1 is sampled while the learner updates on batch k, with the weights
-    before that update (staleness 1) — the same numbers as the in-process pipeline, which samples it first."""
+@pytest.mark.parametrize("k", [1, 3])
+def test_pipelined_run_on_a_ray_worker_matches_the_in_process_pipeline(ray_session, tmp_path, k):
+    """rollout.max_staleness=k on a Ray worker: batches i+1 … i+k are sampled while the learner updates on batch i,
+    each with the weights published when it went out (staleness min(i, k)) — the same numbers as the in-process
+    pipeline, which samples them first."""
     rows = {}
     for n in (0, 1):
-        cfg = tiny_config(f"rollout.num_workers={n}", "rollout.pipeline=true", "algo.name=ppo", "algo.lr=0.01",
-                          "train.iters=5", run_dir=tmp_path / f"w{n}")
+        cfg = tiny_config(f"rollout.num_workers={n}", f"rollout.max_staleness={k}", "algo.name=ppo", "algo.lr=0.01",
+                          "train.iters=6", run_dir=tmp_path / f"w{n}")
         Trainer(cfg).run()
         t = pq.read_table(tmp_path / f"w{n}" / "metrics.parquet").to_pandas()
         rows[n] = t[t.stage == "train"]
     a, b = rows[0], rows[1]
-    assert list(b["rollout/staleness"]) == [0.0, 1.0, 1.0, 1.0, 1.0]
-    for col in ("rollout/reward_mean", "loss/policy", "policy/ratio_mean", "rollout/staleness", "val/precision"):
+    assert list(b["rollout/staleness"]) == [float(min(i, k)) for i in range(6)]
+    for col in ("rollout/reward_mean", "loss/policy", "policy/ratio_mean", "rollout/staleness", "rollout/in_flight",
+                "val/precision"):
         np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=1e-5, atol=1e-6,
                                    equal_nan=True, err_msg=col)
     assert (np.abs(b["policy/ratio_mean"].to_numpy()[1:] - 1.0) > 1e-4).all()
-
 
 
 def test_the_next_batch_goes_out_with_the_update_and_is_sampled_with_its_weights(ray_session):

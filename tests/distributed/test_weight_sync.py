@@ -34,6 +34,16 @@ def test_buckets_carry_the_bytes_in_the_model_dtype():
 def test_config():
     with pytest.raises(ConfigError, match="rollout.weight_sync=collective: the workers are Ray actors"):
         tiny_config("rollout.num_workers=0", "rollout.weight_sync=collective")
+    tiny_config("rollout.weight_sync=collective", "rollout.max_staleness=1", "algo.name=ppo")  # composes
+    for staleness in ("rollout.max_staleness=2", "rollout.max_staleness=3"):
+        with pytest.raises(ConfigError, match=r"rollout.weight_sync=collective with rollout.max_staleness=[23]: .*"
+                                              r"set rollout.max_staleness=1 \(or 0\), or rollout.weight_sync="
+                                              r"object_store"):
+            tiny_config("rollout.weight_sync=collective", staleness, "algo.name=ppo")
+    with pytest.raises(ConfigError, match="rollout.weight_sync=collective broadcasts from learner rank 0 alone, and "
+                                          "learner.strategy=fsdp"):
+        tiny_config("rollout.weight_sync=collective", "learner.num_learners=2", "learner.strategy=fsdp",
+                    "algo.name=ppo")
 
 
 def learner_sum(trainer) -> float:
@@ -70,3 +80,26 @@ def test_collective_sync_is_the_object_store_sync(ray_session, tmp_path):
     for k in same:  # the same bytes: the same run
         assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k
     assert (c["driver/recv_bytes"].dropna() == o["driver/recv_bytes"].dropna()).all()
+
+
+@pytest.mark.ray
+def test_collective_sync_with_staleness_one_is_the_object_store_sync(ray_session, tmp_path):
+    """rollout.max_staleness=1: each worker receives version v behind the batch it is sampling and ahead of the next
+    one, which carries v too; the run is the object-store run's with the same staleness, bit for bit."""
+    pipelined = (*COMMON, "rollout.max_staleness=1")
+    loads = []
+
+    def report(row, trainer):  # (loads, of them over the group) per worker, after the batch ahead is sampled
+        if row["stage"] == "train":
+            loads.append([(s["loads"], s["collective_loads"]) for s in trainer.groups.rollout.stats()])
+
+    Trainer(tiny_config(*pipelined, "rollout.weight_sync=collective", run_dir=tmp_path / "c"), report=report).run()
+    Trainer(tiny_config(*pipelined, run_dir=tmp_path / "o")).run()
+    c = pq.read_table(tmp_path / "c" / "metrics.parquet").to_pandas()
+    o = pq.read_table(tmp_path / "o" / "metrics.parquet").to_pandas()
+    assert c["rollout/staleness"].dropna().tolist() == [0.0, 1.0, 1.0, 1.0]
+    same = [k for k in o.columns if not k.startswith("time/") and k in c.columns]
+    assert len(same) > 10
+    for k in same:
+        assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k
+    assert loads == [[(i, i)] * 2 for i in range(1, 5)]  # one version more each iteration, every one over gloo

@@ -1,4 +1,4 @@
-"""rayseq.envs: every task as a Gymnasium environment (issue 17 item 1): gymnasium's own checker on counting,
+"""rayseq.envs: every task as a Gymnasium environment: gymnasium's own checker on counting,
 oracle and chit-chat; the reward is 0 until the reply ends and then the task's own reward of that reply; the
 names it is registered under."""
 

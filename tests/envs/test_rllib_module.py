@@ -1,4 +1,4 @@
-"""The RLlib RLModule around rayseq's generator (issue 17 item 2): from a rayseq MLE checkpoint it gives the
+"""The RLlib RLModule around rayseq's generator: from a rayseq MLE checkpoint it gives the
 generator's own log-probs (teacher-forced and as sampled) and baseline values; RLlib's PPO trains it on the
 counting environment on a real local Ray runtime."""
 
@@ -181,17 +181,14 @@ def test_rllib_ppo_trains_the_module_from_the_checkpoint(ray_session, mle_run):
 
 
 @pytest.mark.ray
-def test_readme_rllib_example_runs(ray_session, mle_run, capsys):
-    """README's "RLlib and Gymnasium" example as written, on the tiny MLE run instead of runs/mle."""
-    import re
-    from pathlib import Path
+def test_rllib_guide_example_runs(ray_session, mle_run, capsys):
+    """docs/guides/rllib.md's example as written, on the tiny MLE run instead of runs/mle."""
+    from tests.doc_examples import code_blocks, page
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = text.split("### RLlib and Gymnasium\n", 1)[1].split("\n### ", 1)[0]
-    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    code = next(b for lang, b in code_blocks(page("docs/guides/rllib.md")) if lang == "python")
     assert '"runs/mle"' in code
     scope = {}
-    exec(compile(code.replace('"runs/mle"', repr(str(mle_run))), "README.md", "exec"), scope)
+    exec(compile(code.replace('"runs/mle"', repr(str(mle_run))), "docs/guides/rllib.md", "exec"), scope)
     scope["algo"].stop()
     printed = capsys.readouterr().out.split()
     assert len(printed) == 3 and all(0.0 <= float(x) <= 1.0 for x in printed)

@@ -1,4 +1,4 @@
-"""The GPU suite (issue 29): ``pytest -m gpu`` on a machine with CUDA.
+"""The GPU suite: ``pytest -m gpu`` on a machine with CUDA.
 
 Every test here takes its device from ``RAYSEQ_TEST_DEVICE`` (default ``cuda``): without CUDA the suite is skipped,
 and ``RAYSEQ_TEST_DEVICE=cpu`` runs the very same tests on the CPU — ``benchmarks/gpu/run.sh --device cpu --quick``

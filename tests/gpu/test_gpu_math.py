@@ -1,4 +1,4 @@
-"""The math layer on the device against the CPU (issue 29): rollouts, the batched Monte-Carlo search and the fused
+"""The math layer on the device against the CPU: rollouts, the batched Monte-Carlo search and the fused
 sampler exactly under shared uniforms (float64: a float32 matmul on another device may round a cdf differently in
 the last bit, which flips a token when u lands on that boundary), sampling with the device's own random stream in
 distribution (against the exact first-step distribution), and the discriminator's scores within float32 rounding."""

@@ -1,4 +1,4 @@
-"""Serving on the device under load (issue 29): ``python -m rayseq.serve --device DEVICE`` answers 128 requests
+"""Serving on the device under load: ``python -m rayseq.serve --device DEVICE`` answers 128 requests
 sent 32 at a time; greedy replies are the CPU model's, and a seeded sampled reply is the one the same server gives
 that request alone (batching on the device changes no reply)."""
 

@@ -1,4 +1,4 @@
-"""Training on the device (issue 29): every algorithm family's update through the driver, a checkpoint and
+"""Training on the device: every algorithm family's update through the driver, a checkpoint and
 ``--resume`` equal to the uninterrupted run (``deterministic=true``: CUDA's RNG state restored, deterministic
 kernels), a Ray run with the learner, the rollout workers and the scorer each holding a fraction of one GPU, and a
 Hugging Face policy trained with GRPO on the ``hf_classifier`` reward. ``RAYSEQ_TEST_DEVICE=cpu`` runs the same."""

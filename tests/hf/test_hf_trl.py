@@ -1,4 +1,4 @@
-"""Coming from TRL (issue 28): a prompt-only dataset with a solution column trains the tiny GPT-2 with GRPO on
+"""Coming from TRL: a prompt-only dataset with a solution column trains the tiny GPT-2 with GRPO on
 TRL-style reward functions through the Ray path (rollout workers, a scorer actor), each function receiving its
 rows' own columns in training, validation and test; conversational prompts are rendered with the tokenizer's chat
 template (a clear error without one), and serving renders /v1/chat/completions messages with the same template."""
@@ -106,20 +106,17 @@ def test_conversational_prompts_use_the_chat_template(tmp_path, hf_dir, chat_hf_
     assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == rendered
 
 
-def test_readme_coming_from_trl(tmp_path, hf_dir, monkeypatch):
-    """README's "Coming from TRL": its files and its three commands, run as written but for the model (the tiny
+def test_trl_guide_runs_as_written(tmp_path, hf_dir, monkeypatch):
+    """docs/guides/trl.md: its files and its three commands, run as written but for the model (the tiny
     GPT-2), a 2-iteration budget and in-process rollouts."""
-    import re
     import shlex
-    from pathlib import Path
 
     from rayseq.config import build_config
     from rayseq.data.__main__ import main as data_main
     from rayseq.export import main as export_main
+    from tests.doc_examples import code_blocks, page
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Coming from TRL\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
+    blocks = code_blocks(page("docs/guides/trl.md"))
     (tmp_path / "math.jsonl").write_text(next(b for lang, b in blocks if lang == "json"), encoding="utf-8")
     (tmp_path / "math_rewards.py").write_text(next(b for lang, b in blocks if lang == "python"), encoding="utf-8")
     prep, train, export = [shlex.split(line) for line in

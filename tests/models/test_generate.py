@@ -177,7 +177,7 @@ def test_detokenize_hides_special_tokens_and_truecases():
         detokenize(["a"], "bytes")
 
 
-# ---------------------------------------------------------------------- repetition controls (issue 31)
+# ------------------------------------------------------------------------------------- repetition controls
 
 
 def test_penalize_by_hand():

@@ -246,7 +246,7 @@ def test_first_token_distribution_matches_softmax(temperature):
 
 
 def test_pad_and_bos_are_never_valid_outputs_in_training_evaluation_and_serving():
-    """Issue 13 item 6: <pad> and <bos> are masked in the policy's logits (Seq2SeqGRU._logits), the one place
+    """<pad> and <bos> are masked in the policy's logits (Seq2SeqGRU._logits), the one place
     that teacher forcing (training), sampling (rollouts), greedy decoding (evaluation) and ``generate``
     (serving) take their logits from; so what is trained is what is served. Before, only ``generate``
     banned them: the trained policy put mass on them and rollouts could emit them."""

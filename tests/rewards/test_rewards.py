@@ -16,7 +16,7 @@ from rayseq.data.text import tokenize
 from rayseq.rewards import library
 from rayseq.rewards.reward import RewardError, make_reward
 from rayseq.tasks import make_task
-from tests.conftest import readme_own_data_example
+from tests.doc_examples import own_data_example
 
 TINY = ["model.emb_dim=16", "model.hidden_dim=32", "task.test_size=100", "train.pretrain_iters=10",
         "train.pretrain_batch_size=32", "train.iters=3", "train.batch_size=32", "train.eval_every=0", "progress=false",
@@ -299,16 +299,16 @@ def test_a_wrong_reward_stops_the_run_at_its_first_use_with_one_line(corpus, ray
     assert "Traceback" not in err
 
 
-# ------------------------------------------------------------------------------------- the README's example
+# ---------------------------------------------------------------------------------- the own-data guide's example
 
 TINY_CLI = ["model.emb_dim=16", "model.hidden_dim=32", "task.test_size=100", "train.pretrain_iters=20",
             "train.pretrain_batch_size=32", "train.iters=3", "train.batch_size=32", "train.eval_every=0",
             "progress=false"]
 
 
-def check_readme_run(run_dir) -> dict:
-    """What the README promises of its example's run: summary.json with val/reward and test/reward before and after
-    training, reward/polite and reward/chrf per iteration, the sum as rollout/reward_mean."""
+def check_own_data_run(run_dir) -> dict:
+    """What the own-data guide promises of its example's run: summary.json with val/reward and test/reward before and
+    after training, reward/polite and reward/chrf per iteration, the sum as rollout/reward_mean."""
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["task"] == "pairs"
     for part in ("pretrain_metrics", "metrics"):
@@ -325,15 +325,15 @@ def check_readme_run(run_dir) -> dict:
 
 
 @pytest.mark.ray
-def test_readme_example_trains_locally_with_one_command(tmp_path):
-    """README's own-data example, verbatim (files and command; a tiny budget appended): run from the folder that
+def test_own_data_example_trains_locally_with_one_command(tmp_path):
+    """The own-data guide's example, verbatim (files and command; a tiny budget appended): run from the folder that
     holds pairs.jsonl and my_reward.py, an embedded Ray, my_reward imported on the actors from that folder."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    example = readme_own_data_example(root)
+    example = own_data_example(root)
     for name, content in example["files"].items():
         (tmp_path / name).write_text(content)
     cmd = [sys.executable, *example["local"][1:], *TINY_CLI, f"run_dir={tmp_path / 'run'}"]
@@ -342,7 +342,7 @@ def test_readme_example_trains_locally_with_one_command(tmp_path):
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert (tmp_path / "data" / "pairs" / "manifest.json").is_file()  # task.prepare made it
-    summary = check_readme_run(tmp_path / "run")
+    summary = check_own_data_run(tmp_path / "run")
     # the final table shows the reward and each term, before and after, on the test and the validation prompts
     table = {line.rsplit(None, 2)[0]: line.rsplit(None, 2)[1:] for line in r.stdout.splitlines()
              if line.startswith(("reward", "validation reward"))}

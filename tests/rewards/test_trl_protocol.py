@@ -1,4 +1,4 @@
-"""TRL's reward protocol beside rayseq's (issue 28, item 2; rayseq/reward_protocol.py, rayseq/rewards/reward.py):
+"""TRL's reward protocol beside rayseq's (rayseq/reward_protocol.py, rayseq/rewards/reward.py):
 detection by signature, the dataset's columns per row, None = not judged (out of the sum and of the term's mean),
 async functions awaited, weighted terms mixing both kinds, and the errors at the first batch. The Ray path trains
 with them in tests/hf/test_hf_trl.py."""

@@ -70,7 +70,7 @@ def test_replies_read_like_text_without_special_tokens(tmp_path):
 def test_generated_replies_never_show_special_tokens(tmp_path):
     m = ChatModel(make_checkpoint(tmp_path / "ck.pt", bias={"<unk>": 3.0, "<eos>": -2.0}))
     out = m.generate([GenRequest("hello", temperature=1.5, n=8, seed=0, max_tokens=8)])[0]
-    # <unk> made likely (bias 3) is still never sampled: serving bans it (issue 31), greedy or sampled
+    # <unk> made likely (bias 3) is still never sampled: serving bans it, greedy or sampled
     assert not any(UNK_SHOWN in r for r in out.replies)
     assert UNK_SHOWN not in m.generate([GenRequest("hello", max_tokens=8)])[0].replies[0]
     for r, pieces in zip(out.replies, out.pieces):

@@ -71,6 +71,7 @@ def test_serve_run_with_the_config_file_and_a_real_checkpoint(workdir):
             proc.wait(timeout=30)
 
 
+@pytest.mark.e2e
 def test_config_file_without_a_checkpoint_stops_at_once_with_one_line(tmp_path):
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "rayseq.serve", "--config", "serve/chatbot.yaml"], cwd=ROOT,

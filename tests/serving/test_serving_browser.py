@@ -1,7 +1,6 @@
 """The chat page (rayseq/serving/static/index.html) working in headless Chromium against a real Serve.
 
-Chromium comes from the system (Debian: ``apt-get install chromium``); the ``playwright`` package only
-drives it (``playwright install`` is never needed). Without Chromium the tests skip, unless
+Chromium comes from the system (tests/browser.py: never ``playwright install``); without it the tests skip, unless
 ``RAYSEQ_REQUIRE_BROWSER=1`` (set by .ci/run), where a missing browser is a failure.
 """
 
@@ -13,39 +12,22 @@ import shutil
 import httpx
 import pytest
 
+from tests.browser import chromium
 from tests.ports import free_port
 from tests.serving_helpers import start_serve, train_counting_checkpoint
 
 pytestmark = pytest.mark.ray
 
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DIGITS = set("0123456789")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _unavailable(reason: str):
-    if os.environ.get("RAYSEQ_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{reason}, and RAYSEQ_REQUIRE_BROWSER=1 makes the browser test mandatory")
-    pytest.skip(f"{reason}; install it to run the browser test (RAYSEQ_REQUIRE_BROWSER=1 turns this skip "
-                "into a failure)")
 
 
 @pytest.fixture(scope="module")
 def browser():
     """Headless system Chromium driven by playwright; resolved before the server is built, so that a
     skip costs nothing."""
-    exe = os.environ.get("RAYSEQ_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not exe:
-        _unavailable("Chromium is not installed (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is not installed (pip install -e '.[dev]')")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

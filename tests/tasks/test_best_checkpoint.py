@@ -61,6 +61,7 @@ def test_a_metric_the_task_lacks_stops_at_the_first_evaluation(corpus, tmp_path,
     assert not list((tmp_path / "r").glob("checkpoints/*.pt"))  # stopped at iteration 5, before any checkpoint
 
 
+@pytest.mark.ray
 def test_best_evaluation_kept_on_ray_with_its_test_figures_and_resumed(corpus, tmp_path, ray_session):
     """RL on 2 Ray rollout workers from a pretrained run, evaluated every 2 iterations: run_dir/best holds the
     evaluation the rule picks from metrics.parquet's own validation rows (highest val/bleu2 among the start and the

@@ -199,7 +199,7 @@ def test_training_inputs_never_hit_held_out_set(task):
 
 
 def test_validation_set_is_disjoint_from_test_and_seeded_apart(task):
-    """Issue 13 item 2: a validation set for every selection, apart from the test set used only to report."""
+    """A validation set for every selection, apart from the test set used only to report."""
     assert len(task.val_len) == task.cfg.val_size
     assert not _long_keys(task.val_src, task.val_len) & _long_keys(task.test_src, task.test_len)
     # its own seed: another val_seed draws another set, the test set stays the same

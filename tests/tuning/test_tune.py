@@ -126,6 +126,7 @@ def test_bad_specs_name_the_key(tmp_path, overrides, named):
     assert named in str(err.value)
 
 
+@pytest.mark.e2e
 def test_bad_spec_exits_2_before_ray_starts(tmp_path):
     f = tmp_path / "exp.yaml"
     f.write_text(yaml.safe_dump(experiment(tmp_path)))
@@ -307,7 +308,9 @@ def test_pbt_exploit_restores_a_checkpoint_with_its_new_learning_rate(ray_sessio
         restored = {x["tune/restored_iteration"] for x in reported} - {0}
         assert restored and restored <= {20 + 4, 20 + 8}  # checkpoints of the perturbations
         # the trial's final config is a mutation, and its optimizer runs at that lr (not the clone's)
-        ck = torch.load(sorted((exp_dir / "runs" / trial_id / "checkpoints").glob("ckpt_*.pt"))[-1], weights_only=True)
+        from rayseq.checkpoint import load_checkpoint
+
+        ck = load_checkpoint(str(sorted((exp_dir / "runs" / trial_id / "checkpoints").glob("ckpt_*.pt"))[-1]))
         lr = result.config["algo.lr"]
         assert ck["config"]["algo"]["lr"] == pytest.approx(lr)
         assert ck["learner"]["gen_opt"]["param_groups"][0]["lr"] == pytest.approx(lr)

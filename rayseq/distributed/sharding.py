@@ -1,0 +1,132 @@
+"""The sharded learner (``learner.strategy=fsdp``): FSDP2 (``torch.distributed.fsdp.fully_shard``) over the learner
+ranks' process group (gloo on CPU device meshes, NCCL on GPUs), and what it changes around the update.
+
+Every module the learner trains is sharded: the generator (each decoder layer of a Hugging Face policy on its own,
+then the rest at the root; a built-in policy at its root), the value baseline and the modules the algorithm declares
+(``Algorithm.build_modules``). Each rank holds 1/N of their parameters, gradients and Adam moments; the parameters are
+gathered around each forward (the policy's phase methods are registered as forwards: ``logprobs``, ``sample``, ...) and
+the gradients reduce-scattered after backward. The update itself stays :mod:`rayseq.algos.parallel`'s: each rank its
+rows of every minibatch, its losses scaled by its share of the denominators, the shares' gradients **summed** (the
+reduce-scatter sums instead of averaging), so N ranks make the update one learner makes.
+
+What reads the full parameters is a collective: every rank takes part in publishing weights (:func:`full_state`),
+evaluating and checkpointing (``torch.distributed.checkpoint``: :func:`save_sharded`, :func:`load_sharded`, which
+reshard to any number of ranks, one included). ``model.dtype=bfloat16`` computes in bf16 with fp32 master weights and
+gradient reduction (``MixedPrecisionPolicy``); ``learner.cpu_offload`` keeps parameters and optimizer state in host
+memory (GPU learners).
+
+References: torch FSDP2 (``fully_shard``, ``torch.distributed.checkpoint.state_dict``); veRL's and OpenRLHF's FSDP
+workers (a policy's decoder layers wrapped one by one, the root last).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# the policy protocol's phase methods the learner calls (rayseq.models.protocol): forwards of the sharded policy
+PHASE_METHODS = ("logprobs", "lean_logprobs", "sample", "greedy", "generate", "first_step_logprobs",
+                 "prefix_states", "decode_step", "encode", "advance", "output_logits")
+
+
+def is_sharded(tensor) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
+
+
+def shard_modules(modules: dict[str, nn.Module], world: int, device: torch.device, *, dtype: torch.dtype,
+                  cpu_offload: bool = False) -> None:
+    """``fully_shard`` each of ``modules`` over ``world`` ranks (the process group must exist): its blocks
+    (``module.fsdp_blocks()`` when it has them) one by one, then the module; the policy's phase methods registered as
+    forwards; gradients summed over the ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+
+    mesh = init_device_mesh(device.type, (world,))
+    kw: dict = {"mesh": mesh}
+    if dtype != torch.float32:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    if cpu_offload:
+        kw["offload_policy"] = CPUOffloadPolicy()
+    for module in modules.values():
+        for block in getattr(module, "fsdp_blocks", lambda: [])():
+            fully_shard(block, **kw)
+        fully_shard(module, **kw)
+        for name in PHASE_METHODS:
+            if callable(getattr(module, name, None)):
+                register_fsdp_forward_method(module, name)
+        for sub in module.modules():
+            if hasattr(sub, "set_force_sum_reduction_for_comms"):
+                sub.set_gradient_divide_factor(1.0)  # each rank's loss carries its share: the sum is the gradient
+                sub.set_force_sum_reduction_for_comms(True)
+
+
+def rebuild_optimizer(opt: torch.optim.Optimizer, named: dict[int, str], params: dict[str, nn.Parameter]):
+    """``opt``'s class and settings over the sharded parameters: ``named`` maps each of its old parameters (by id)
+    to its name, ``params`` the names to the parameters now (sharding replaces them). Its state is empty: sharding
+    happens before the first update."""
+    groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [params[named[id(p)]] for p in g["params"]]}
+              for g in opt.param_groups]
+    return type(opt)(groups, **opt.defaults)
+
+
+def full_state(state: dict) -> dict:
+    """``state`` (name -> tensor) with every sharded tensor gathered whole (a collective: every rank calls it, in the
+    same order) and on the CPU; what rank 0 publishes and writes."""
+    out = {}
+    for k, v in state.items():
+        out[k] = (v.full_tensor() if is_sharded(v) else v).detach().cpu()
+    return out
+
+
+def load_full(module: nn.Module, full: dict) -> None:
+    """Load whole tensors (a replicated learner's, another run's) into a sharded ``module``: each distributed like
+    the module's own."""
+    from torch.distributed.tensor import distribute_tensor
+
+    own = module.state_dict()
+    module.load_state_dict({k: distribute_tensor(v.to(own[k].device_mesh.device_type), own[k].device_mesh,
+                                                 own[k].placements) if is_sharded(own[k]) else v
+                            for k, v in full.items()})
+
+
+def sharded_state(pairs: dict[str, tuple[nn.Module, torch.optim.Optimizer | None]]) -> dict:
+    """What ``torch.distributed.checkpoint`` saves and loads for modules and their optimizers: ``{name: module state,
+    name + ".optim": optimizer state (keyed by parameter names)}``."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    out = {}
+    for name, (module, opt) in pairs.items():
+        out[name] = module.state_dict()
+        if opt is not None:
+            out[f"{name}.optim"] = get_optimizer_state_dict(module, opt)
+    return out
+
+
+def restore_sharded(pairs: dict, loaded: dict) -> None:
+    """Put what :func:`load_sharded` filled into the modules and optimizers."""
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    for name, (module, opt) in pairs.items():
+        module.load_state_dict(loaded[name])
+        if opt is not None:
+            set_optimizer_state_dict(module, opt, loaded[f"{name}.optim"])
+
+
+def save_sharded(state: dict, directory: str) -> None:
+    """``torch.distributed.checkpoint.save`` of ``state`` into a local ``directory`` (every rank its shards)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(state, checkpoint_id=directory, no_dist=not dist.is_initialized())
+
+
+def load_sharded(state: dict, directory: str) -> dict:
+    """Fill ``state`` (:func:`sharded_state` of this learner: its own shards' shapes) from a local ``directory``
+    written by any number of ranks."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    dcp.load(state, checkpoint_id=directory, no_dist=not dist.is_initialized())
+    return state

@@ -240,40 +240,66 @@ def submit(cluster: LocalCluster, *cmd: str, **kwargs) -> subprocess.CompletedPr
     return submit_job(cluster.address, cluster.env, *cmd, **kwargs)
 
 
-def submit_job(address: str, env: dict, *cmd: str, wait_s: float = 120, options: tuple | list = (),
-               working_dir: Path = ROOT, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`ray job submit --working-dir <working_dir> [options] -- cmd` (run from ``cwd``), under a submission id (the
-    one in ``options``, else one of its own). Two answers of the head are about its connection to the job agent, not
-    the job, and are retried: "No available agent" (the head answers `ray job list` before its agent has
-    registered; no job is created) and "Server disconnected" (the head reused a keep-alive connection the agent
-    had just closed; the job may or may not have been created). Before a retry the id is looked up: a job created
-    anyway is followed to its end instead (not with --no-wait), and the answer is what `ray job submit` would have
-    returned: its logs, exit status 0 only when it succeeded."""
+def job_status(address: str, env: dict, job: str) -> str:
+    """SUCCEEDED, FAILED, STOPPED, RUNNING or PENDING (`ray job status`: "Job 'x' succeeded", "Status for job 'x':
+    RUNNING"); NONE for an id the head does not know; "?" when the call itself failed (its "Failed to connect to API
+    server" is not the job's status)."""
+    r = subprocess.run([RAY, "job", "status", "--address", address, job], env=env, capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        return "NONE" if "does not exist" in r.stdout + r.stderr else "?"
+    out = r.stdout.upper()
+    return next((s for s in ("SUCCEEDED", "FAILED", "STOPPED", "RUNNING", "PENDING") if s in out), "?")
+
+
+def submit_job(address: str, env: dict, *cmd: str, wait_s: float = 120, timeout: float = 900,
+               options: tuple | list = (), working_dir: Path = ROOT, cwd: Path | None = None
+               ) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir <working_dir> [options] -- cmd` (run from ``cwd``), answered as `ray job submit`
+    answers: the job's output, then "Job 'id' succeeded" (exit status 0) or failed/stopped (1).
+
+    The job is submitted with --no-wait under a submission id (the one in ``options``, else one of its own), its
+    status polled every 2 s to its end (at most ``timeout`` s, then it is stopped) and its output read in one `ray
+    job logs` call: no log stream over a websocket to lose on a loaded machine. Two refusals of the submission are
+    about the head's connection to its job agent, not the job, and are retried for ``wait_s`` s: "No available
+    agent" (the head answers before its agent has registered; no job is created) and "Server disconnected" (the
+    head reused a keep-alive connection the agent had just closed; the job may have been created all the same, so
+    the id is looked up first). With --no-wait in ``options`` it returns once the job exists."""
     options = list(options)
+    follow = "--no-wait" not in options
     if "--submission-id" in options:
         sid = options[options.index("--submission-id") + 1]
     else:
         sid = f"rayseq-test-{uuid.uuid4().hex[:12]}"
         options += ["--submission-id", sid]
+    if follow:
+        options.append("--no-wait")
+
+    def ray_job(*args: str, limit: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([RAY, "job", *args], env=env, capture_output=True, text=True, timeout=limit, cwd=cwd)
+
     deadline = time.monotonic() + wait_s
-
-    def ray_job(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        return subprocess.run([RAY, "job", *args], env=env, capture_output=True, text=True, timeout=timeout,
-                              cwd=cwd)
-
     while True:
         r = ray_job("submit", "--address", address, "--working-dir", str(working_dir), *options, "--", *cmd)
+        if r.returncode == 0:
+            break
         out = r.stdout + r.stderr
-        transient = "No available agent" in out or "Server disconnected" in out
-        if r.returncode == 0 or not transient or time.monotonic() > deadline:
+        if "No available agent" not in out and "Server disconnected" not in out or time.monotonic() > deadline:
             return r
-        status = ray_job("status", "--address", address, sid, timeout=60)
-        if status.returncode == 0:  # the job was created all the same
-            if "--no-wait" in options:
-                return subprocess.CompletedProcess(r.args, 0, status.stdout, status.stderr)
-            logs = ray_job("logs", "--address", address, "--follow", sid)
-            status = ray_job("status", "--address", address, sid, timeout=60)
-            ok = "succeeded" in (status.stdout + status.stderr).lower()
-            return subprocess.CompletedProcess(r.args, 0 if ok else 1, logs.stdout + status.stdout,
-                                               logs.stderr + status.stderr)
+        while (status := job_status(address, env, sid)) == "?" and time.monotonic() < deadline:
+            time.sleep(2)
+        if status not in ("NONE", "?"):  # created all the same
+            break
         time.sleep(2)
+    if not follow:
+        return r
+    end = time.monotonic() + timeout
+    while (status := job_status(address, env, sid)) in ("RUNNING", "PENDING", "?"):
+        if time.monotonic() > end:
+            ray_job("stop", "--address", address, sid, limit=120)
+            status = f"still {status} after {timeout:.0f} s, stopped"
+            break
+        time.sleep(2)
+    logs = ray_job("logs", "--address", address, sid, limit=120)
+    out = f"{r.stdout}{logs.stdout}\nJob '{sid}' {status.lower()}\n"
+    return subprocess.CompletedProcess(r.args, 0 if status == "SUCCEEDED" else 1, out, r.stderr + logs.stderr)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.deploy.local_cluster import RAY, LocalCluster, submit
+from tests.deploy.local_cluster import RAY, LocalCluster, job_status, submit
 
 pytestmark = pytest.mark.ray
 
@@ -56,20 +56,9 @@ def jobs(cluster):
     ids: list[str] = []
     yield ids
     for job in ids:
-        if job_status(cluster, job) in ("RUNNING", "PENDING"):
+        if job_status(cluster.address, cluster.env, job) in ("RUNNING", "PENDING"):
             subprocess.run([RAY, "job", "stop", "--address", cluster.address, job], env=cluster.env,
                            capture_output=True, timeout=120)
-
-
-def job_status(c: LocalCluster, job: str) -> str:
-    """SUCCEEDED, FAILED, STOPPED, RUNNING or PENDING (`ray job status`: "Job 'x' succeeded", "Status for job 'x':
-    RUNNING"); "?" when the call itself failed (its "Failed to connect to API server" is not the job's status)."""
-    r = subprocess.run([RAY, "job", "status", "--address", c.address, job], env=c.env, capture_output=True,
-                       text=True, timeout=60)
-    if r.returncode != 0:
-        return "?"
-    out = r.stdout.upper()
-    return next((s for s in ("SUCCEEDED", "FAILED", "STOPPED", "RUNNING", "PENDING") if s in out), "?")
 
 
 def job_logs(c: LocalCluster, job: str) -> str:
@@ -89,7 +78,7 @@ def start_job(c: LocalCluster, *cmd: str) -> str:
 
 def wait_job(c: LocalCluster, job: str, timeout: float = 300) -> str:
     deadline = time.monotonic() + timeout
-    while (status := job_status(c, job)) in ("RUNNING", "PENDING", "?"):
+    while (status := job_status(c.address, c.env, job)) in ("RUNNING", "PENDING", "?"):
         assert time.monotonic() < deadline, f"job {job} still {status}: {job_logs(c, job)[-4000:]}"
         time.sleep(1)
     return status
@@ -102,7 +91,7 @@ def wait_for_checkpoint(run_dir: Path, iteration: int, c: LocalCluster, job: str
     next_status = time.monotonic() + 20
     while (done := max([int(p.stem[5:]) for p in (run_dir / "checkpoints").glob("ckpt_*.pt")], default=0)) < iteration:
         if time.monotonic() > next_status:
-            assert job_status(c, job) in ("RUNNING", "PENDING", "?"), job_logs(c, job)[-6000:]
+            assert job_status(c.address, c.env, job) in ("RUNNING", "PENDING", "?"), job_logs(c, job)[-6000:]
             next_status = time.monotonic() + 20
         assert time.monotonic() < deadline, f"no checkpoint {iteration} yet: {job_logs(c, job)[-6000:]}"
         time.sleep(0.1)

@@ -122,7 +122,8 @@ def test_algorithms_without_a_ratio_refuse_the_pipeline(name, why):
     with pytest.raises((ConfigError, ValueError)) as err:
         tiny_config("rollout.pipeline=true", f"algo.name={name}")
     msg = str(err.value)
-    assert f"rollout.max_staleness=1: algo.name={name} cannot train on rollouts sampled with older weights ({why}" in msg
+    assert (f"rollout.max_staleness=1: algo.name={name} cannot train on rollouts sampled with older weights "
+            f"({why}") in msg
     assert msg.endswith("use one of mixer_ppo, mixer_ppo_dynamic, ppo, ppo_dynamic, grpo, grpo_dynamic or "
                         "rollout.max_staleness=0 (and rollout.pipeline=false)")
 

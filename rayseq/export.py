@@ -7,10 +7,12 @@ Run book
 
 ``model.arch=hf``: a Hugging Face folder — ``save_pretrained`` of the trained causal LM (LoRA adapters merged into
 the weights by default; ``--lora adapters`` saves only the adapters, which ``peft.PeftModel.from_pretrained`` puts
-on ``model.path``'s base model) and of its tokenizer (chat template included). ``AutoModelForCausalLM
-.from_pretrained(DIR)`` loads it with the trained policy's logits. rayseq's policy reads ``prompt <sep> reply``,
-the separator being the tokenizer's BOS (its EOS when it has none; ``rayseq_export.json`` names it): generate from
-``prompt_ids + [sep]`` to get the replies rayseq trained.
+on ``model.path``'s base model) and of its tokenizer. ``AutoModelForCausalLM.from_pretrained(DIR)``
+loads it with the trained policy's logits, and ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``
+then ``generate`` reads the prompt as the policy did: a policy trained on conversations keeps the tokenizer's chat
+template (its generation prompt ends the prompt); a policy trained on text prompts read ``prompt <sep> reply`` (the
+separator being the tokenizer's BOS, its EOS when it has none; ``rayseq_export.json`` names it), and its exported
+chat template writes the last message's text and the separator.
 
 The built-in GRU / Transformer: ``model.safetensors`` (the generator's weights), ``config.json`` (rayseq's model
 config, the task spec and what produced the weights: ``format`` rayseq-export-v1) and ``vocab.json`` (the
@@ -23,6 +25,7 @@ error without ``--overwrite``. Exit code 2 and one line on a bad checkpoint or o
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from pathlib import Path
@@ -31,6 +34,7 @@ import torch
 
 from rayseq.checkpoint import EXPORT_FORMAT, load_checkpoint, resolve_checkpoint
 from rayseq.config import ModelConfig
+from rayseq.data.hf_text import separator_chat_template
 from rayseq.data.preparation import DataError, write_atomically
 from rayseq.models.factory import generator_from_parts
 from rayseq.vocab import Vocab
@@ -42,7 +46,7 @@ def policy_of(ck: dict):
     if "hf_tokenizer" in task["vocab"]:
         from rayseq.data.hf_text import HFVocab
 
-        vocab = HFVocab(task["vocab"]["hf_tokenizer"])
+        vocab = HFVocab.from_spec(task["vocab"])
     else:
         vocab = Vocab.from_spec(task["vocab"])
     generator = generator_from_parts(ModelConfig(**ck["config"]["model"]), vocab, vocab.specials,
@@ -56,17 +60,22 @@ def export_hf(generator, vocab, out: Path, lora: str = "merged") -> None:
     """A Hugging Face folder of an :class:`rayseq.models.hf.HFCausalLM` (module docstring) written into ``out``."""
     model = generator.model
     if generator.lora and lora == "merged":
-        import copy
-
         model = copy.deepcopy(model).merge_and_unload()  # W + (alpha / r) B A, the adapters gone
     model.save_pretrained(out)
-    vocab.tokenizer.save_pretrained(out)
-    sep = vocab.specials.bos
-    (out / "rayseq_export.json").write_text(json.dumps({
-        "format": "rayseq-hf-export-v1", "lora": lora if generator.lora else None, "base_model": generator.path,
-        "separator_token_id": sep, "separator_token": vocab.tokenizer.convert_ids_to_tokens(sep),
-        "note": "rayseq's policy reads prompt ids, then the separator, then the reply",
-    }, indent=2) + "\n", encoding="utf-8")
+    tokenizer = copy.copy(vocab.tokenizer)
+    meta = {"format": "rayseq-hf-export-v1", "lora": lora if generator.lora else None, "base_model": generator.path}
+    if vocab.separator:  # the boundary it was trained with, written where the standard call reads it
+        sep = vocab.specials.bos
+        sep_token = vocab.tokenizer.convert_ids_to_tokens(sep)
+        tokenizer.chat_template = separator_chat_template(sep_token)
+        meta.update(separator_token_id=sep, separator_token=sep_token,
+                    note="the policy reads the prompt's ids, then the separator, then the reply; the chat template "
+                         "writes the separator as the generation prompt")
+    else:
+        meta.update(separator_token_id=None, separator_token=None,
+                    note="the policy reads the chat template's rendering (generation prompt included), then the reply")
+    tokenizer.save_pretrained(out)
+    (out / "rayseq_export.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
 def export_builtin(generator, ck: dict, out: Path) -> None:

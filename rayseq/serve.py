@@ -4,6 +4,7 @@ Run book
   python -m rayseq.serve --checkpoint runs/<run>                 # http://127.0.0.1:8000 (chat page at /)
   python -m rayseq.serve --checkpoint runs/<run>/checkpoints/ckpt_00001200.pt --port 8080 --host 0.0.0.0
   python -m rayseq.serve --checkpoint runs/<run> --replicas 2 --no-batching
+  python -m rayseq.serve --checkpoint runs/<hf run> --engine vllm      # decoded by vLLM (pip install -e ".[vllm]")
   RAYSEQ_API_KEY=secret python -m rayseq.serve --checkpoint runs/<run>   # require "Authorization: Bearer secret"
   python -m rayseq.serve --config serve/chatbot.yaml --checkpoint runs/<run> --port 8080   # a Serve config file
   RAYSEQ_CHECKPOINT=runs/<run> serve run serve/chatbot.yaml      # the same file with Ray's own CLI
@@ -42,6 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--max-ongoing-requests", type=int, default=None, help="default 64")
     p.add_argument("--api-key", default=None, help="require this key (default: $RAYSEQ_API_KEY, else open)")
     p.add_argument("--device", default=None, choices=["cpu", "cuda"], help="default cpu")
+    p.add_argument("--engine", default=None, choices=["builtin", "vllm"],
+                   help="what decodes: builtin (default) or vllm (a model.arch=hf checkpoint; the vllm extra)")
     return p.parse_args(argv)
 
 
@@ -69,7 +72,8 @@ def main(argv=None) -> int:
             app_args, http, name, prefix = read_serve_config(args.config)
         flags = {"checkpoint": args.checkpoint, "replicas": args.replicas, "max_batch_size": args.max_batch_size,
                  "batch_wait_timeout_s": args.batch_wait_timeout_s, "max_ongoing_requests": args.max_ongoing_requests,
-                 "api_key": args.api_key, "device": args.device, "batching": False if args.no_batching else None}
+                 "api_key": args.api_key, "device": args.device, "batching": False if args.no_batching else None,
+                 "engine": args.engine}
         app_args.update({k: v for k, v in flags.items() if v is not None})
         source = f" in {args.config}" if args.config else ""
         if not (app_args.get("checkpoint") or os.environ.get("RAYSEQ_CHECKPOINT")):

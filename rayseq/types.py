@@ -89,6 +89,12 @@ class Rollout:
     greedy_mask: np.ndarray | None = None  # (B, T') float32 its real tokens
     baseline_score: np.ndarray | None = None  # (B,) float32 SCST: the greedy reply's reward r(ŷ^g)
     term_scores: np.ndarray | None = None  # (B, K) float32 each term f_k of a configured reward, unweighted
+    # (B, T) float32 log π_engine(y_t | …) as the engine computed it, where its kernels are not the policy's
+    # (rollout.engine=vllm); ``logp`` is then the policy's own recomputation on the same weights
+    engine_logp: np.ndarray | None = None
+    # (B, T) float32 truncated importance weights min(π_policy / π_engine, C) of the sampled tokens, which the ratio
+    # algorithms put on their advantages (rollout.logp_correction); None: 1
+    is_weights: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])

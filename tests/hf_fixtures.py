@@ -28,8 +28,10 @@ def chitchat_lines(n: int = 400) -> list[str]:
     return lines
 
 
-def make_tiny_hf(out: Path, *, vocab_size: int = 400, extra_lines: tuple[str, ...] = (), seed: int = 0) -> Path:
-    """Write the tiny model and tokenizer into ``out`` (created); returns it."""
+def make_tiny_hf(out: Path, *, vocab_size: int = 400, extra_lines: tuple[str, ...] = (), seed: int = 0,
+                 n_head: int = 2) -> Path:
+    """Write the tiny model and tokenizer into ``out`` (created); returns it. ``n_head=1`` gives attention heads of
+    32 dimensions, the smallest vLLM's CPU attention kernels take."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -46,7 +48,7 @@ def make_tiny_hf(out: Path, *, vocab_size: int = 400, extra_lines: tuple[str, ..
                                    unk_token="<unk>")
     fast.save_pretrained(out)
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=len(fast), n_positions=128, n_embd=32, n_layer=2, n_head=2,
+    config = GPT2Config(vocab_size=len(fast), n_positions=128, n_embd=32, n_layer=2, n_head=n_head,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
                         pad_token_id=fast.pad_token_id)

@@ -48,6 +48,8 @@ LAYERS = {
     "rayseq.tasks": MATH,
     "rayseq.data": MATH,
     "rayseq.algos": ALGOS,
+    # what rollout workers and serving sample with (the policy's own loop, vLLM): on the models, below their users
+    "rayseq.engines": ALGOS,
     "rayseq.distributed": DISTRIBUTED,
     "rayseq.tuning": SERVICES,
     "rayseq.serving": SERVICES,

@@ -14,6 +14,7 @@ from rayseq.algos.iteration import Groups, Step, pipelined_step, rollout_step
 from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
+from rayseq.losses.mismatch import logp_mismatch
 from rayseq.models.protocol import lean_logprobs
 from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
@@ -129,10 +130,22 @@ def with_entropy(state: LearnerState, loss: torch.Tensor, logits: torch.Tensor, 
 
 
 def rollout_metrics(rollout: Rollout) -> dict:
-    return {
+    out = {
         "rollout/reward_mean": float(rollout.score.mean()),
         "rollout/len_mean": float(rollout.token_mask.sum(1).mean()),
     }
+    if rollout.engine_logp is not None:  # an engine with its own log-probs (rayseq.losses.mismatch)
+        mask = to_torch(rollout.action_mask)
+        stats = logp_mismatch(to_torch(rollout.logp), to_torch(rollout.engine_logp), mask)
+        out.update({"rollout/logp_diff_mean": float(stats.diff_mean), "rollout/logp_diff_max": float(stats.diff_max),
+                    "rollout/engine_kl": float(stats.kl)})
+        if rollout.is_weights is not None:
+            out["rollout/is_weight_mean"] = float(masked_mean(to_torch(rollout.is_weights), mask))
+        diffs = [p["engine_checksum_diff"] for p in rollout.info.get("parts", [rollout.info])
+                 if "engine_checksum_diff" in p]
+        if diffs:  # the engines' weights against the policy's after their last load (0: the same)
+            out["sync/engine_checksum_diff"] = max(diffs)
+    return out
 
 
 # algo.* keys of the algorithms that subtract a learned value baseline b(s_t) from the returns (Ranzato et al.):

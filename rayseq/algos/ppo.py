@@ -28,7 +28,7 @@ from rayseq.algos.common import (
 )
 from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
 from rayseq.seeding import derive_seed
-from rayseq.types import Rollout
+from rayseq.types import Rollout, to_torch
 
 # algo.* keys of the K-epoch minibatch loop (ppo_update), read by every algorithm that runs it
 PPO_FIELDS = {
@@ -64,6 +64,8 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
         if not use_baseline:
             values = torch.zeros_like(values)
         adv_all = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
+    if rollout.is_weights is not None:  # an engine's sampling corrected for (rayseq.losses.mismatch)
+        adv_all = adv_all * to_torch(rollout.is_weights, state.device)
     B = len(rollout)
     mb = min(cfg.minibatch_size or B, B)
     perm_rng = torch.Generator().manual_seed(seed)

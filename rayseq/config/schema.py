@@ -271,6 +271,38 @@ class RolloutConfig(_Section):
         "batch k+1 during update k.",
     )
 
+    engine: Literal["builtin", "vllm"] = Field(
+        "builtin", description="What the workers sample with (rayseq.engines): builtin = the policy's own "
+        "decoding loop (every model.arch); vllm = vLLM for model.arch=hf (pip install -e '.[vllm]' on CPUs, the "
+        "CUDA vllm package on GPUs), whose log-probs the ratio algorithms correct for (rollout.logp_correction).",
+    )
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="rollout.engine=vllm: keyword arguments of vllm.LLM as they are, e.g. "
+        "{kv_cache_memory_bytes: 268435456, enable_prefix_caching: false, tensor_parallel_size: 1, dtype: bfloat16} "
+        "(defaults: dtype float32, prefix caching on, the run's seed).",
+    )
+    logp_correction: Literal["tis", "none"] = Field(
+        "tis", description="Where the engine's log-probs are not the policy's own (rollout.engine=vllm; the builtin "
+        "engine's are, so nothing is corrected there): tis = truncated importance sampling on the ratio algorithms' "
+        "advantages, weight min(π_policy / π_engine, rollout.tis_cap) per sampled token; none = off (the mismatch is "
+        "still logged: rollout/logp_diff_*, rollout/engine_kl).",
+    )
+    tis_cap: float = Field(2.0, gt=0, description="Truncated importance sampling: the cap C of min(ρ_engine, C).")
+    weight_sync: Literal["object_store", "collective"] = Field(
+        "object_store", description="How new weights reach the rollout workers under Ray: object_store = one packed "
+        "copy per version in the object store, which each worker pulls; collective = the learner broadcasts the "
+        "generator's weights over a gloo group (ray.util.collective) in the model dtype, in buckets "
+        "(rollout.weight_bucket_mb), each worker checking their checksum; a failed broadcast falls back to the object "
+        "store for that version and the group is rebuilt (rayseq.distributed.weight_sync). Not yet proven: recovery "
+        "from a worker lost while the group is in use (a test of it stalls), hence not the default. Composes with "
+        "rollout.max_staleness up to 1 (a worker receives behind the batches already queued on it); not with "
+        "learner.strategy=fsdp.",
+    )
+    weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")
+    weight_sync_timeout_s: float = Field(
+        60.0, gt=0, description="rollout.weight_sync=collective: how long a member waits in a broadcast for the others "
+        "(a lost worker: then that version goes through the object store and the group is rebuilt).")
+
     @field_validator("resources_per_worker")
     @classmethod
     def _resources(cls, v: dict[str, float]) -> dict[str, float]:
@@ -496,6 +528,26 @@ class RunConfig(_Section):
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")
+        if self.rollout.engine != "builtin" and self.model.arch != "hf":
+            raise ValueError(f"rollout.engine={self.rollout.engine} samples Hugging Face policies (model.arch=hf), not "
+                             f"model.arch={self.model.arch}; use rollout.engine=builtin")
+        if self.rollout.weight_sync == "collective" and self.rollout.num_workers == 0:
+            raise ValueError("rollout.weight_sync=collective: the workers are Ray actors (rollout.num_workers >= 1); "
+                             "in-process the weights are loaded directly")
+        if self.rollout.weight_sync == "collective" and self.rollout.max_staleness > 1:
+            raise ValueError(f"rollout.weight_sync=collective with rollout.max_staleness={self.rollout.max_staleness}: "
+                             "a worker receives the broadcast behind the batches already queued on it, and the "
+                             "learner's next update waits behind its send, so every update would wait for all "
+                             "batches in flight (the overlap of max_staleness=1 at a staleness of "
+                             f"{self.rollout.max_staleness}); set rollout.max_staleness=1 (or 0), or "
+                             "rollout.weight_sync=object_store")
+        if self.rollout.weight_sync == "collective" and self.learner.strategy == "fsdp" and \
+                self.learner.num_learners > 1:
+            raise ValueError("rollout.weight_sync=collective broadcasts from learner rank 0 alone, and "
+                             "learner.strategy=fsdp gathers the weights on every learner rank; use "
+                             "rollout.weight_sync=object_store with learner.strategy=fsdp")
+        if self.rollout.engine_kwargs and self.rollout.engine == "builtin":
+            raise ValueError("rollout.engine_kwargs: read only by rollout.engine=vllm")
         if self.model.arch == "hf":
             if "hf_tokenizer" not in type(self.task).model_fields:
                 raise ValueError(f"model.arch=hf replaces the task's vocabulary with the model's tokenizer; the "

@@ -12,6 +12,13 @@ positions log-prob 0, so a pad that were also the end token would erase every re
 prompt and reply (rayseq's ``bos``) is the tokenizer's BOS, or its EOS when it has none (GPT-2's
 ``<|endoftext|>``); ``unk`` falls back to pad (byte-level tokenizers have no unknown token).
 
+Where the prompt ends and the reply starts is the policy's prompt format, kept in the vocabulary's spec (so a
+checkpoint's server and export read it): prompts rendered by the chat template end with its generation prompt, which
+is the boundary (``separator`` False: the reply follows the prompt directly, as ``apply_chat_template(...,
+add_generation_prompt=True)`` then ``generate`` reads it everywhere else); plain-text prompts are followed by the
+separator token (``separator`` True), which an export writes into the tokenizer as a chat template
+(:func:`separator_chat_template`) so that the standard call gives the same sequence.
+
 Prompts and replies are encoded as the dataset wrote them (format v3 keeps them; an older dataset's tokenised text
 is detokenised). A conversational prompt (a list of ``{role, content}`` messages) is rendered with the tokenizer's
 chat template, ``apply_chat_template(messages, add_generation_prompt=True)`` (:meth:`HFVocab.render`), and serving
@@ -52,8 +59,9 @@ class HFVocab:
 
     kind = "hf"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, *, separator: bool = True):
         self.path = str(path)
+        self.separator = separator  # a separator token between prompt and reply (module docstring)
         self.tokenizer = tok = load_tokenizer(self.path)
         if tok.eos_token_id is None:
             raise ValueError(f"{path}: the tokenizer has no end token (eos_token); replies need one")
@@ -86,8 +94,14 @@ class HFVocab:
         return decode_tokens(ids, self.specials, self.tokenizer.convert_ids_to_tokens, stop_at_eos=stop_at_eos)
 
     def to_spec(self) -> dict:
-        """What a checkpoint stores: the tokenizer's directory (serving loads it from there)."""
-        return {"hf_tokenizer": self.path}
+        """What a checkpoint stores: the tokenizer's directory (serving loads it from there) and, for prompts that
+        mark their own end, that no separator follows them (absent: a separator, as checkpoints always had)."""
+        return {"hf_tokenizer": self.path, **({} if self.separator else {"separator": False})}
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> HFVocab:
+        """The vocabulary of a checkpoint's spec (:meth:`to_spec`)."""
+        return cls(spec["hf_tokenizer"], separator=bool(spec.get("separator", True)))
 
     def render(self, messages: list[dict]) -> str:
         """A conversation as the text the model reads: the chat template with the assistant's turn opened."""
@@ -97,6 +111,12 @@ class HFVocab:
                              "or give the prompts as text")
         return self.tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False,
                                                   add_generation_prompt=True)
+
+
+def separator_chat_template(separator: str) -> str:
+    """A Jinja chat template that renders what a separator policy read in training: the last message's text (the
+    prompt; serving reads the same), then with ``add_generation_prompt`` the separator token ``separator``."""
+    return "{{ messages[-1]['content'] }}{% if add_generation_prompt %}" + separator + "{% endif %}"
 
 
 class HFJoiner:

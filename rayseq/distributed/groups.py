@@ -324,6 +324,14 @@ class RolloutGroup:
         self.version = -1
         self._weights_ref = None  # Ray: the FlatWeights ref of ``version``, carried by the next calls
         self._ahead: list | tuple | None = None  # the batch sent ahead: its refs (Ray) or (prompts, request)
+        self.collective = None  # rollout.weight_sync=collective: the learner → workers group (Ray)
+        rollout_cfg = cfg_dict.get("rollout", {})
+        if not self.is_local and rollout_cfg.get("weight_sync") == "collective":
+            from rayseq.distributed.weight_sync import CollectiveWeights
+
+            self.collective = CollectiveWeights(self._manager.ray, "gloo",
+                                                int(float(rollout_cfg.get("weight_bucket_mb", 64.0)) * (1 << 20)),
+                                                float(rollout_cfg.get("weight_sync_timeout_s", 60.0)))
 
     # -- weights ----------------------------------------------------------------------------------
     def sync_weights(self) -> None:
@@ -337,12 +345,22 @@ class RolloutGroup:
             self.local.set_weights(self._learner.weights_handle(version), version)
         else:
             self._weights_ref = self._learner.weights_handle(version)
+            self._broadcast(version)
         self.version = version
 
     def publish(self, ref, version: int) -> None:
         """Ray: the workers' next calls carry the weights ``ref`` of ``version`` (one the learner is still making:
         the calls wait for it in the object store)."""
+        if version > self.version:
+            self._broadcast(version)
         self._weights_ref, self.version = ref, version
+
+    def _broadcast(self, version: int) -> None:
+        """rollout.weight_sync=collective: queue the learner's broadcast of ``version`` (behind its update) and the
+        workers' receive (ahead of their next calls, which still carry the object-store ref: read only where the
+        broadcast failed)."""
+        if self.collective is not None and version > self.version:
+            self.collective.broadcast(self._learner.actor, self.actors, version, self._manager.restarts)
 
     def published(self) -> tuple:
         """(ref, version) the next calls carry (what :meth:`publish` may restore)."""
@@ -351,6 +369,8 @@ class RolloutGroup:
     def forget_weights(self) -> None:
         """The published weights are gone (a rebuilt learner): the next :meth:`sync_weights` publishes anew."""
         self._weights_ref, self.version = None, -1
+        if self.collective is not None:
+            self.collective.forget()
 
     def _weights(self) -> dict:
         """The keyword arguments that send the current weights with a worker call."""

@@ -213,6 +213,18 @@ class Learner:
         """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
         return FlatWeights.pack(self.get_weights())
 
+    def send_weights(self, group_name: str, bucket_bytes: int) -> None:
+        """Broadcast the generator's weights to the rollout workers over ``group_name`` (rank 0;
+        ``rollout.weight_sync=collective``, :mod:`rayseq.distributed.weight_sync`)."""
+        from rayseq.distributed import weight_sync
+
+        weight_sync.send(self.get_weights()["generator"], group_name, bucket_bytes)
+
+    def leave_weight_group(self, group_name: str) -> None:
+        from rayseq.distributed import weight_sync
+
+        weight_sync.leave(group_name)
+
     def get_version(self) -> int:
         """Generator updates so far (the weights version the rollouts of the next update are tagged with)."""
         return self.version

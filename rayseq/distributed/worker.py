@@ -14,6 +14,8 @@ from rayseq.algos.erpo import erpo_sample
 from rayseq.config import RunConfig
 from rayseq.distributed.handles import as_state_dicts
 from rayseq.distributed.placement import placement_group_id
+from rayseq.engines import BuiltinEngine, make_engine
+from rayseq.losses.mismatch import truncated_is_weights
 from rayseq.models import make_generator
 from rayseq.rewards.terminal import terminal_rewards
 from rayseq.seeding import set_deterministic
@@ -36,6 +38,7 @@ class RolloutWorker:
         dtype = getattr(torch, self.cfg.model.dtype)  # samples in the policy's compute precision (bf16: a bf16 copy)
         self.generator = make_generator(self.cfg, self.task).to(self.device, dtype)
         self.generator.eval()
+        self.engine = make_engine(self.cfg, self.generator, self.task, self.device)  # what samples (rollout.engine)
         # what the algorithm keeps here (Algorithm.worker_modules), built now, not on the first weights (in-process
         # runs draw the same global random numbers before and after a resume); in ``modules`` once weights arrive
         self._held = {k: m.to(dtype) for k, m in self.cfg.algorithm.worker_modules(self.cfg, self.task,
@@ -43,6 +46,7 @@ class RolloutWorker:
         self.modules: dict = {}
         self.version = -1
         self.loads = 0  # weight loads (one per version)
+        self.collective_loads = 0  # of them, received over the weights group (rollout.weight_sync=collective)
 
     def pid(self) -> int:
         return os.getpid()
@@ -52,8 +56,17 @@ class RolloutWorker:
         checksum = float(sum(p.detach().double().sum() for p in self.generator.parameters()))
         return {
             "pid": os.getpid(), "version": self.version, "loads": self.loads, "checksum": checksum,
-            "placement_group": placement_group_id(),
+            "collective_loads": self.collective_loads,
+            "placement_group": placement_group_id(), **self.engine_stats(),
         }
+
+    def engine_stats(self) -> dict:
+        """The engine's name and weights version; an engine with a model of its own (vLLM) also gives the checksum
+        (Σ w, Σ |w|) of what it runs beside the policy's (:func:`rayseq.engines.vllm_engine.weights_checksum`)."""
+        out = {"engine": self.engine.name, "engine_version": self.engine.version}
+        if hasattr(self.engine, "checksum"):
+            out["engine_checksum"], out["policy_checksum"] = self.engine.checksum(), self.engine.policy_checksum()
+        return out
 
     def set_weights(self, weights, version: int) -> int:
         """``weights``: the learner's generator and what the algorithm publishes with it (``Learner.get_weights``:
@@ -65,9 +78,27 @@ class RolloutWorker:
                 if name != "generator" and state is not None:
                     self._held[name].load_state_dict(state)
                     self.modules[name] = self._held[name]
+            self.engine.load_weights(weights["generator"], version)
             self.version = version
             self.loads += 1
         return self.version
+
+    def receive_weights(self, group_name: str, version: int, bucket_bytes: int, join: bool = False) -> None:
+        """Weights ``version`` broadcast by the learner over ``group_name`` (``rollout.weight_sync=collective``,
+        :mod:`rayseq.distributed.weight_sync`), checked against its checksum and loaded."""
+        from rayseq.distributed import weight_sync
+
+        if self._held:
+            raise ValueError(f"rollout.weight_sync=collective carries the generator alone; algo.name="
+                             f"{self.cfg.algo.name} keeps {sorted(self._held)} on the workers too: use object_store")
+        state = weight_sync.receive(self.generator.state_dict(), group_name, bucket_bytes, join)
+        self.set_weights({"generator": state}, version)
+        self.collective_loads += 1
+
+    def leave_weight_group(self, group_name: str) -> None:
+        from rayseq.distributed import weight_sync
+
+        weight_sync.leave(group_name)
 
     # -- the Ray groups' calls: (data, small info) as two return objects; the data goes on by reference to the
     # scorer or the learner, the driver reads the info only (rayseq.distributed.handles). The weights travel with
@@ -101,6 +132,7 @@ class RolloutWorker:
             gen = torch.Generator(device=dev).manual_seed(int(request.seed))
         src, src_len = to_torch(prompts.src, dev), to_torch(prompts.src_len, dev)
         info = {"worker": self.index, "pid": os.getpid()}
+        engine_logp = None  # the engine's own log-probs, where they are not the policy's (rollout.engine=vllm)
         if request.erpo is not None:
             out, stats = erpo_sample(self.generator, src, src_len, request.max_len, prompts=prompts, task=self.task,
                                      generator_rng=gen, **request.erpo)
@@ -110,8 +142,17 @@ class RolloutWorker:
             if request.mixer_delta is not None:  # MIXER: len(y*) − δ reference tokens forced, per row
                 prefix = to_torch(prompts.tgt, dev)
                 prefix_len = (to_torch(prompts.tgt_len, dev) - request.mixer_delta).clamp(min=0)
-            out = self.generator.sample(src, src_len, request.max_len, temperature=request.temperature,
-                                        prefix=prefix, prefix_len=prefix_len, generator=gen)
+            if prefix is not None and not isinstance(self.engine, BuiltinEngine):
+                raise ValueError(f"MIXER's forced prefixes are sampled by rollout.engine=builtin, not "
+                                 f"{self.engine.name}")
+            extra = {} if prefix is None else {"prefix": prefix, "prefix_len": prefix_len}
+            out = self.engine.generate(src, src_len, request.max_len, temperature=request.temperature,
+                                       seed=request.seed, **extra)
+            if not self.engine.exact:  # the policy's own log-probs beside the engine's (the learner's are these)
+                info["engine_checksum_diff"] = self.engine.checksum_diff  # of its last weights load
+                engine_logp = out.logp
+                with torch.no_grad():
+                    out = out._replace(logp=self.generator.logprobs(src, src_len, out.tokens).logp * out.token_mask)
         tokens = out.tokens.cpu().numpy()
         rollout = Rollout(
             src=prompts.src, src_len=prompts.src_len, tokens=tokens, token_mask=out.token_mask.cpu().numpy(),
@@ -119,6 +160,11 @@ class RolloutWorker:
             rewards=np.zeros(tokens.shape, np.float32), score=np.zeros(len(tokens), np.float32),
             tgt=prompts.tgt, version=self.version, key=prompts.key, info=info,
         )
+        if engine_logp is not None:
+            rollout.engine_logp = engine_logp.cpu().numpy()
+            if self.cfg.rollout.logp_correction == "tis":
+                rollout.is_weights = truncated_is_weights(out.logp, engine_logp, out.action_mask,
+                                                          self.cfg.rollout.tis_cap).cpu().numpy()
         if request.greedy_baseline:
             g = self.generator.sample(src, src_len, request.max_len, greedy=True)
             rollout.greedy_tokens, rollout.greedy_mask = g.tokens.cpu().numpy(), g.token_mask.cpu().numpy()

@@ -1,5 +1,8 @@
 """A local Hugging Face causal LM as the policy (``model.arch=hf``, ``model.path=DIR``): π_θ(y_t | x, y_<t) is the
-LM's next-token distribution on the sequence ``x <bos> y_1 … y_{t−1}`` (the prompt, the separator, the reply so far).
+LM's next-token distribution on the sequence ``x <bos> y_1 … y_{t−1}`` (the prompt, the separator, the reply so far),
+or on ``x y_1 … y_{t−1}`` when the prompt marks its own end (``separator=False``: prompts rendered by the tokenizer's
+chat template end with its generation prompt, e.g. ``<|assistant|>``, and the reply follows it directly, as every
+other tool that reads the model writes it).
 
 The phase methods are those of :class:`rayseq.models.protocol.StepDecoding`, on the same shapes and conventions
 (right-padded ``src`` with ``src_len``, replies ending at ``eos`` and padded after, banned ids at logit −inf,
@@ -38,6 +41,9 @@ class _Prefix(NamedTuple):
     cache: object  # the LM's key/value cache (a transformers Cache object, e.g. DynamicCache)
     mask: torch.Tensor  # (B, L) attention mask of what the cache holds
     pos: torch.Tensor  # (B,) position id of the next token
+    # without a separator: (logits (B, V), hidden (B, H)) of the prompt's last position, which the first
+    # decode_step returns in place of feeding a separator; None once consumed (or with a separator)
+    pending: tuple | None = None
 
 
 def cache_keyword(model) -> str:
@@ -66,8 +72,9 @@ class HFCausalLM(nn.Module):
 
     def __init__(self, path: str, specials, *, vocab_size: int | None = None, banned_ids: tuple[int, ...] = (),
                  lora_r: int = 0, lora_alpha: float = 16.0, lora_dropout: float = 0.0,
-                 lora_target_modules: list[str] | None = None):
+                 lora_target_modules: list[str] | None = None, separator: bool = True):
         super().__init__()
+        self.separator = separator  # ``x <bos> y`` (True) or ``x y`` (a prompt that marks its own end)
         model = load_causal_lm(path)
         self.path = str(path)
         self.hidden_dim = self.state_dim = int(model.config.hidden_size)  # H of the states the baseline reads
@@ -107,7 +114,7 @@ class HFCausalLM(nn.Module):
                              "reply task")
         return cls(m.path, task.specials, vocab_size=len(task.vocab), banned_ids=tuple(task.banned_ids),
                    lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                   lora_target_modules=m.lora_target_modules)
+                   lora_target_modules=m.lora_target_modules, separator=getattr(task.vocab, "separator", True))
 
     # -- weights ------------------------------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict:
@@ -161,19 +168,30 @@ class HFCausalLM(nn.Module):
     token_logp = StepDecoding.token_logp
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> _Prefix:
-        """Run the prompts through the LM: its KV cache, mask and next position (the state of :meth:`decode_step`)."""
+        """Run the prompts through the LM: its KV cache, mask and next position (the state of :meth:`decode_step`);
+        without a separator also the last position's logits and hidden state (the first reply token's)."""
         ids, mask = self._left_aligned(src, src_len)
         pos = (mask.cumsum(1) - 1).clamp(min=0)
         from transformers import DynamicCache
 
         cache = DynamicCache()
+        if not self.separator:
+            if not ids.shape[1] or bool((src_len <= 0).any()):
+                raise ValueError("a policy whose prompts mark their own end (a chat template's generation prompt) "
+                                 "needs a non-empty prompt in every row")
+            hidden = self._hidden(ids, mask, pos, cache)[:, -1]
+            return _Prefix(cache, mask, mask.sum(1), (self.output_logits(hidden), hidden))
         if ids.shape[1]:
             self._hidden(ids, mask, pos, cache)
         return _Prefix(cache, mask, mask.sum(1))
 
     def decode_step(self, tok: torch.Tensor, state: _Prefix):
         """One token through the LM with the cache: tok (B,) -> logits (B, V) (banned ids −inf), hidden (B, H),
-        new state."""
+        new state. Without a separator the first step (``tok`` = ``<bos>``, the decoding loops' start) feeds
+        nothing: the prompt's last position already gave the first reply token's distribution."""
+        if state.pending is not None:
+            logits, hidden = state.pending
+            return logits, hidden, state._replace(pending=None)
         mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], 1)
         hidden = self._hidden(tok.unsqueeze(1), mask, state.pos.unsqueeze(1), state.cache)  # the cache: in place
         return self.output_logits(hidden)[:, 0], hidden[:, 0], _Prefix(state.cache, mask, state.pos + 1)
@@ -189,30 +207,41 @@ class HFCausalLM(nn.Module):
         return self._logits(self.model.get_output_embeddings()(out))
 
     # -- phase methods ------------------------------------------------------------------------------
-    def _sequence_states(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """The last hidden layer (B, S + T, H) of one pass over ``x <bos> y_1 … y_{T−1}``: columns S..S+T−1 predict
-        the reply's tokens."""
+    def _sequence_states(self, src: torch.Tensor, src_len: torch.Tensor,
+                         tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The last hidden layer (B, L, H) of one pass over ``x <bos> y_1 … y_{T−1}`` (without a separator
+        ``x y_1 … y_{T−1}``) and the column of its first reply prediction: columns start..start+T−1 predict the
+        reply's tokens (start = S, or S−1 without a separator: the distributions read one position earlier)."""
+        S = src.shape[1]
         ids, mask = self._left_aligned(src, src_len)
-        bos = torch.full_like(tokens[:, :1], self.bos_id)
-        ids = torch.cat([ids, bos, tokens[:, :-1]], 1)
-        mask = torch.cat([mask, torch.ones_like(tokens)], 1)
+        if self.separator:
+            bos = torch.full_like(tokens[:, :1], self.bos_id)
+            ids = torch.cat([ids, bos, tokens[:, :-1]], 1)
+            mask = torch.cat([mask, torch.ones_like(tokens)], 1)
+            start = S
+        else:
+            ids = torch.cat([ids, tokens[:, :-1]], 1)
+            mask = torch.cat([mask, torch.ones_like(tokens[:, :-1])], 1)
+            start = S - 1
         pos = (mask.cumsum(1) - 1).clamp(min=0)
-        return self._hidden(ids, mask, pos)
+        return self._hidden(ids, mask, pos), start
 
     def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
-        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}``."""
-        S, T = src.shape[1], tokens.shape[1]
-        hidden = self._sequence_states(src, src_len, tokens)
-        logits = self.output_logits(hidden)[:, S : S + T]  # the head on the whole sequence, as the LM's forward
-        return GeneratorOutput(self.token_logp(logits, tokens), hidden[:, S : S + T], logits)
+        """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}`` (without a
+        separator ``x y_1 … y_{T−1}``)."""
+        T = tokens.shape[1]
+        hidden, start = self._sequence_states(src, src_len, tokens)
+        logits = self.output_logits(hidden)[:, start : start + T]  # the head on the whole sequence, as the LM's forward
+        return GeneratorOutput(self.token_logp(logits, tokens), hidden[:, start : start + T], logits)
 
     def lean_logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor,
                       chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`logprobs`' log-probs (B, T) and states (B, T, H) without its (B, T, V) logits: the head runs on
         ``chunk`` positions at a time, so no more than (B, chunk, V) logits exist at once (the passes without
         gradients: baseline states, the KL reference)."""
-        S, T = src.shape[1], tokens.shape[1]
-        states = self._sequence_states(src, src_len, tokens)[:, S : S + T]
+        T = tokens.shape[1]
+        hidden, start = self._sequence_states(src, src_len, tokens)
+        states = hidden[:, start : start + T]
         logp = torch.cat([self.token_logp(self.output_logits(states[:, t : t + chunk]), tokens[:, t : t + chunk])
                           for t in range(0, T, chunk)], 1)
         return logp, states

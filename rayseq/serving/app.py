@@ -133,13 +133,13 @@ async def _on_unexpected(request: Request, exc: Exception):  # never a stack tra
 class ChatDeployment:
     def __init__(self, checkpoint: str, batching: bool = True, max_batch_size: int = 32,
                  batch_wait_timeout_s: float = 0.005, api_key: str | None = None, device: str = "cpu",
-                 torch_threads: int = 1):
+                 torch_threads: int = 1, engine: str = "builtin", engine_kwargs: dict | None = None):
         import torch
 
         from rayseq.serving.model import ChatModel
 
         torch.set_num_threads(torch_threads)
-        self.model = ChatModel(checkpoint, device=device)
+        self.model = ChatModel(checkpoint, device=device, engine=engine, engine_kwargs=engine_kwargs)
         self.batching = batching
         self.api_key = api_key or os.environ.get(API_KEY_ENV) or None
         self._generate_batched.set_max_batch_size(max_batch_size)
@@ -272,12 +272,13 @@ def build_app(args: dict):
     """Serve application builder. Args (strings from the command line, typed values from YAML):
     checkpoint (run directory, checkpoint file or URI; default $RAYSEQ_CHECKPOINT), replicas (1),
     batching (true), max_batch_size (32), batch_wait_timeout_s (0.005), max_ongoing_requests (64),
-    api_key (default $RAYSEQ_API_KEY; none = open), device (cpu | cuda), num_gpus (0 per replica)."""
+    api_key (default $RAYSEQ_API_KEY; none = open), device (cpu | cuda), num_gpus (0 per replica), engine (builtin |
+    vllm: a Hugging Face checkpoint decoded by vLLM, rayseq.engines.vllm_engine), engine_kwargs (vllm.LLM's)."""
     from rayseq.checkpoint import latest_good_checkpoint
     from rayseq.storage import is_uri
 
     known = {"checkpoint", "replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
-             "max_ongoing_requests", "api_key", "device", "num_gpus", "torch_threads"}
+             "max_ongoing_requests", "api_key", "device", "num_gpus", "torch_threads", "engine", "engine_kwargs"}
     unknown = set(args) - known
     if unknown:
         raise ValueError(f"build_app: unknown argument(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -305,4 +306,6 @@ def build_app(args: dict):
         api_key=args.get("api_key") or None,
         device=device,
         torch_threads=int(args.get("torch_threads", 1)),
+        engine=str(args.get("engine", "builtin")),
+        engine_kwargs=dict(args.get("engine_kwargs") or {}),
     )

@@ -105,7 +105,12 @@ class GenResult:
 
 
 class ChatModel:
-    def __init__(self, checkpoint: str | os.PathLike, device: str = "cpu"):
+    """``engine``: what decodes the replies: ``builtin`` (the policy's own ``generate``) or ``vllm`` (a Hugging Face
+    policy's, :meth:`rayseq.engines.vllm_engine.VLLMEngine.generate_requests`, with the checkpoint's weights loaded;
+    ``engine_kwargs`` go to ``vllm.LLM``)."""
+
+    def __init__(self, checkpoint: str | os.PathLike, device: str = "cpu", engine: str = "builtin",
+                 engine_kwargs: dict | None = None):
         t0 = time.perf_counter()
         # a run: its newest checkpoint that loads; its weights, not the optimizers
         self.checkpoint, ck = load_latest(checkpoint, map_location=device, training_state=False)
@@ -114,7 +119,7 @@ class ChatModel:
             raise ValueError(f"{self.checkpoint}: an unconditional generator (task {task['name']}) takes no input to "
                              "reply to; serve a chat (or counting) checkpoint")
         hf = "hf_tokenizer" in task["vocab"]  # model.arch=hf: the model's own tokenizer (rayseq.data.hf_text)
-        self.vocab = HFVocab(task["vocab"]["hf_tokenizer"]) if hf else vocab_from_spec(task["vocab"])
+        self.vocab = HFVocab.from_spec(task["vocab"]) if hf else vocab_from_spec(task["vocab"])
         tok = task.get("tokenizer", {"kind": "words", "lowercase": True})
         self.tokenizer_kind, self.lowercase = tok["kind"], tok.get("lowercase", True)
         # trained on conversations rendered with the tokenizer's chat template: requests are rendered the same way
@@ -132,7 +137,17 @@ class ChatModel:
                                               banned_ids=tuple(task.get("banned_ids", ())))
         self.generator.load_state_dict(ck["learner"]["generator"])
         self.generator.to(self.device).eval()
+        self.engine = None
+        if engine == "vllm":
+            from rayseq.engines.vllm_engine import VLLMEngine
+
+            self.engine = VLLMEngine.for_policy(self.generator, engine_kwargs=engine_kwargs)
+            self.engine.load_weights(None, 0)  # the checkpoint's weights, from the policy just loaded
+        elif engine != "builtin":
+            raise ValueError(f"engine={engine!r}: one of builtin, vllm")
         self.decoding = {**NO_DEFAULTS, **task.get("decoding", _OLD_DECODING.get(task["name"], {}))}
+        if self.engine is not None:  # vLLM bans no n-grams: not a default it can apply (a request asking is refused)
+            self.decoding["no_repeat_ngram_size"] = 0
         # never reply with <unk> ("…"); a Hugging Face tokenizer's unk is its pad, banned anyway
         self.banned_ids = () if hf else (self.vocab.specials.unk,)
         by, its = produced_by(ck)
@@ -144,6 +159,7 @@ class ChatModel:
             "iteration": driver["iteration"],
             "about": task_help(task, self.max_src_len),
             "checkpoint": self.checkpoint, "vocab_size": len(self.vocab), "device": str(self.device),
+            "engine": engine,
             "decoding": dict(self.decoding),
             "load_s": round(time.perf_counter() - t0, 3),
         }
@@ -213,7 +229,8 @@ class ChatModel:
         def per_row(name, kind=float):
             return torch.tensor([kind(self._setting(r, name)) for _, r, _ in rows], device=dev)
 
-        out = self.generator.generate(
+        decode = self.generator.generate if self.engine is None else self.engine.generate_requests
+        out = decode(
             src, src_len, torch.tensor(cap, device=dev),
             torch.tensor([float(r.temperature) for _, r, _ in rows], device=dev),
             torch.tensor([int(r.top_k) for _, r, _ in rows], device=dev),

@@ -126,7 +126,8 @@ class PairsTask(Task):
         if self.words is not None:
             self.banned_ids = (self.data.vocab.specials.unk,)  # no training reply has <unk>: never emit it
         if cfg.hf_tokenizer:  # a Hugging Face tokenizer's tokens replace the prepared vocabulary (model.arch=hf)
-            self.data = retokenize(self.data, HFVocab(cfg.hf_tokenizer))
+            # a chat template's generation prompt ends a conversational prompt: no separator after it
+            self.data = retokenize(self.data, HFVocab(cfg.hf_tokenizer, separator=not self.data.conversational))
         self.vocab = self.data.vocab
         self.specials = self.vocab.specials
         self.max_src_len = self.data.max_src_len

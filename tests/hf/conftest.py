@@ -1,9 +1,11 @@
 """The Hugging Face tests need the hf extra; their tiny model directories are tests/conftest.py's ``hf_dir`` and
-``classifier_dir`` (made once per session by tests/hf_fixtures.py; the GPU suite uses them too)."""
+``classifier_dir`` (made once per session by tests/hf_fixtures.py; the GPU suite uses them too), and ``chat_hf_dir``
+here (``hf_dir`` with a chat template)."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -16,6 +18,22 @@ pytest.importorskip("transformers", reason="the hf extra: pip install -e .[hf]")
 
 
 RAYSEQ_DIR = str(Path(rayseq.__file__).resolve().parent) + "/"
+# a Jinja chat template in the shape of ChatML's
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|> {% endif %}")
+
+
+@pytest.fixture(scope="session")
+def chat_hf_dir(hf_dir, tmp_path_factory):
+    """The tiny GPT-2 whose tokenizer has a chat template (:data:`CHAT_TEMPLATE`)."""
+    from transformers import AutoTokenizer
+
+    out = tmp_path_factory.mktemp("chat") / "tiny-chat"
+    shutil.copytree(hf_dir, out)
+    tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(out)
+    return out
 
 
 def _package(filename: str) -> str | None:

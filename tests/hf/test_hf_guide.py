@@ -23,3 +23,17 @@ def test_guide_commands_build(hf_dir, classifier_dir, tmp_path):
         args = [a.replace("POSITIVE", "lively") for a in args]  # the tiny classifier's label names
         cfg = load_config(None, args)
         assert cfg.model.arch == "hf" and cfg.task.hf_tokenizer == str(hf_dir)
+
+
+def test_vllm_commands_build(hf_dir):
+    """docs/guides/vllm.md's training command, and the README's copy of it, are valid configs (vLLM itself is needed
+    only to run them)."""
+    found = []
+    for rel in ("docs/guides/vllm.md", "README.md"):
+        for lang, block in code_blocks(page(rel)):
+            if lang == "bash" and "rollout.engine=vllm" in block:
+                found += [args[args.index("rayseq.train") + 1 :] for args in commands(block) if "rayseq.train" in args]
+    assert len(found) == 2 and found[0] == found[1]
+    cfg = load_config(None, [re.sub(r"models/my-gpt2", str(hf_dir), a) for a in found[0]])
+    assert cfg.rollout.engine == "vllm" and cfg.rollout.engine_kwargs == {"kv_cache_memory_bytes": 1073741824}
+    assert cfg.rollout.logp_correction == "tis"

@@ -6,7 +6,6 @@ template (a clear error without one), and serving renders /v1/chat/completions m
 from __future__ import annotations
 
 import json
-import shutil
 
 import pyarrow.parquet as pq
 import pytest
@@ -20,19 +19,18 @@ from tests.hf.test_hf_training import hf_config
 TINY = ["task.name=pairs", "task.test_size=100", "task.val_size=4", "train.pretrain_iters=0", "train.iters=2",
         "train.batch_size=8", "train.eval_every=2", "algo.minibatch_size=8", "algo.name=grpo", "algo.group_size=4",
         "progress=false"]
-# a Jinja chat template in the shape of ChatML's
-TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|> {% endif %}")
 
 
-def math_jsonl(path, conversational=False):
+def math_jsonl(path, conversational=False, *, size=(6, 5), replies=False):
+    """a + b questions for a < size[0], b < size[1], with their solution (and a reply "{a + b} it is")."""
     rows = []
-    for a in range(6):
-        for b in range(5):
+    for a in range(size[0]):
+        for b in range(size[1]):
             q = f"what is {a} plus {b}?"
             prompt = [{"role": "system", "content": "answer briefly"}, {"role": "user", "content": q}] \
                 if conversational else q
-            rows.append({"prompt": prompt, "solution": str(a + b)})
+            rows.append({"prompt": prompt, "solution": str(a + b), **({"completion": f"{a + b} it is"} if replies
+                                                                        else {})})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -43,19 +41,6 @@ def math_data(tmp_path_factory):
     prepare(f"jsonl:{math_jsonl(d / 'm.jsonl')}", d / "data",
             PrepareOptions(quiet=True, valid_frac=0.15, test_frac=0.15, max_tgt_len=6))
     return d / "data"
-
-
-@pytest.fixture(scope="module")
-def chat_hf_dir(hf_dir, tmp_path_factory):
-    """The tiny GPT-2 whose tokenizer has a chat template."""
-    from transformers import AutoTokenizer
-
-    out = tmp_path_factory.mktemp("chat") / "tiny-chat"
-    shutil.copytree(hf_dir, out)
-    tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
-    tok.chat_template = TEMPLATE
-    tok.save_pretrained(out)
-    return out
 
 
 def test_prompt_only_data_needs_rl_only(math_data, hf_dir):

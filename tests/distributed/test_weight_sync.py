@@ -1,0 +1,105 @@
+"""rollout.weight_sync=collective (rayseq.distributed.weight_sync): the learner broadcasts the generator's weights
+over a gloo group; after every sync each worker holds the learner's weights (checksums), and the run is the
+object-store run's bit for bit with the same driver traffic."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from rayseq.config import ConfigError
+from rayseq.distributed.driver import Trainer
+from rayseq.distributed.weight_sync import buckets, checksum, unpack
+from tests.conftest import tiny_config
+
+
+def test_buckets_carry_the_bytes_in_the_model_dtype():
+    state = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16), "c": torch.arange(4),
+             "d": torch.randn(2, 2, 2, dtype=torch.float64)}
+    nbytes = sum(-(-t.numel() * t.element_size() // 64) * 64 for t in state.values())  # each padded to 64 bytes
+    for bucket in (1, 30, 1 << 20):
+        bufs = buckets(state, bucket)
+        assert all(b.dtype == torch.uint8 for b in bufs) and sum(b.numel() for b in bufs) == nbytes
+        assert len(bufs) == (1 if bucket > nbytes else len(bufs))
+        out = unpack(state, [b.clone() for b in bufs])
+        for name, t in state.items():
+            assert out[name].dtype == t.dtype and torch.equal(out[name], t)
+    assert len(buckets(state, 1)) == 4  # one tensor a bucket when each fills one
+    assert torch.equal(checksum(state), checksum(unpack(state, buckets(state, 30))))
+    with pytest.raises(ValueError, match="bytes received"):
+        unpack(state, [torch.zeros(nbytes + 1, dtype=torch.uint8)])
+
+
+def test_config():
+    with pytest.raises(ConfigError, match="rollout.weight_sync=collective: the workers are Ray actors"):
+        tiny_config("rollout.num_workers=0", "rollout.weight_sync=collective")
+    tiny_config("rollout.weight_sync=collective", "rollout.max_staleness=1", "algo.name=ppo")  # composes
+    for staleness in ("rollout.max_staleness=2", "rollout.max_staleness=3"):
+        with pytest.raises(ConfigError, match=r"rollout.weight_sync=collective with rollout.max_staleness=[23]: .*"
+                                              r"set rollout.max_staleness=1 \(or 0\), or rollout.weight_sync="
+                                              r"object_store"):
+            tiny_config("rollout.weight_sync=collective", staleness, "algo.name=ppo")
+    with pytest.raises(ConfigError, match="rollout.weight_sync=collective broadcasts from learner rank 0 alone, and "
+                                          "learner.strategy=fsdp"):
+        tiny_config("rollout.weight_sync=collective", "learner.num_learners=2", "learner.strategy=fsdp",
+                    "algo.name=ppo")
+
+
+def learner_sum(trainer) -> float:
+    return sum(float(v.double().sum()) for v in trainer.groups.learner.get_weights()["generator"].values())
+
+
+COMMON = ("rollout.num_workers=2", "rollout.num_cpus_per_worker=0.5", "learner.num_cpus=1", "algo.name=ppo_dynamic",
+          "algo.minibatch_size=16", "train.pretrain_iters=4", "train.iters=4", "train.eval_every=0")
+
+
+@pytest.mark.ray
+def test_collective_sync_is_the_object_store_sync(ray_session, tmp_path):
+    checked = []
+
+    def report(row, trainer):  # after every update: each worker holds the learner's version, received over gloo
+        if row["stage"] == "train":
+            trainer.groups.rollout.sync_weights()
+            trainer.groups.rollout.collective.wait()
+            stats = trainer.groups.rollout.stats()
+            assert {s["version"] for s in stats} == {trainer.groups.learner.version()}
+            for s in stats:
+                assert s["checksum"] == pytest.approx(learner_sum(trainer), rel=1e-12)
+                assert s["collective_loads"] == s["loads"] >= 2  # every version over the group
+            checked.append(row["iteration"])
+
+    Trainer(tiny_config(*COMMON, "rollout.weight_sync=collective", "rollout.weight_bucket_mb=0.01",
+                        run_dir=tmp_path / "c"), report=report).run()
+    Trainer(tiny_config(*COMMON, run_dir=tmp_path / "o")).run()
+    assert len(checked) == 4
+    c = pq.read_table(tmp_path / "c" / "metrics.parquet").to_pandas()
+    o = pq.read_table(tmp_path / "o" / "metrics.parquet").to_pandas()
+    same = [k for k in o.columns if not k.startswith("time/") and k in c.columns]
+    assert len(same) > 10
+    for k in same:  # the same bytes: the same run
+        assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k
+    assert (c["driver/recv_bytes"].dropna() == o["driver/recv_bytes"].dropna()).all()
+
+
+@pytest.mark.ray
+def test_collective_sync_with_staleness_one_is_the_object_store_sync(ray_session, tmp_path):
+    """rollout.max_staleness=1: each worker receives version v behind the batch it is sampling and ahead of the next
+    one, which carries v too; the run is the object-store run's with the same staleness, bit for bit."""
+    pipelined = (*COMMON, "rollout.max_staleness=1")
+    loads = []
+
+    def report(row, trainer):  # (loads, of them over the group) per worker, after the batch ahead is sampled
+        if row["stage"] == "train":
+            loads.append([(s["loads"], s["collective_loads"]) for s in trainer.groups.rollout.stats()])
+
+    Trainer(tiny_config(*pipelined, "rollout.weight_sync=collective", run_dir=tmp_path / "c"), report=report).run()
+    Trainer(tiny_config(*pipelined, run_dir=tmp_path / "o")).run()
+    c = pq.read_table(tmp_path / "c" / "metrics.parquet").to_pandas()
+    o = pq.read_table(tmp_path / "o" / "metrics.parquet").to_pandas()
+    assert c["rollout/staleness"].dropna().tolist() == [0.0, 1.0, 1.0, 1.0]
+    same = [k for k in o.columns if not k.startswith("time/") and k in c.columns]
+    assert len(same) > 10
+    for k in same:
+        assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k
+    assert loads == [[(i, i)] * 2 for i in range(1, 5)]  # one version more each iteration, every one over gloo

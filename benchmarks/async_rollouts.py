@@ -20,8 +20,9 @@ at the first evaluation at or past it. Busy fractions over the run: the learner'
 2 × the wall-clock). Medians over seeds; ratios against k = 0 of the same case and straggler setting.
 
 Command   python benchmarks/async_rollouts.py [--cases counting gpt2] [--ks 0 1 2 4] [--seeds 0 1 2] [--slow 3]
-              [--quick]
-Writes    benchmarks/results/async_rollouts.md, .json and .png (``--quick``: async_rollouts_quick.*)
+              [--ratio-to behaviour|proximal] [--quick]
+Writes    benchmarks/results/async_rollouts.md, .json and .png (``--ratio-to proximal``: async_rollouts_proximal.*;
+          ``--quick``: ..._quick.*)
 """
 
 from __future__ import annotations
@@ -173,6 +174,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ks", type=int, nargs="+", default=[0, 1, 2, 4])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--slow", type=float, default=3.0, help="the straggler's slow-down (1: no straggler runs)")
+    ap.add_argument("--ratio-to", choices=["behaviour", "proximal"], default="behaviour",
+                    help="algo.ratio_to of every run (proximal: the decoupled objective; its report is "
+                    "async_rollouts_proximal.*)")
     ap.add_argument("--quick", action="store_true", help="a few iterations (a smoke run)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
@@ -196,7 +200,7 @@ def main(argv=None) -> int:
             fixtures = hf_fixture(Path(tmp) / "hf") if "gpt2" in args.cases else None
             for case in args.cases:
                 spec = {**CASES[case], **(QUICK[case] if args.quick else {})}
-                over = [*COMMON, *spec["overrides"], f"train.iters={spec['iters']}"]
+                over = [*COMMON, *spec["overrides"], f"train.iters={spec['iters']}", f"algo.ratio_to={args.ratio_to}"]
                 if case == "gpt2":
                     over += [f"task.data={fixtures / 'prepared'}", "model.arch=hf",
                              f"model.path={fixtures / 'tiny-gpt2'}"]
@@ -230,12 +234,13 @@ def main(argv=None) -> int:
         r["target"] = sync["start"] + 0.9 * (sync["final"] - sync["start"])
         r["to_target"] = time_to(r["curve"], r["target"])
     minutes = (time.perf_counter() - t_start) / 60
-    text = (f"Rollouts sampled up to k updates ahead (rollout.max_staleness), GRPO on 2 Ray rollout workers, seeds "
+    text = (f"Rollouts sampled up to k updates ahead (rollout.max_staleness), GRPO (algo.ratio_to={args.ratio_to}) "
+            f"on 2 Ray rollout workers, seeds "
             f"{' '.join(map(str, args.seeds))}; the straggler is worker 0 made {args.slow:g}× slower; time to "
             f"target = training seconds until the validation reward is 90% of the way from the start to the "
             f"synchronous run's final one (same seed); this run took {minutes:.1f} min on {os.cpu_count()} cores.\n\n"
             + table(recs, args))
-    name = "async_rollouts" + ("_quick" if args.quick else "")
+    name = "async_rollouts" + ("_proximal" if args.ratio_to == "proximal" else "") + ("_quick" if args.quick else "")
     write_report(args.out, name, text, {"runs": recs, "args": {k: str(v) for k, v in vars(args).items()}})
     plot(recs, args, args.out / f"{name}.png")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from functools import partial
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -27,6 +28,7 @@ from rayseq.algos.common import (
     without_grad,
 )
 from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
+from rayseq.losses.mismatch import truncated_is_weights
 from rayseq.seeding import derive_seed
 from rayseq.types import Rollout, to_torch
 
@@ -35,6 +37,17 @@ PPO_FIELDS = {
     "epochs": (int, Field(1, ge=1, description="PPO: K passes over each sampled batch (paper code: 1).")),
     "minibatch_size": (int | None, Field(
         64, ge=1, description="PPO: minibatch size of the K passes; None = the whole batch (then ρ = 1).")),
+    "ratio_to": (Literal["behaviour", "proximal"], Field(
+        "behaviour", description="PPO-clip algorithms: the policy the ratio ρ is taken against. behaviour = the "
+        "weights that sampled the batch (Eq. 3: ρ = π_θ / π_old, π_old = the rollout's log-probs); proximal = the "
+        "decoupled objective (Hilton et al. 2022; AReaL, Fu et al. 2025): ρ = π_θ / π_prox with π_prox the "
+        "learner's weights before this update (one more pass without gradients), each token's advantage weighted by "
+        "min(π_prox / π_behaviour, algo.behaviour_weight_cap). For batches sampled ahead "
+        "(rollout.max_staleness >= 1): against stale behaviour weights more of ρ falls outside the clip range the "
+        "staler the batch; against π_prox the clip bounds this update's step alone.")),
+    "behaviour_weight_cap": (float, Field(
+        5.0, gt=0, description="algo.ratio_to=proximal: the cap C of the behaviour weight min(π_prox / π_behaviour, "
+        "C) (truncated importance sampling).")),
 }
 # PPO's clip range (Tuan et al. Eq. 3), with DAPO's decoupled upper bound
 CLIP_FIELDS = {
@@ -66,6 +79,17 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
         adv_all = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
     if rollout.is_weights is not None:  # an engine's sampling corrected for (rayseq.losses.mismatch)
         adv_all = adv_all * to_torch(rollout.is_weights, state.device)
+    old_logp = b.old_logp  # π_old of Eq. 3: the weights that sampled the batch
+    extra_metrics: dict = {}
+    if cfg.ratio_to == "proximal":  # the decoupled objective: ρ against the weights before this update
+        def proximal_logp(src, src_len, tokens, lean):  # log π_prox (B, T)
+            return policy_pass(state.generator, src, src_len, tokens, lean)[:1]
+
+        (old_logp,) = without_grad(state, proximal_logp, b.src, b.src_len, b.tokens)
+        w = truncated_is_weights(old_logp, b.old_logp, b.action_mask, cfg.behaviour_weight_cap)
+        adv_all = adv_all * w  # w ≥ 0: w·min(ρA, clip(ρ)A) = min(ρ·wA, clip(ρ)·wA)
+        extra_metrics = {"policy/behaviour_weight_mean": float(masked_mean(w, b.action_mask)),
+                         "policy/behaviour_weight_max": float((w * b.action_mask).max())}
     B = len(rollout)
     mb = min(cfg.minibatch_size or B, B)
     perm_rng = torch.Generator().manual_seed(seed)
@@ -81,7 +105,7 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
                 whole, idx = b.index(idx), dp.part(idx)
             part = b.index(idx)
             out = state.generator.logprobs(part.src, part.src_len, part.tokens)
-            loss, stats = surrogate(out.logp, part.old_logp, adv_all[idx], part.action_mask)
+            loss, stats = surrogate(out.logp, old_logp[idx], adv_all[idx], part.action_mask)
             if dp is not None:
                 w_tok = w = dp.share(part.action_mask, whole.action_mask)
             if mixer:
@@ -112,7 +136,7 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
     out = {k: v / n for k, v in sums.items()}
     out["policy/advantage_mean"] = float(masked_mean(adv_all, b.action_mask))
     out["policy/updates"] = float(n)
-    return {**rollout_metrics(rollout), **out}
+    return {**rollout_metrics(rollout), **out, **extra_metrics}
 
 
 def minibatch_seed(algo, iteration: int) -> int:

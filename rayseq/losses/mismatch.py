@@ -39,6 +39,8 @@ def logp_mismatch(logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Ten
 
 def truncated_is_weights(logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor,
                          cap: float) -> torch.Tensor:
-    """w_t = min(exp(log π_old − log π_engine), C) on sampled tokens, 1 elsewhere (module docstring)."""
+    """w_t = min(exp(log π_old − log π_engine), C) on sampled tokens, 1 elsewhere (module docstring); the decoupled
+    objective's behaviour weight min(π_prox / π_behaviour, C) is the same with (π_prox, π_behaviour) in their places
+    (:func:`rayseq.algos.ppo.ppo_update`)."""
     w = torch.exp(logp - engine_logp).clamp(max=cap)
     return torch.where(mask > 0, w, torch.ones_like(w))

@@ -137,3 +137,44 @@ def test_a_ratio_algorithm_whose_requests_carry_learner_state_refuses_the_pipeli
     with pytest.raises(ValueError, match=r"algo.name=annealed cannot train on rollouts sampled with older weights "
                                          r"\(its rollout requests depend on the learner's state at sampling time\)"):
         check_pipeline(Annealed, "annealed")
+
+
+def test_the_decoupled_objective_by_hand():
+    """algo.ratio_to=proximal, as ppo_update composes it: −mean_t w_t·min(ρ_t A_t, clip(ρ_t) A_t) with ρ = π_θ/π_prox
+    and w = min(π_prox/π_behaviour, C). Token 1: ρ = 0.5/0.4 = 1.25, clipped to 1.2, w = 0.4/0.2 = 2 → 2.4; token 2:
+    ρ = 0.2/0.25 = 0.8, A = −1: min(−0.8, −0.8) = −0.8, w = 0.25/0.5 = 0.5 → −0.4; loss = −(2.4 − 0.4)/2 = −1.0.
+    With C = 1.5 token 1's weight is 1.5: −(1.8 − 0.4)/2 = −0.7."""
+    import torch
+
+    from rayseq.losses import ppo_clip_loss
+    from rayseq.losses.mismatch import truncated_is_weights
+
+    logp, prox, behaviour = (torch.tensor([[0.5, 0.2]]).log(), torch.tensor([[0.4, 0.25]]).log(),
+                             torch.tensor([[0.2, 0.5]]).log())
+    adv, mask = torch.tensor([[1.0, -1.0]]), torch.ones(1, 2)
+    for cap, expected in ((5.0, -1.0), (1.5, -0.7)):
+        w = truncated_is_weights(prox, behaviour, mask, cap)
+        loss, _ = ppo_clip_loss(logp, prox, adv * w, mask, eps=0.2)
+        assert float(loss) == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_ratio_against_the_proximal_policy_clips_less_of_a_stale_batch(tmp_path):
+    """algo.ratio_to=proximal: on fresh batches π_prox is the behaviour policy (weights 1, the run as with the ratio
+    to the behaviour policy up to float rounding); on batches sampled 4 updates ahead the first minibatch's ratio is
+    1 again and fewer tokens are clipped than against the stale behaviour weights, the tokens weighted by
+    π_prox / π_behaviour instead."""
+    common = ("rollout.num_workers=0", "algo.name=grpo", "algo.group_size=4", "algo.lr=0.01", "train.iters=6",
+              "train.eval_every=0", "algo.minibatch_size=8")
+    rows = {}
+    for k, ratio_to in ((0, "behaviour"), (0, "proximal"), (4, "behaviour"), (4, "proximal")):
+        run_dir = tmp_path / f"k{k}-{ratio_to}"
+        Trainer(tiny_config(*common, f"rollout.max_staleness={k}", f"algo.ratio_to={ratio_to}",
+                            run_dir=run_dir)).run()
+        rows[k, ratio_to] = train_rows(run_dir)
+    fresh = rows[0, "proximal"]
+    np.testing.assert_allclose(fresh["policy/behaviour_weight_mean"], 1.0, atol=1e-4)
+    np.testing.assert_allclose(fresh["loss/policy"], rows[0, "behaviour"]["loss/policy"], atol=1e-4)
+    stale = rows[4, "proximal"]
+    assert (np.abs(stale["policy/behaviour_weight_mean"][1:] - 1.0) > 1e-4).all()
+    assert stale["policy/clipfrac"][1:].mean() < rows[4, "behaviour"]["policy/clipfrac"][1:].mean()
+    assert "policy/behaviour_weight_mean" not in rows[4, "behaviour"]

@@ -65,10 +65,12 @@ def test_baseline_and_reference_passes_in_micro_batches_equal_one_pass(arch):
         torch.testing.assert_close(a, c, **TOL)
 
 
-def test_a_ppo_update_with_micro_batches_equals_one_without():
-    """The update itself: the baseline's values from micro-batches of 5 rows, the KL reference's log-probs too; the
-    generator's and the baseline's weights after the update equal the one-pass learner's."""
-    common = ("algo.name=ppo", "algo.kl_coef=0.1", "algo.minibatch_size=8")
+@pytest.mark.parametrize("ratio_to", ["behaviour", "proximal"])
+def test_a_ppo_update_with_micro_batches_equals_one_without(ratio_to):
+    """The update itself: the baseline's values from micro-batches of 5 rows, the KL reference's log-probs too (and,
+    with algo.ratio_to=proximal, π_prox's); the generator's and the baseline's weights after the update equal the
+    one-pass learner's."""
+    common = ("algo.name=ppo", "algo.kl_coef=0.1", "algo.minibatch_size=8", f"algo.ratio_to={ratio_to}")
     learners = []
     for micro in ([], ["learner.micro_batch_size=5"]):
         learner, rollout = _learner_and_rollout(*common, *micro)
@@ -80,7 +82,10 @@ def test_a_ppo_update_with_micro_batches_equals_one_without():
         sa, sb = getattr(a.state, part).state_dict(), getattr(b.state, part).state_dict()
         for k in sa:
             torch.testing.assert_close(sa[k], sb[k], **TOL, msg=f"{part}.{k}")
-    for k in ("loss/policy", "loss/value", "kl/per_reply", "policy/advantage_mean"):
+    keys = ["loss/policy", "loss/value", "kl/per_reply", "policy/advantage_mean"]
+    if ratio_to == "proximal":
+        keys += ["policy/behaviour_weight_mean", "policy/behaviour_weight_max"]
+    for k in keys:
         assert ma[k] == pytest.approx(mb[k], rel=1e-4, abs=1e-6), k
 
 

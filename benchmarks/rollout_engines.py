@@ -176,18 +176,11 @@ def sync_part(args) -> list[dict]:
             return float(sum(v.double().sum() for v in state.values()))
 
         def buckets(self, bucket_bytes):
-            """The state dict as flat byte buckets of about ``bucket_bytes`` (the same layout on every member)."""
-            flat = [v.reshape(-1).view(torch.uint8) for v in self.state.values()]
-            out, cur, size = [], [], 0
-            for t in flat:
-                cur.append(t)
-                size += t.numel()
-                if size >= bucket_bytes:
-                    out.append(torch.cat(cur))
-                    cur, size = [], 0
-            if cur:
-                out.append(torch.cat(cur))
-            return out
+            """The state dict as flat byte buckets of about ``bucket_bytes``, as the learner sends them (the same
+            layout on every member)."""
+            from rayseq.distributed.weight_sync import buckets
+
+            return buckets(self.state, bucket_bytes)
 
         def broadcast(self, bucket_bytes):
             import ray.util.collective as col

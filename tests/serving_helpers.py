@@ -49,15 +49,25 @@ def train_chat_checkpoint(run_dir: Path) -> Path:
     return run_dir
 
 
-def start_serve(apps: dict[str, dict], port: int) -> str:
-    """``serve.start`` on 127.0.0.1:port and deploy ``{route_prefix: build_app args}`` side by side
-    (``run_many`` starts the replicas in parallel). Returns the base URL."""
+def start_serve(apps: dict[str, dict], attempts: int = 3) -> str:
+    """``serve.start`` on 127.0.0.1 at a free port and deploy ``{route_prefix: build_app args}`` side by side
+    (``run_many`` starts the replicas in parallel). Returns the base URL. A port is free when it is picked, not
+    necessarily when the proxy binds it seconds later (another process on the machine may take it first): a proxy
+    that fails to bind is shut down with Serve and started again on another port."""
     from ray import serve
     from ray.serve.api import RunTarget
 
     from rayseq.serving.app import build_app
 
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    for attempt in range(attempts):
+        port = free_port()
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            break
+        except Exception as exc:  # the proxy's RayTaskError(RuntimeError) "Failed to bind to address ..."
+            if "Failed to bind" not in str(exc) or attempt == attempts - 1:
+                raise
+            serve.shutdown()
     serve.run_many([
         RunTarget(build_app(args), name=f"chat{i}", route_prefix=prefix)
         for i, (prefix, args) in enumerate(apps.items())

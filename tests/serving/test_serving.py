@@ -72,7 +72,7 @@ def base_url(ray_session, checkpoint, chat_checkpoint, cli_server):
         "/secure": {"checkpoint": checkpoint, "api_key": KEY},
         "/unbatched": {"checkpoint": checkpoint, "batching": False},
         "/chat": {"checkpoint": chat_checkpoint},
-    }, port=free_port())
+    })
     yield url
     serve.shutdown()  # Serve is cluster-scoped: leave the session's Ray as the other modules expect it
 

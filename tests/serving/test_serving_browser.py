@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from tests.browser import chromium
-from tests.ports import free_port
 from tests.serving_helpers import start_serve, train_counting_checkpoint
 
 pytestmark = pytest.mark.ray
@@ -39,7 +38,7 @@ def server(request, tmp_path_factory):
     request.getfixturevalue("ray_session")
     checkpoint = str(train_counting_checkpoint(tmp_path_factory.mktemp("browser") / "run"))
     url = start_serve({"/": {"checkpoint": checkpoint},
-                       "/unbatched": {"checkpoint": checkpoint, "batching": False}}, port=free_port())
+                       "/unbatched": {"checkpoint": checkpoint, "batching": False}})
     model_id = httpx.get(f"{url}/healthz").json()["model"]
     yield url, model_id
     serve.shutdown()  # Serve is cluster-scoped: the next Ray test module must not find it

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from rayseq.config import ConfigError
 from rayseq.train import load_config
 from tests.doc_examples import code_blocks, commands, page
 
@@ -37,3 +40,12 @@ def test_vllm_commands_build(hf_dir):
     cfg = load_config(None, [re.sub(r"models/my-gpt2", str(hf_dir), a) for a in found[0]])
     assert cfg.rollout.engine == "vllm" and cfg.rollout.engine_kwargs == {"kv_cache_memory_bytes": 1073741824}
     assert cfg.rollout.logp_correction == "tis"
+
+
+def test_vllm_refuses_the_collective_weight_sync(hf_dir):
+    """Weights over the gloo group reach the built-in sampler's workers (tests/distributed/test_weight_sync.py), not
+    yet a vLLM engine: the config says so before anything starts."""
+    with pytest.raises(ConfigError, match=r"rollout.weight_sync=collective with rollout.engine=vllm: not supported "
+                                          r"yet .* use rollout.weight_sync=object_store"):
+        load_config(None, ["model.arch=hf", f"model.path={hf_dir}", "rollout.engine=vllm",
+                           "rollout.weight_sync=collective"])

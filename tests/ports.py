@@ -15,6 +15,9 @@ import socket
 from pathlib import Path
 
 _given: set[int] = set()
+# its own generator: the global one is seeded by every training run (a run seeds Python's random with its seed), so
+# two test processes that trained with the same seed would otherwise pick the same ports in the same order
+_rng = random.SystemRandom()
 
 
 def _ephemeral_low() -> int:
@@ -28,7 +31,7 @@ def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on, outside the ephemeral range (from 20000 up to its start)."""
     low, high = 20000, max(_ephemeral_low(), 20001)
     for _ in range(1000):
-        port = random.randrange(low, high)
+        port = _rng.randrange(low, high)
         if port in _given:
             continue
         with socket.socket() as s:

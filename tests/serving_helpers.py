@@ -7,6 +7,7 @@ the other Ray test modules sharing the session's Ray see no Serve at all.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -108,26 +109,38 @@ def wait_for_text(path: Path, text: str, timeout_s: float, proc=None) -> None:
 
 
 @contextmanager
-def serve_cli(checkpoint, log: Path, *args: str, env: dict, timeout_s: float = 150):
+def serve_cli(checkpoint, log: Path, *args: str, env: dict, timeout_s: float = 150, attempts: int = 3):
     """``python -m rayseq.serve --checkpoint CHECKPOINT --port P ARGS`` in its own process group, its output in
     ``log``; yields (base URL, process) once /healthz answers and the banner is printed (a test that fails before
-    shows the log). The group is SIGKILLed if the process still runs at the end."""
+    shows the log). A port is free when it is picked, not necessarily when the server binds it seconds later: a
+    server that exits with "Failed to bind to address" is started again on another port. The group is SIGKILLed
+    if the process still runs at the end."""
     import pytest
 
-    port = free_port()
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rayseq.serve", "--checkpoint", str(checkpoint), "--port",
-                                 str(port), *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
+    def stop(proc) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    for attempt in range(attempts):
+        port = free_port()
+        with open(log, "w") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "rayseq.serve", "--checkpoint", str(checkpoint), "--port",
+                                     str(port), *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(f"{url}/healthz", timeout_s=timeout_s, proc=proc)
             wait_for_text(log, f"at {url}/", timeout_s=30, proc=proc)
+            break
         except (RuntimeError, TimeoutError) as exc:
-            pytest.fail(f"{exc}\n{log.read_text()[-3000:]}")
+            text = log.read_text()
+            stop(proc)
+            if "Failed to bind to address" in text and attempt < attempts - 1:
+                continue
+            pytest.fail(f"{exc}\n{text[-3000:]}")
+    try:
         yield url, proc
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            stop(proc)

@@ -67,29 +67,31 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
     ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's group-normalised rewards); then no value
     baseline is used or trained."""
     b = rollout_tensors(rollout, state.device, returns_gamma(cfg))
-    if given_advantages is not None:
-        adv_all = given_advantages.to(state.device).detach() * b.action_mask
-    else:
-        def baseline_values(src, src_len, tokens, lean):  # b(s_t) (B, T), from the generator's states
-            return (state.baseline(policy_pass(state.generator, src, src_len, tokens, lean)[1]),)
+    proximal = cfg.ratio_to == "proximal"  # the decoupled objective: ρ against the weights before this update
+    baseline = given_advantages is None
 
-        (values,) = without_grad(state, baseline_values, b.src, b.src_len, b.tokens)
+    def no_grad_pass(src, src_len, tokens, lean):  # one pass: b(s_t) from the states and/or log π_prox (B, T)
+        logp, states = policy_pass(state.generator, src, src_len, tokens, lean)
+        return (state.baseline(states),) * baseline + (logp,) * proximal
+
+    outs = list(without_grad(state, no_grad_pass, b.src, b.src_len, b.tokens)) if baseline or proximal else []
+    if baseline:
+        values = outs.pop(0)
         if not use_baseline:
             values = torch.zeros_like(values)
         adv_all = advantages(b.returns, values, b.action_mask, cfg.normalize_advantages)
+    else:
+        adv_all = given_advantages.to(state.device).detach() * b.action_mask
     if rollout.is_weights is not None:  # an engine's sampling corrected for (rayseq.losses.mismatch)
         adv_all = adv_all * to_torch(rollout.is_weights, state.device)
     old_logp = b.old_logp  # π_old of Eq. 3: the weights that sampled the batch
     extra_metrics: dict = {}
-    if cfg.ratio_to == "proximal":  # the decoupled objective: ρ against the weights before this update
-        def proximal_logp(src, src_len, tokens, lean):  # log π_prox (B, T)
-            return policy_pass(state.generator, src, src_len, tokens, lean)[:1]
-
-        (old_logp,) = without_grad(state, proximal_logp, b.src, b.src_len, b.tokens)
-        w = truncated_is_weights(old_logp, b.old_logp, b.action_mask, cfg.behaviour_weight_cap)
-        adv_all = adv_all * w  # w ≥ 0: w·min(ρA, clip(ρ)A) = min(ρ·wA, clip(ρ)·wA)
-        extra_metrics = {"policy/behaviour_weight_mean": float(masked_mean(w, b.action_mask)),
-                         "policy/behaviour_weight_max": float((w * b.action_mask).max())}
+    if proximal:
+        (old_logp,) = outs  # log π_prox
+        behaviour_w = truncated_is_weights(old_logp, b.old_logp, b.action_mask, cfg.behaviour_weight_cap)
+        adv_all = adv_all * behaviour_w  # w ≥ 0: w·min(ρA, clip(ρ)A) = min(ρ·wA, clip(ρ)·wA)
+        extra_metrics = {"policy/behaviour_weight_mean": float(masked_mean(behaviour_w, b.action_mask)),
+                         "policy/behaviour_weight_max": float((behaviour_w * b.action_mask).max())}
     B = len(rollout)
     mb = min(cfg.minibatch_size or B, B)
     perm_rng = torch.Generator().manual_seed(seed)

@@ -53,43 +53,62 @@ def allocations(fn) -> tuple[int, int]:
     return peak, largest
 
 
-def tiny_gpt2(out: Path, vocab: int, layers: int = 2, width: int = 128) -> Path:
+def tiny_gpt2(out: Path, vocab: int, layers: int = 2, width: int = 128, heads: int = 4) -> Path:
     """A GPT-2-shaped causal LM with random weights, saved in ``out`` (no tokenizer: the passes take token ids)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=256, n_embd=width, n_layer=layers, n_head=4)
+    GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=256, n_embd=width, n_layer=layers, n_head=heads)
                     ).save_pretrained(out)
     return out
 
 
-def no_grad_pass(path: Path, vocab: int, batch: int, micro: int | None, S: int = 16, T: int = 64) -> dict:
+def no_grad_pass(path: Path, vocab: int, batch: int, micro: int | None, S: int = 16, T: int = 64,
+                 device: str = "cpu") -> dict:
     """Peak and largest allocation (MB) and seconds of the baseline's and the reference's passes over ``batch``
-    replies."""
+    replies. On ``device="cuda"`` the peak is CUDA's allocator's (the most bytes held at once during the passes
+    above what was held before them) and the largest allocation is not measured (None)."""
     import torch
 
     from rayseq.algos.common import LearnerState, policy_pass, without_grad
     from rayseq.models.baseline import ValueBaseline
     from rayseq.models.hf import HFCausalLM
 
-    gen = HFCausalLM(str(path), SimpleNamespace(pad=0, bos=1, eos=2), vocab_size=vocab).eval()
-    baseline = ValueBaseline(gen.state_dim)
-    state = LearnerState(generator=gen, baseline=baseline, gen_opt=None, base_opt=None, device=torch.device("cpu"),
+    dev = torch.device(device)
+    gen = HFCausalLM(str(path), SimpleNamespace(pad=0, bos=1, eos=2), vocab_size=vocab).to(dev).eval()
+    baseline = ValueBaseline(gen.state_dim).to(dev)
+    state = LearnerState(generator=gen, baseline=baseline, gen_opt=None, base_opt=None, device=dev,
                          micro_batch=micro)
     g = torch.Generator().manual_seed(batch)
-    src = torch.randint(3, vocab, (batch, S), generator=g)
-    src_len = torch.full((batch,), S)
-    tokens = torch.randint(3, vocab, (batch, T), generator=g)
+    src = torch.randint(3, vocab, (batch, S), generator=g).to(dev)
+    src_len = torch.full((batch,), S).to(dev)
+    tokens = torch.randint(3, vocab, (batch, T), generator=g).to(dev)
 
     def passes(src, src_len, tokens, lean):
         logp, states = policy_pass(gen, src, src_len, tokens, lean)
         return logp, baseline(states)
 
-    peak, largest = allocations(lambda: without_grad(state, passes, src, src_len, tokens))
-    t0 = time.perf_counter()
-    without_grad(state, passes, src, src_len, tokens)
-    return {"peak_mb": peak / 2**20, "largest_mb": largest / 2**20, "seconds": time.perf_counter() - t0}
+    def run():
+        return without_grad(state, passes, src, src_len, tokens)
+
+    if dev.type == "cuda":
+        run()  # warm-up: kernels chosen, the allocator's blocks settled
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        out = run()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        peak, largest = torch.cuda.max_memory_allocated() - before, None
+        del out
+    else:
+        peak, largest = allocations(run)
+        t0 = time.perf_counter()
+        run()
+        seconds = time.perf_counter() - t0
+    return {"peak_mb": peak / 2**20, "largest_mb": None if largest is None else largest / 2**20, "seconds": seconds}
 
 
 def ranks(path: Path, strategy: str, n: int, updates: int) -> dict:

@@ -12,6 +12,21 @@ Parts (``--parts``; each writes ``<out>/<part>.md`` and ``.json``, and a plot wh
   hf_grpo  GRPO steps per second with a tiny local GPT-2 (tests/hf_fixtures.py: 2 layers, hidden 32, BPE 400) on
            the tiny chit-chat corpus, in-process, the policy on the CPU and on the device (``time/iter_s``).
 
+  sample   :meth:`HFCausalLM.sample` tokens/s (what a rollout worker runs) on a GPT-2-shaped model built from config
+           (12 layers × 768, the tiny test tokenizer), batches of 16 and 64 prompts of 16 tokens, 64 new tokens each
+           (the end token banned: every row decodes them all), in float32, float32 under bf16 autocast, and bf16
+           weights; median of ``--repeats`` after a warm-up.
+  nograd   peak device memory of one PPO update's passes without gradients (the value baseline's inputs and the KL
+           reference's log-probs, ``rayseq.algos.common.without_grad``) against batch size, in one pass and in
+           micro-batches of 16 (``learner.micro_batch_size``), on GPT-2 small's shape (12 × 768, 50,257 output rows),
+           replies of 64 tokens after 16 (benchmarks/learner_memory.py's measurement on the device).
+  sync     one weights sync of a synthetic 1B-parameter fp32 state held by a learner actor on the device to a receiving
+           actor on the device (each half of the GPU): (a) the object store as rayseq sends it (``FlatWeights.pack``
+           to host, fetched, loaded onto the device); (b) rayseq's collective path (``rayseq.distributed.weight_sync``
+           send/receive: a gloo group, buckets of 64 MiB, checksum checked); (c) an NCCL group (two ranks on one GPU:
+           refused by NCCL, recorded); (d) CUDA IPC (the colocated learners' way: the receiver copies from the
+           sender's memory). Seconds per sync, median of ``--repeats``.
+
 ``--quick`` shrinks every part to a smoke test (used by ``run.sh --device cpu --quick`` in the tests).
 """
 
@@ -199,7 +214,235 @@ def part_hf_grpo(args, tmp: Path) -> tuple[str, dict]:
     return "\n".join(lines), {"rows": rows, "batch": batch, "iters": iters}
 
 
-PARTS = {"updates": part_updates, "mcq": part_mcq, "hf_grpo": part_hf_grpo}
+def part_sample(args, tmp: Path) -> tuple[str, dict]:
+    import torch
+
+    from benchmarks.rollout_engines import build_model, prompts
+    from rayseq.data.hf_text import HFVocab
+    from rayseq.models.hf import HFCausalLM
+
+    name = "tiny" if args.quick else "gpt2-12x768"
+    path = build_model(tmp / "sample", name)
+    vocab = HFVocab(str(path))
+    dev = args.device
+    batches, new_tokens = ((4, 8), 8) if args.quick else ((16, 64), 64)
+    rows = []
+    for precision in ("float32", "bf16 autocast", "bf16 weights"):
+        policy = HFCausalLM(str(path), vocab.specials, vocab_size=len(vocab)).eval()
+        policy.banned_ids = (*policy.banned_ids, vocab.specials.eos)  # every row decodes new_tokens
+        policy.logit_bias[vocab.specials.eos] = float("-inf")
+        policy = policy.to(dev, dtype=torch.bfloat16 if precision == "bf16 weights" else torch.float32)
+        ctx = (lambda: torch.autocast(dev, dtype=torch.bfloat16)) if precision == "bf16 autocast" else \
+            (lambda: torch.autocast(dev, enabled=False))
+        for batch in batches:
+            src, src_len = prompts(len(vocab), batch, seed=batch)
+            src, src_len = src.to(dev), src_len.to(dev)
+            times = []
+            for r in range(args.repeats + 1):  # the first: warm-up
+                _sync(dev)
+                t0 = time.perf_counter()
+                with ctx(), torch.no_grad():
+                    out = policy.sample(src, src_len, new_tokens, generator=torch.Generator(dev).manual_seed(r))
+                _sync(dev)
+                times.append(time.perf_counter() - t0)
+            tokens = float(out.token_mask.sum())
+            s = statistics.median(times[1:])
+            rows.append({"precision": precision, "batch": batch, "tokens": tokens, "seconds": s,
+                         "tok_per_s": tokens / s})
+            print(f"  sample {precision} batch {batch}: {tokens / s:.0f} tok/s", flush=True)
+        del policy
+    lines = [f"HFCausalLM.sample tokens/s, GPT-2 shape {name} built from config, prompts of 16 tokens, {new_tokens} "
+             f"new "
+             f"tokens per row; {args.device_name}; median of {args.repeats} after a warm-up", "",
+             "| precision | batch | tokens/s | s per call |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['precision']} | {r['batch']} | {r['tok_per_s']:,.0f} | {r['seconds']:.3f} |" for r in rows]
+    return "\n".join(lines), {"rows": rows, "model": name, "new_tokens": new_tokens}
+
+
+def part_nograd(args, tmp: Path) -> tuple[str, dict]:
+    from benchmarks.learner_memory import no_grad_pass, tiny_gpt2
+
+    if args.quick:
+        vocab, shape, batches = 2048, {"layers": 2, "width": 128, "heads": 4}, (16, 32)
+    else:
+        vocab, shape, batches = 50257, {"layers": 12, "width": 768, "heads": 12}, (64, 256, 1024)
+    path = tiny_gpt2(tmp / "nograd", vocab, **shape)
+    rows = []
+    for batch in batches:
+        for micro in (None, 16):
+            r = {"batch": batch, "micro": micro, **no_grad_pass(path, vocab, batch, micro, device=args.device)}
+            rows.append(r)
+            print(f"  nograd batch {batch} micro {micro}: peak {r['peak_mb']:.0f} MB, {r['seconds']:.3f} s", flush=True)
+    lines = [f"Peak memory of one PPO update's passes without gradients (baseline values, KL reference) on "
+             f"{args.device_name}: GPT-2 shape {shape['layers']} x {shape['width']}, {vocab:,} output rows, replies "
+             f"of 64 tokens after 16; the bytes held above the model's", "",
+             "| batch | passes | peak MB | seconds |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['batch']} | {'one pass' if r['micro'] is None else 'micro-batches of ' + str(r['micro'])} | "
+              f"{r['peak_mb']:,.0f} | {r['seconds']:.3f} |" for r in rows]
+    return "\n".join(lines), {"rows": rows, "vocab": vocab, "shape": shape}
+
+
+def _sync_actor(ray, num_gpus: float):
+    import torch
+
+    @ray.remote(num_cpus=1, num_gpus=num_gpus)
+    class Member:
+        """One end of a weights sync: holds a synthetic state (``tensors`` × ``numel`` fp32) on its device."""
+
+        def __init__(self, device: str, tensors: int, numel: int, seed: int):
+            torch.set_num_threads(4)
+            self.dev = torch.device(device)
+            g = torch.Generator().manual_seed(seed)
+            self.state = {f"w{i}": torch.randn(numel, generator=g).to(self.dev) for i in range(tensors)}
+            self.groups = {}
+
+        def nbytes(self) -> int:
+            return sum(t.numel() * t.element_size() for t in self.state.values())
+
+        def checksum(self) -> list:
+            from rayseq.distributed.weight_sync import checksum
+
+            return checksum(self.state).tolist()
+
+        # (a) the object store, as rayseq's learner publishes and a worker loads
+        def pack(self):
+            from rayseq.distributed.handles import FlatWeights
+
+            return FlatWeights.pack({"generator": self.state})
+
+        def load(self, weights) -> float:
+            from rayseq.distributed.handles import as_state_dicts
+
+            t0 = time.perf_counter()
+            got = as_state_dicts(weights)["generator"]
+            with torch.no_grad():
+                for k, v in got.items():
+                    self.state[k].copy_(v, non_blocking=True)
+            _sync(self.dev.type)
+            return time.perf_counter() - t0
+
+        # (b), (c): a collective group
+        def join(self, backend: str, world: int, rank: int, name: str) -> str:
+            import ray.util.collective as col
+
+            try:
+                col.init_collective_group(world, rank, backend=backend, group_name=name)
+                self.groups[name] = rank
+                return ""
+            except Exception as e:  # noqa: BLE001 - recorded: what this backend says on this machine
+                return f"{type(e).__name__}: {e}"[:300]
+
+        def collective(self, name: str, bucket_mb: float) -> str:
+            from rayseq.distributed.weight_sync import receive, send
+
+            try:
+                if self.groups[name] == 0:
+                    send(self.state, name, int(bucket_mb * 2**20))
+                else:
+                    self.state = receive(self.state, name, int(bucket_mb * 2**20), join=True)
+                _sync(self.dev.type)
+                return ""
+            except Exception as e:  # noqa: BLE001
+                return f"{type(e).__name__}: {e}"[:300]
+
+        # (d) CUDA IPC: handles to the sender's memory, the receiver copies device to device
+        def ipc_handles(self):
+            from torch.multiprocessing.reductions import reduce_tensor
+
+            return {k: reduce_tensor(v) for k, v in self.state.items()}
+
+        def ipc_load(self, handles) -> float:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for k, (rebuild, rargs) in handles.items():
+                    self.state[k].copy_(rebuild(*rargs))
+            _sync(self.dev.type)
+            return time.perf_counter() - t0
+
+    return Member
+
+
+def _num(x, digits: int) -> str:
+    return "—" if not x else f"{x:.{digits}f}"
+
+
+def part_sync(args, tmp: Path) -> tuple[str, dict]:
+    import ray
+
+    tensors, numel = (4, 1 << 18) if args.quick else (32, 1 << 25)  # quick: 1M parameters; else 1.07B (4.3 GB)
+    cuda = args.device == "cuda"
+    ray.init(num_cpus=4, num_gpus=1 if cuda else 0, object_store_memory=(1 << 30) if args.quick else 12 << 30,
+             include_dashboard=False, log_to_driver=True,
+             runtime_env={"env_vars": {"GLOO_SOCKET_IFNAME": "lo"}})
+    rows, notes = [], []
+    try:
+        Member = _sync_actor(ray, 0.5 if cuda else 0)
+        learner = Member.remote(args.device, tensors, numel, 0)
+        worker = Member.remote(args.device, tensors, numel, 1)
+        nbytes = ray.get(learner.nbytes.remote())
+        want = ray.get(learner.checksum.remote())
+
+        def record(how, seconds, error=""):
+            rows.append({"how": how, "seconds": statistics.median(seconds) if seconds else None, "error": error,
+                         "GB": nbytes / 1e9})
+            print(f"  sync {how}: {rows[-1]['seconds']} s {error}", flush=True)
+
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            ref = learner.pack.remote()
+            ray.get(worker.load.remote([ref]))
+            times.append(time.perf_counter() - t0)
+            del ref
+        ok = ray.get(worker.checksum.remote()) == want
+        record("object store (pack, fetch, load)", times, "" if ok else "checksum differs")
+        def collective(backend: str) -> None:
+            name = f"sync_{backend}"
+            errs = [e for e in ray.get([m.join.remote(backend, 2, r, name) for r, m in enumerate((learner, worker))],
+                                       timeout=120) if e]
+            times = []
+            for _ in range(args.repeats if not errs else 0):
+                t0 = time.perf_counter()
+                try:
+                    errs = [e for e in ray.get([m.collective.remote(name, 64.0) for m in (learner, worker)],
+                                               timeout=300) if e]
+                except ray.exceptions.GetTimeoutError:
+                    errs = ["no answer in 300 s"]
+                if errs:
+                    break
+                times.append(time.perf_counter() - t0)
+                if times[-1] > 60:  # one sync is the figure: a slow path does not eat the budget
+                    break
+            ok = not errs and ray.get(worker.checksum.remote(), timeout=60) == want
+            record(f"{backend} broadcast, 64 MiB buckets" + (" (rayseq's collective path)" if backend == "gloo"
+                                                                else ""), times if not errs else [],
+                   "; ".join(errs) or ("" if ok else "checksum differs"))
+
+        collective("gloo")
+        if cuda:
+            times = []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                ray.get(worker.ipc_load.remote(learner.ipc_handles.remote()))
+                times.append(time.perf_counter() - t0)
+            ok = ray.get(worker.checksum.remote()) == want
+            record("CUDA IPC (device-to-device copy)", times, "" if ok else "checksum differs")
+        try:  # last: two NCCL ranks on one GPU may be refused, or may not answer
+            collective("nccl")
+        except Exception as e:  # noqa: BLE001
+            record("nccl broadcast, 64 MiB buckets", [], f"{type(e).__name__}: {e}"[:300])
+    finally:
+        ray.shutdown()
+    lines = [f"One weights sync of a synthetic {tensors * numel / 1e9:.2f}B-parameter fp32 state "
+             f"({nbytes / 1e9:.1f} GB), learner actor to one receiving actor, both on {args.device_name}; median of "
+             f"{args.repeats}", "", "| how | seconds | GB/s | note |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['how']} | {_num(r['seconds'], 2)} | {_num(r['seconds'] and r['GB'] / r['seconds'], 1)} | "
+              f"{r['error']} |" for r in rows]
+    return "\n".join(lines), {"rows": rows, "tensors": tensors, "numel": numel, "bytes": nbytes, "notes": notes}
+
+
+PARTS = {"sample": part_sample, "nograd": part_nograd, "sync": part_sync, "updates": part_updates, "mcq": part_mcq,
+         "hf_grpo": part_hf_grpo}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,13 @@
 #   --budget S       seconds; no part starts after S (default 450: one 10-minute command with room to spare).
 #                    Run the same command again to go on: a finished part leaves DIR/<part>.done and is skipped,
 #                    the oracle runs continue from their checkpoints (--resume).
-#   --parts "A B"    a subset of: env tests updates mcq hf_grpo serve scaling overhead oracle (default: all, in order)
+#   --parts "A B"    a subset of the parts below (default: all, in this order, most valuable first)
+#
+# Parts: env (the machine); smoke (the GPU suite's smoke subset: three algorithms' updates, resume, fractions of one
+# GPU under Ray, a Hugging Face policy, serving, the device's arithmetic against the CPU's, and the checks only a GPU
+# can answer: a driver that sees no GPU checkpointing a GPU learner, two learners sharing the GPU); sample (the HF
+# sampler's tokens/s, fp32 and bf16), nograd (peak memory of the passes without gradients), sync (a 1B weights sync
+# four ways); updates, mcq, hf_grpo (bench.py); serve; tests (the suite's other algorithms); scaling; overhead; oracle.
 #   --kit DIR        the kit (default .kit)
 #   --oracle FILE    SeqGAN's oracle (.npz; default ../shared/data/seqgan_oracle.npz, else DIR-of-kit/seqgan_oracle.npz)
 # Exit status: 0 when every part asked for is done and the GPU tests passed; 3 when the budget stopped it early
@@ -22,7 +28,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=benchmarks/results/gpu DEVICE=cuda QUICK=0 BUDGET=450 KIT=.kit ORACLE=""
-PARTS="env tests updates mcq hf_grpo serve scaling overhead oracle"
+ALL_PARTS="env smoke sample nograd sync updates mcq hf_grpo serve tests scaling overhead oracle"
+PARTS=$ALL_PARTS
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
@@ -32,7 +39,7 @@ while [ $# -gt 0 ]; do
     --parts) PARTS=$2; shift 2 ;;
     --kit) KIT=$2; shift 2 ;;
     --oracle) ORACLE=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,7 +69,6 @@ fi
 
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 Q=(); [ "$QUICK" = 1 ] && Q=(--quick)
-TESTS_FAILED=0
 
 part_env() {
   { date -u; echo "host $(hostname), $(nproc) cores, $(free -g 2>/dev/null | awk '/Mem/ {print $2 " GiB"}') memory"
@@ -76,21 +82,28 @@ PY
   cat "$OUT/env.txt"
 }
 
+suite() {  # suite NAME ENV... -- PYTEST ARGS: the GPU suite (or a part of it), its log NAME.log, its status NAME.rc
+  local name=$1; shift; local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  env RAYSEQ_TEST_DEVICE="$DEVICE" "${envs[@]}" timeout -k 30 "$(left)" $PY -m pytest -m gpu -q -p no:cacheprovider \
+      -o addopts="" --timeout=240 --durations=15 --junitxml="$OUT/$name.xml" "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "$rc" > "$OUT/$name.rc"
+  [ "$rc" = 124 ] && return 124  # cut by the budget: not done
+  return 0  # a failure is in NAME.rc: the next parts run, the exit status says it
+}
+part_smoke() { suite smoke RAYSEQ_GPU_QUICK=1 -- tests/gpu; }
 part_tests() {
   local quick=(); [ "$QUICK" = 1 ] && quick=(RAYSEQ_GPU_QUICK=1)
-  env RAYSEQ_TEST_DEVICE="$DEVICE" "${quick[@]}" timeout -k 30 "$(left)" $PY -m pytest -m gpu tests/gpu -q -p no:cacheprovider \
-      -o addopts="" --junitxml="$OUT/tests.xml" 2>&1 | tee "$OUT/tests.log"
-  local rc=${PIPESTATUS[0]}
-  echo "$rc" > "$OUT/tests.rc"
-  [ "$rc" = 124 ] && return 124  # cut by the budget: not done
-  [ "$rc" = 0 ] || TESTS_FAILED=1
-  return 0
+  suite tests RAYSEQ_GPU_REST=1 "${quick[@]}" -- tests/gpu/test_gpu_train.py -k every_algorithm
 }
 
 part_bench() { timeout -k 30 "$(left)" $PY benchmarks/gpu/bench.py --parts "$1" --device "$DEVICE" "${Q[@]}" --out "$OUT"; }
 part_updates() { part_bench updates; }
 part_mcq() { part_bench mcq; }
 part_hf_grpo() { part_bench hf_grpo; }
+part_sample() { part_bench sample; }
+part_nograd() { part_bench nograd; }
+part_sync() { part_bench sync; }
 
 part_serve() {  # requests/s and p99 at 32 concurrent, the replica on the device
   local quick=(); [ "$QUICK" = 1 ] && quick=(--quick --requests 40 --warmup 5 --batching on)
@@ -162,7 +175,7 @@ for part in $PARTS; do
   if [ "$(left)" -le 20 ]; then
     echo "== budget of $BUDGET s used: run the same command again to go on (left: $part and after)"; exit 3
   fi
-  case " env tests updates mcq hf_grpo serve scaling overhead oracle " in
+  case " $ALL_PARTS " in
     *" $part "*) ;; *) echo "run.sh: unknown part $part" >&2; exit 2 ;;
   esac
   echo "== $part ($(left) s of the budget left)"
@@ -176,7 +189,7 @@ for part in $PARTS; do
     echo "== $part failed (exit $rc)"; exit 1
   fi
 done
-if [ "$TESTS_FAILED" = 1 ] || { [ -f "$OUT/tests.rc" ] && [ "$(cat "$OUT/tests.rc")" != 0 ]; }; then
-  echo "== GPU tests failed: $OUT/tests.log"; exit 1
-fi
+for name in smoke tests; do
+  if [ -f "$OUT/$name.rc" ] && [ "$(cat "$OUT/$name.rc")" != 0 ]; then echo "== GPU tests failed: $OUT/$name.log"; exit 1; fi
+done
 echo "== all parts done: $OUT"

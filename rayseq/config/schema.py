@@ -361,6 +361,11 @@ class LearnerConfig(_Section):
         "per layer around each forward; checkpoints written by every learner with torch.distributed.checkpoint, "
         "resumable with another num_learners).",
     )
+    backend: Literal["auto", "nccl", "gloo"] = Field(
+        "auto", description="num_learners > 1: the learners' torch.distributed backend. auto = NCCL on GPU learners "
+        "with a GPU each (learner.num_gpus >= 1), gloo otherwise: on CPUs, and on GPUs shared by learners (NCCL "
+        "takes one rank per device).",
+    )
     cpu_offload: bool = Field(
         False, description="learner.strategy=fsdp: keep parameters and optimizer state in host memory between uses "
         "(GPU learners; on a CPU learner it changes nothing).",

@@ -112,7 +112,9 @@ class Learner:
 
         from rayseq.algos.parallel import DataParallel
 
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        backend = self.cfg.learner.backend
+        if backend == "auto":  # NCCL needs a GPU of each rank's own: learners sharing one use gloo
+            backend = "nccl" if self.device.type == "cuda" and self.cfg.learner.num_gpus >= 1 else "gloo"
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         self.state.dp = DataParallel(rank, world, self.device)

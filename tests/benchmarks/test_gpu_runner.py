@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ["env", "tests", "updates", "mcq", "hf_grpo", "serve", "scaling", "overhead", "oracle"]
+PARTS = ["env", "smoke", "sample", "nograd", "sync", "updates", "mcq", "hf_grpo", "serve", "tests", "scaling",
+         "overhead", "oracle"]
 pytestmark = pytest.mark.ray
 
 
@@ -55,8 +56,12 @@ def test_gpu_runner_on_the_cpu_runs_every_part_then_skips_them(tmp_path):
     assert r.stdout.rstrip().endswith(f"== all parts done: {out}")
     assert all((out / f"{p}.done").exists() for p in PARTS)
     assert "torch" in (out / "env.txt").read_text()
-    log = (out / "tests.log").read_text()
-    assert " passed" in log and " failed" not in log and (out / "tests.rc").read_text().strip() == "0"
+    for name in ("smoke", "tests"):
+        log = (out / f"{name}.log").read_text()
+        assert " passed" in log and " failed" not in log and (out / f"{name}.rc").read_text().strip() == "0"
+    for part in ("sample", "nograd", "sync"):
+        assert json.loads((out / f"{part}.json").read_text())["rows"], part
+    assert [r["error"] for r in json.loads((out / "sync.json").read_text())["rows"]][:2] == ["", ""]
     updates = json.loads((out / "updates.json").read_text())
     assert updates["device"] == "cpu" and all(r["cpu_s"] > 0 and r["device_s"] > 0 for r in updates["rows"])
     assert (out / "updates.png").stat().st_size > 0

@@ -24,7 +24,10 @@ import psutil
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+# the ray CLI beside this Python (a virtualenv's), else the one on PATH (a machine whose Ray lives elsewhere)
 RAY = str(Path(sys.executable).with_name("ray"))
+if not Path(RAY).exists():
+    RAY = shutil.which("ray") or RAY
 
 # node loss is noticed in ~2 s instead of Ray's default ~15 s (5 missed health checks, 3 s apart)
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
@@ -45,8 +48,8 @@ class LocalCluster:
     Every node advertises the custom resource ``node_<name>: 1`` (the head ``node_head``), so a config can pin an
     actor to a node (``learner.resources={node_w1: 1}``)."""
 
-    def __init__(self, num_cpus: int = 2):
-        self.num_cpus = num_cpus
+    def __init__(self, num_cpus: int = 2, num_gpus: int | None = None):
+        self.num_cpus, self.num_gpus = num_cpus, num_gpus  # num_gpus None: what Ray detects
         self.env = dict(os.environ, RAY_AUTH_MODE="token", **FAST_HEALTH_CHECKS)
         self.env.pop("RAY_ADDRESS", None)
         # rayseq as installed on a cluster: this checkout first
@@ -73,7 +76,8 @@ class LocalCluster:
         with open(self.logs[name], "wb") as log:
             self.procs[name] = subprocess.Popen(
                 [RAY, "start", "--block", *args, *node_ports(), f"--num-cpus={self.num_cpus}",
-                 f"--resources={resources}", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+                 *([f"--num-gpus={self.num_gpus}"] if self.num_gpus is not None else []), f"--resources={resources}",
+                 "--disable-usage-stats", f"--temp-dir={temp_dir}"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
 

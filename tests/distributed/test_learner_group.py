@@ -68,15 +68,25 @@ def test_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case):
     ``fsdp:``: the two learners shard the models (learner.strategy=fsdp), each holding half of the parameters and
     of the Adam moments; the built-in Transformer and a Hugging Face GPT-2 are sharded too (the HF policy one decoder
     layer at a time)."""
+    two_learners_against_one(ray_session, corpus, hf_dir, case)
+
+
+def two_learners_against_one(ray_session, corpus, hf_dir, case: str, overrides: tuple = (),
+                             actor_options: dict | None = None) -> dict:
+    """The body of :func:`test_two_learners_make_the_update_of_one` for ``case`` (``[fsdp:]name``), the config's
+    ``overrides`` (the GPU suite's: a device, a backend) and each learner actor's ``actor_options``; returns the group's
+    update metrics."""
     strategy, _, case = case.rpartition(":")
     hf = ("task.name=pairs", f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}", "task.test_size=100",
           "task.val_size=10")
     extra = {"transformer": ("model.arch=transformer", *CASES["ppo_kl_micro"]),
              "hf": (*hf, *CASES["ppo_kl_micro"])}.get(case, CASES.get(case))
     sharded = ("learner.strategy=fsdp",) if strategy else ()
-    cfg = tiny_config("rollout.num_workers=1", "learner.num_learners=2", "train.batch_size=16", *extra, *sharded)
+    cfg = tiny_config("rollout.num_workers=1", "learner.num_learners=2", "train.batch_size=16", *extra, *sharded,
+                      *overrides)
     d = config_to_dict(cfg)
-    group = LearnerGroup(d, manager=ActorManager(ray_session, None), actor_options=[{"num_cpus": 0.5}] * 2)
+    group = LearnerGroup(d, manager=ActorManager(ray_session, None),
+                         actor_options=[actor_options or {"num_cpus": 0.5}] * 2)
     one = Learner(d)  # the reference: one learner, in this process
     rng = np.random.default_rng(0)
     mle_batch = one.task.sample_prompts(rng, 16, with_targets=True)
@@ -114,10 +124,10 @@ def test_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case):
                         + (["loss/value", "policy/entropy"] if case == "seqgan_ppo" else [])
                         + (["loss/value", "kl/per_reply", "kl/per_token"] if case == "ppo_kl_micro" else []))
     assert m1["policy/grad_norm"] > 1e-3 and m1["policy/updates"] > 2  # several Adam steps on real gradients
+    # attention's key bias has no gradient in exact arithmetic (softmax ignores a shift common to every key), so
+    # Adam turns float noise into steps of up to lr each: there the weights agree to lr per step, not to rounding
+    noise = {"rtol": 1e-5, "atol": 3e-4 * (m1["policy/updates"] + 1)} if case in ("transformer", "hf") else TOL
     if strategy:  # sharded: the whole weights and moments gathered, each rank holding its half
-        # attention's key bias has no gradient in exact arithmetic (softmax ignores a shift common to every key), so
-        # Adam turns float noise into steps of up to lr each: there the weights agree to lr per step, not to rounding
-        noise = {"rtol": 1e-5, "atol": 3e-4 * (m1["policy/updates"] + 1)} if case in ("transformer", "hf") else TOL
         assert_same_tensors(one.whole_state(), group.whole_state(), "state", noise)
         for actor in group.actors:
             sizes = ray_session.get(actor.shard_sizes.remote())
@@ -125,13 +135,14 @@ def test_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case):
                 assert whole / 2 - 64 <= held <= whole / 2 + 64, sizes  # half, but for a row split unevenly
         for a in group.actors:
             ray_session.kill(a)
-        return
+        return m2
     state = group.state_dict()  # rank 0's: generator, baseline, D, optimizers' moments
-    assert_same_tensors(one.state_dict(), state, "state")
+    assert_same_tensors(one.state_dict(), state, "state", noise)
     assert_same_tensors(state["generator"], ray_session.get(group.actors[1].state_dict.remote())["generator"],
                         "rank 1")
     for a in group.actors:
         ray_session.kill(a)
+    return m2
 
 
 def _kill_learner_at(iteration: int, rank: int, killed: list):

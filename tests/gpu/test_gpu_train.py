@@ -24,8 +24,10 @@ from tests.cli.test_resume import cli as run_cli
 from tests.gpu.conftest import device_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = os.environ.get("RAYSEQ_GPU_QUICK") == "1"  # benchmarks/gpu/run.sh --quick: three algorithms, not 21
+QUICK = os.environ.get("RAYSEQ_GPU_QUICK") == "1"  # benchmarks/gpu/run.sh's smoke part: three algorithms, not 21
+REST = os.environ.get("RAYSEQ_GPU_REST") == "1"  # its tests part: the others (with QUICK, two of them)
 FEW = ["mle", "grpo", "seqgan_ppo_dynamic"]
+OTHERS = [a for a in ALGORITHMS if a not in FEW]
 CHITCHAT = ["task.name=chitchat", "model.emb_dim=16", "model.hidden_dim=32", "train.pretrain_batch_size=32",
             "train.pretrain_lr=1e-2", "task.test_size=100", "task.val_size=20", "train.pretrain_iters=10",
             "train.iters=2", "train.batch_size=16", "train.eval_every=2", "train.checkpoint_every=10",
@@ -46,7 +48,7 @@ def train_rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "driver/recv_bytes"} for r in rows]
 
 
-@pytest.mark.parametrize("name", FEW if QUICK else list(ALGORITHMS))
+@pytest.mark.parametrize("name", (OTHERS[:2] if QUICK else OTHERS) if REST else FEW if QUICK else list(ALGORITHMS))
 def test_every_algorithm_updates_on_the_device(device, corpus, tmp_path, name):
     cls = algorithm_class(name)
     mc = ["algo.mc_rollouts=2"] if "mc_rollouts" in cls.fields else []

@@ -34,6 +34,8 @@ from rayseq.types import PromptBatch, RolloutRequest
 class RolloutGroupLike(Protocol):
     """The rollout workers, as an algorithm's iteration calls them (:class:`rayseq.distributed.groups.RolloutGroup`)."""
 
+    live: list  # the workers taking shards (under Ray: fewer while a lost one is not back)
+
     def sync_weights(self) -> None:
         """Publish the learner's current weights (the generator's, and what the algorithm publishes with them); the
         next calls sample with them."""
@@ -229,13 +231,15 @@ class Step:
 def counted(groups: Groups):
     """Around one iteration (on the driver, whatever the algorithm's ``training_step`` does): yields a dict that
     receives, when the iteration ends, ``time/iter_s``, ``rollout/worker_restarts`` (so far) and, under Ray,
-    ``driver/recv_bytes`` (what the driver fetched meanwhile: metrics, not rollouts)."""
+    ``driver/recv_bytes`` (what the driver fetched meanwhile: metrics, not rollouts) and ``rollout/live_workers``
+    (the workers taking shards: fewer while a lost one is not back)."""
     t0, received = time.perf_counter(), groups.recv_bytes
     counters: dict = {}
     yield counters
     counters["rollout/worker_restarts"] = float(groups.restarts)
     if groups.remote:
         counters["driver/recv_bytes"] = float(groups.recv_bytes - received)
+        counters["rollout/live_workers"] = float(len(groups.rollout.live))
     counters["time/iter_s"] = time.perf_counter() - t0
 
 

@@ -259,6 +259,12 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
     torch_threads: int = Field(1, ge=1, description="torch threads inside each worker.")
     max_restarts: int = Field(3, ge=0, description="Times a crashed worker actor is restarted.")
+    worker_grace_s: float = Field(
+        30.0, gt=0, description="How long a failed rollout worker's shard waits for Ray to re-create the worker "
+        "before another live worker takes it. A worker not back by then (its node lost, no room elsewhere) is left "
+        "out: each batch is split over the workers there are (rollout/live_workers), and it takes shards again "
+        "once Ray has re-created it.",
+    )
     max_staleness: int = Field(
         0, ge=0, description="Asynchronous rollouts with a bound: the workers sample up to k batches ahead of the "
         "learner, each with the weights published when it went out, so the learner updates on rollouts at most k "

@@ -22,7 +22,9 @@ The protocols these classes meet, for the math layer's algorithms: :mod:`rayseq.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +34,8 @@ from rayseq.distributed.learner import Learner
 from rayseq.distributed.scorer import ScorerActor
 from rayseq.distributed.worker import RolloutWorker
 from rayseq.types import PromptBatch, Rollout, RolloutRequest
+
+log = logging.getLogger(__name__)
 
 
 def _shard_seed(seed: int | None, shard: int) -> int | None:
@@ -305,7 +309,12 @@ class LearnerGroup:
 
 class RolloutGroup:
     """``rollout.num_workers`` RolloutWorkers (placement bundles 1..n), or one in-process: sample with the learner's
-    published weights (each call carries them), and run an algorithm's functions on the sampled shards."""
+    published weights (each call carries them), and run an algorithm's functions on the sampled shards.
+
+    Elastic under Ray: a batch is split over the live workers (``live``), shard j on the j-th of them with shard j's
+    seed, so a run's batches do not depend on which worker samples them. A worker whose call failed and that Ray has
+    not re-created within ``rollout.worker_grace_s`` (its node lost, no room elsewhere) is left out, its shard taken
+    by another at once (:meth:`take_over`); it takes shards again from the first sampling after Ray re-created it."""
 
     kind = "worker"
 
@@ -321,6 +330,9 @@ class RolloutGroup:
             self.actors = []
         else:
             self.actors = actors
+        self.live = list(range(len(self.actors)))  # the workers that take shards, in shard order
+        self._out: dict[int, Any] = {}  # a worker left out -> its ping (answered once Ray has re-created it)
+        self.grace_s = float(cfg_dict.get("rollout", {}).get("worker_grace_s", 30.0))
         self.version = -1
         self._weights_ref = None  # Ray: the FlatWeights ref of ``version``, carried by the next calls
         self._ahead: list | tuple | None = None  # the batch sent ahead: its refs (Ray) or (prompts, request)
@@ -360,7 +372,8 @@ class RolloutGroup:
         workers' receive (ahead of their next calls, which still carry the object-store ref: read only where the
         broadcast failed)."""
         if self.collective is not None and version > self.version:
-            self.collective.broadcast(self._learner.actor, self.actors, version, self._manager.restarts)
+            self.collective.broadcast(self._learner.actor, self.live_actors, version,
+                                      (self._manager.restarts, tuple(self.live)))
 
     def published(self) -> tuple:
         """(ref, version) the next calls carry (what :meth:`publish` may restore)."""
@@ -380,6 +393,44 @@ class RolloutGroup:
         """A restarted worker gets the current weights (ActorManager)."""
         self._manager.ray.get(actor.set_weights.remote(self._weights_ref, self.version))
 
+    # -- the live workers ---------------------------------------------------------------------------
+    @property
+    def live_actors(self) -> list:
+        return [self.actors[i] for i in self.live]
+
+    def take_over(self, i: int, ping) -> int | None:
+        """Worker ``i`` failed and is not back (``ping``: a call answered once Ray has re-created it): it is left
+        out, and the live worker after it takes its work; None if no worker is left (the caller waits for Ray)."""
+        others = [w for w in self.live if w != i]
+        if not others:
+            return None
+        self.live, self._out[i] = others, ping
+        j = next((w for w in self.live if w > i), self.live[0])
+        log.warning("rollout worker %d is not back after %.0f s; worker %d takes its shard, and the batches are split "
+                    "over %d of %d workers until it is back", i, self.grace_s, j, len(self.live), len(self.actors))
+        return j
+
+    def _refresh(self) -> None:
+        """Workers left out that Ray has re-created since take shards again (with the current weights)."""
+        if not self._out:
+            return
+        ray = self._manager.ray
+        ready, _ = ray.wait(list(self._out.values()), num_returns=len(self._out), timeout=0)
+        ready = set(ready)
+        for i, ping in list(self._out.items()):
+            if ping not in ready:
+                continue
+            try:
+                ray.get(ping)
+                self.restore(self.actors[i])
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                self._out[i] = self.actors[i].pid.remote()  # not back (or gone for good): asked again next time
+                continue
+            del self._out[i]
+            self.live = sorted([*self.live, i])
+            log.warning("rollout worker %d is back: the batches are split over %d of %d workers", i, len(self.live),
+                        len(self.actors))
+
     # -- sampling ---------------------------------------------------------------------------------
     def sample(self, prompts: PromptBatch, request: RolloutRequest, wait: bool = True) -> list:
         """Shard handles of one reply per prompt (shard i sampled on worker i; in-process one shard, sampled now,
@@ -398,8 +449,8 @@ class RolloutGroup:
         samples, rescore, scorers = self._calls(prompts, request)
         n_scorers = len(scorers)
         refs = []  # each scorer call (if any) is chained on its worker's result by reference, no wait here
-        for i, (w, send) in enumerate(zip(self.actors, samples)):
-            pending = PendingShard(Call(self, i, send(w), send), rescore=rescore)
+        for i, (w, send) in enumerate(zip(self.live, samples)):
+            pending = PendingShard(Call(self, i, send(self.actors[w]), send, w), rescore=rescore)
             if n_scorers:
                 score = rescore(pending.sample.refs[0])
                 pending.score = Call(self.scorer, i % n_scorers, score(scorers[i % n_scorers]), score)
@@ -437,7 +488,8 @@ class RolloutGroup:
     def _calls(self, prompts: PromptBatch, request: RolloutRequest, report_score: bool = False) -> tuple:
         """The Ray calls of one sampling: (worker i's ``send`` per shard, ``rescore(rollout) -> send`` of a scorer's
         call on a sampled shard, the scorers that score rollouts (none: the workers do))."""
-        shards = prompts.split(len(self.actors))
+        self._refresh()
+        shards = prompts.split(len(self.live))
         scorers = self.scorer.actors if self.scorer.scores_rollouts else []
         report = {"report_score": True} if report_score else {}
         weights = self._weights()
@@ -453,7 +505,7 @@ class RolloutGroup:
         manager = self._manager
         samples, rescore, scorers = self._calls(prompts, request, report_score)
         n_scorers = len(scorers)
-        calls = [Call(self, i, send(w), send) for i, (w, send) in enumerate(zip(self.actors, samples))]
+        calls = [Call(self, i, send(self.actors[w]), send, w) for i, (w, send) in enumerate(zip(self.live, samples))]
         out: list = [None] * len(calls)
         infos: list = [None] * len(calls)
         for call, (rollout, info) in manager.as_completed(calls):  # a shard goes on to its scorer once sampled
@@ -472,7 +524,8 @@ class RolloutGroup:
 
     def run_on_shards(self, fn, shards: list, *args, seed: int) -> list:
         """``fn(worker, shard, *args, seed=shard seed) -> (data, info)`` on each of the rollout ``shards``: shard i on
-        worker i (where it was sampled; in-process the rollout as one shard), with the published weights. Returns
+        the i-th live worker (where it was sampled, if none was lost since; in-process the rollout as one shard), with
+        the published weights. Returns
         pending calls for :meth:`ScorerGroup.run_on_pending`, which takes each one's result as soon as it exists."""
         if self.is_local:
             return [self.local.run_shard(fn, Rollout.concat(shards), *args, seed=_shard_seed(seed, 0))]
@@ -481,7 +534,9 @@ class RolloutGroup:
         weights = self._weights()
         sends = [partial(send_run, fn, (shard, *args), {"seed": _shard_seed(seed, i), **weights})
                  for i, shard in enumerate(shards)]
-        return [Call(self, i, send(w), send) for i, (w, send) in enumerate(zip(self.actors, sends))]
+        live = self.live
+        return [Call(self, i, send(self.actors[live[i % len(live)]]), send, live[i % len(live)])
+                for i, send in enumerate(sends)]
 
     def stats(self) -> list[dict]:
         """Each worker's stats, after it has loaded the published weights (it may not have needed them yet)."""
@@ -489,8 +544,8 @@ class RolloutGroup:
             return [self.local.stats()]
         ray = self._manager.ray
         if self._weights_ref is not None:
-            ray.get([w.set_weights.remote([self._weights_ref], self.version) for w in self.actors])
-        return self._manager.received(ray.get([w.stats.remote() for w in self.actors]))
+            ray.get([w.set_weights.remote([self._weights_ref], self.version) for w in self.live_actors])
+        return self._manager.received(ray.get([w.stats.remote() for w in self.live_actors]))
 
 
 class ScorerGroup:
@@ -525,7 +580,8 @@ class ScorerGroup:
         self.weights_version = version
         refs = [s.set_weights.remote(self._weights_ref, version) for s in self.actors]
         for i, ref in enumerate(refs):
-            self._manager.get(self, i, ref, lambda a: a.set_weights.remote(self._weights_ref, self.weights_version))
+            self._manager.get(self, i, ref,
+                              lambda j: self.actors[j].set_weights.remote(self._weights_ref, self.weights_version))
 
     def restore(self, actor) -> None:
         """A restarted scorer gets the current weights (ActorManager)."""
@@ -550,7 +606,8 @@ class ScorerGroup:
         running: list = [None] * len(pending)
         for call, (data, _) in self._manager.as_completed(pending):  # each goes to its scorer once computed
             send = partial(send_run, fn, (data,), {})
-            running[call.index] = Call(self, call.index % n_scorers, send(self.actors[call.index % n_scorers]), send)
+            running[call.index] = Call(self, call.index, send(self.actors[call.index % n_scorers]), send,
+                                       call.index % n_scorers)
         out = self._manager.wait_all(running)
         return [r for r, _ in out], [info for _, info in out]
 
@@ -564,7 +621,7 @@ class ScorerGroup:
 
         n_scorers = len(self.actors)
         sends = [partial(send_run, fn, (shard,), {}) for shard in shards]
-        calls = [Call(self, i % n_scorers, send(self.actors[i % n_scorers]), send) for i, send in enumerate(sends)]
+        calls = [Call(self, i, send(self.actors[i % n_scorers]), send, i % n_scorers) for i, send in enumerate(sends)]
         out = self._manager.wait_all(calls)
         return [r for r, _ in out], [info for _, info in out]
 

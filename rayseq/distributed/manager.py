@@ -37,13 +37,19 @@ class LearnerLost(RuntimeError):
 
 @dataclass
 class Call:
-    """One call on actor ``index`` of ``group`` (a rollout or scorer group): its two return refs ``(data, info)``,
-    and ``send(actor) -> (data, info)``, which sends it again to a restarted actor."""
+    """Shard ``index``'s call on actor ``worker`` of ``group`` (a rollout or scorer group; ``worker`` None: actor
+    ``index``): its two return refs ``(data, info)``, and ``send(actor) -> (data, info)``, which sends it again to a
+    restarted actor, or to another of the group's (a rollout group's lost worker's shard)."""
 
     group: Any
     index: int
     refs: tuple
     send: Callable
+    worker: int | None = None
+
+    @property
+    def actor_index(self) -> int:
+        return self.index if self.worker is None else self.worker
 
 
 @dataclass
@@ -191,7 +197,8 @@ class ActorManager:
                 with contextlib.suppress(ray.exceptions.RayError):
                     ray.get(list(score.refs))
                 send = pending.rescore(rollout)
-                score = Call(score.group, score.index, send(score.group.actors[score.index]), send)
+                score = Call(score.group, score.index, send(score.group.actors[score.actor_index]), send,
+                             score.worker)
             scoring.append((k, score))
         for (k, _), (scored, _) in zip(scoring, self.wait_all([call for _, call in scoring])):
             out[k] = scored
@@ -228,16 +235,19 @@ class ActorManager:
         """A :class:`Call`'s result: waits for its small info only (:meth:`get`: a crashed actor's call is re-sent,
         ``call.refs`` then the new call's); returns (data ref, info)."""
 
-        def resend(actor):
-            call.refs = call.send(actor)
+        def resend(j: int):
+            call.worker = j
+            call.refs = call.send(call.group.actors[j])
             return call.refs[1]
 
-        info = self.received(self.get(call.group, call.index, call.refs[1], resend))
+        info = self.received(self.get(call.group, call.actor_index, call.refs[1], resend))
         return call.refs[0], info
 
     def get(self, group, i: int, ref, resubmit, max_attempts: int = 6):
         """``ray.get(ref)``; if ``group``'s actor ``i`` died, wait for Ray to restart it, give it the group's
-        current weights (``group.restore(actor)``) and ``resubmit(actor)`` its work."""
+        current weights (``group.restore(actor)``) and ``resubmit(i)`` its work. A group that can hand a lost
+        actor's work to another (``group.take_over``: the rollout workers) waits ``group.grace_s`` only: an actor not
+        back by then is left out of the group and its work ``resubmit(j)`` to actor j; the others wait for Ray."""
         ray = self.ray
         kind = group.kind
         for _ in range(max_attempts):
@@ -252,12 +262,29 @@ class ActorManager:
                 self.restarts += 1
                 log.warning("%s %d failed (%s); re-dispatching its work", kind, i, type(exc).__name__)
                 actor = group.actors[i]
+                if hasattr(group, "take_over"):
+                    ping = actor.pid.remote()
+                    ready, _ = ray.wait([ping], timeout=group.grace_s)
+                    if not ready or not self._answered(ping):
+                        j = group.take_over(i, ping)
+                        if j is not None:
+                            i = j
+                            ref = resubmit(j)
+                            continue
                 self._wait_alive(actor)
                 if not named:  # the GCS may mark the node dead after the actor's error reached us: by now it has
                     self._warn_node_lost(group, i, "Ray re-created it on a surviving node")
                 group.restore(actor)
-                ref = resubmit(actor)
+                ref = resubmit(i)
         raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
+
+    def _answered(self, ping) -> bool:
+        """A ready ping's answer: True if the actor answered, False if its call failed (dead, or not back yet)."""
+        try:
+            self.ray.get(ping)
+            return True
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError):
+            return False
 
     def _check_node_loss(self, exc, group, i: int) -> bool:
         """After actor ``i``'s call failed: :class:`NodeLost` if the learner went with its node (the failure is the

@@ -86,6 +86,37 @@ def test_killed_worker_is_restarted_and_the_run_completes(ray_session, tmp_path)
     assert summary["iterations"] == 28
 
 
+def test_a_worker_that_does_not_come_back_leaves_its_shards_to_the_others(ray_session, tmp_path):
+    """kill -9 rollout worker 1 with no restart left (rollout.max_restarts=0: as a worker whose node is lost with no
+    room elsewhere): after rollout.worker_grace_s worker 0 samples its shard (the same prompts and seed: that
+    iteration equals a run that lost nothing, no shard lost or counted twice), the next batches are split over the
+    one live worker (rollout/live_workers), and the run completes."""
+    killed = []
+
+    def report(row, trainer):
+        if row["stage"] == "train" and row["iteration"] == trainer.cfg.train.pretrain_iters + 2 and not killed:
+            pid = trainer.groups.rollout.stats()[1]["pid"]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    common = ("rollout.num_workers=2", "algo.name=reinforce", "train.iters=6", "rollout.worker_grace_s=1")
+    Trainer(tiny_config(*common, "rollout.max_restarts=0", run_dir=tmp_path / "lost"), report=report).run()
+    Trainer(tiny_config(*common, run_dir=tmp_path / "whole")).run()
+    assert killed, "the worker was not killed"
+    lost, whole = (pq.read_table(tmp_path / r / "metrics.parquet").to_pandas() for r in ("lost", "whole"))
+    assert list(lost["iteration"]) == list(range(1, 20 + 6 + 1))  # nothing skipped, nothing repeated
+    train = lost[lost.stage == "train"]
+    live = list(train["rollout/live_workers"])
+    k = 21 + live.index(1)  # the iteration whose shard worker 0 took over (the next one, or when Ray said so)
+    assert k <= 24 and live == [2] * (k - 21) + [1] * (27 - k), live
+    assert train["rollout/worker_restarts"].iloc[-1] >= 1
+    # up to the iteration whose shard was taken over, the same run; afterwards one shard per batch
+    assert_same_metrics(lost[lost.iteration <= k], whole[whole.iteration <= k],
+                        ("loss/nll", "rollout/reward_mean", "loss/policy"), rtol=0, atol=0)
+    after = [m[m.iteration > k]["loss/policy"].to_numpy() for m in (lost, whole)]
+    assert (after[0] != after[1]).any()
+
+
 def test_in_process_groups():
     """rollout.num_workers=0: the same three groups, their members in this process; weights go out once per
     version, tagged with the learner's update count."""

@@ -108,12 +108,22 @@ def actor_tasks(c: LocalCluster, job: str) -> list[dict]:
     return [t for t in json.loads(r.stdout) if t["name"].split(".")[0] in ("Learner", "RolloutWorker")]
 
 
-def check_metrics(run_dir: Path) -> None:
+def check_metrics(run_dir: Path, iters: int = ITERS) -> None:
     t = pq.read_table(run_dir / "metrics.parquet").to_pandas()
-    assert list(t["iteration"]) == list(range(1, PRETRAIN + ITERS + 1))  # nothing skipped, nothing repeated
+    assert list(t["iteration"]) == list(range(1, PRETRAIN + iters + 1))  # nothing skipped, nothing repeated
     assert t[t.stage == "train"]["rollout/reward_mean"].notna().all()
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["iterations"] == PRETRAIN + ITERS
+    assert summary["iterations"] == PRETRAIN + iters
+
+
+def wait_log(c: LocalCluster, job: str, text: str, timeout: float = 180) -> str:
+    """Until the job's output says ``text``; returns the output."""
+    deadline = time.monotonic() + timeout
+    while text not in (logs := job_logs(c, job)):
+        assert time.monotonic() < deadline, f"the job never said {text!r}: {logs[-4000:]}"
+        assert job_status(c.address, c.env, job) in ("RUNNING", "PENDING", "?"), logs[-4000:]
+        time.sleep(2)
+    return logs
 
 
 def test_worker_node_lost_mid_run_the_run_completes(cluster, jobs, tmp_path):
@@ -145,6 +155,33 @@ def test_worker_node_lost_mid_run_the_run_completes(cluster, jobs, tmp_path):
     where = f"node killed after checkpoint {killed_after}: {logs[-4000:]}"
     assert t["rollout/worker_restarts"].max() >= 1, where  # the lost worker's shard was re-sent
     assert f"was on node {w2} (" in logs and "node_w2) and is lost" in logs, where
+
+
+def test_worker_node_lost_with_no_room_the_run_goes_on_with_fewer_workers_then_grows_back(cluster, jobs, tmp_path):
+    """No spare capacity: each rollout worker needs a `rollout_slot`, which only nodes w3 and w4 advertise. w4 is
+    killed mid-run: its worker cannot be re-created, so after rollout.worker_grace_s the worker on w3 takes its
+    shard and the batches are split over that one worker (rollout/live_workers 1); a node w5 with a slot joins, Ray
+    re-creates the lost worker there and it takes shards again. The run completes, every iteration logged."""
+    c = cluster
+    c.add_node("w3", resources={"node_w3": 1, "rollout_slot": 1}, wait=False)
+    c.add_node("w4", resources={"node_w4": 1, "rollout_slot": 1})
+    c.wait_node("w3")
+    run_dir, iters = tmp_path / "elastic", 1500
+    job = start_job(c, *RUN, f"train.iters={iters}", "learner.resources={node_head: 1}",
+                    "rollout.resources_per_worker={rollout_slot: 1}", "rollout.worker_grace_s=3", f"run_dir={run_dir}")
+    jobs.append(job)
+    wait_for_checkpoint(run_dir, PRETRAIN + EVERY, c, job)
+    c.kill_node("w4")
+    wait_log(c, job, "split over 1 of 2 workers")
+    c.add_node("w5", resources={"node_w5": 1, "rollout_slot": 1})
+    wait_log(c, job, "is back: the batches are split over 2 of 2 workers")
+    status = wait_job(c, job, timeout=600)
+    jobs.remove(job)
+    logs = job_logs(c, job)
+    assert status == "SUCCEEDED", logs[-4000:]
+    check_metrics(run_dir, iters)
+    live = pq.read_table(run_dir / "metrics.parquet").to_pandas()["rollout/live_workers"].dropna()
+    assert live.iloc[0] == 2 and live.min() == 1 and live.iloc[-1] == 2, live.value_counts()
 
 
 @pytest.mark.slow  # 2 min; a lost learner is rebuilt in tests/distributed/test_learner_group.py (default run)

@@ -87,13 +87,14 @@ def train(overrides: list[str], run_dir: Path) -> tuple[dict, list[dict]]:
     return summary, pq.read_table(run_dir / "metrics.parquet").to_pylist()
 
 
-def curve(rows: list[dict], start: float) -> list[tuple[float, float]]:
-    """(training seconds, validation reward) at the start and after each evaluation of the algorithm stage."""
+def curve(rows: list[dict], start: float, clock_of=lambda r: r["time/iter_s"]) -> list[tuple[float, float]]:
+    """(training seconds, validation reward) at the start and after each evaluation of the algorithm stage
+    (``clock_of``: what each iteration adds to the first coordinate; 1: iterations)."""
     out, clock = [(0.0, start)], 0.0
     for r in rows:
         if r["stage"] != "train":
             continue
-        clock += r["time/iter_s"]
+        clock += clock_of(r)
         if r.get("val/reward") is not None:
             out.append((clock, r["val/reward"]))
     return out
@@ -110,6 +111,7 @@ def record(case: str, k: int, slow: float, seed: int, summary: dict, rows: list[
     return {
         "case": case, "k": k, "slow": slow, "seed": seed, "wall_s": wall, "start": start,
         "final": summary["metrics"]["val/reward"], "curve": curve(rows, start),
+        "iter_curve": curve(rows, start, lambda r: 1), "iters": len(train_rows),
         "s_per_iter": statistics.median(r["time/iter_s"] for r in train_rows),
         "staleness": statistics.mean(r["rollout/staleness"] for r in train_rows),
         "in_flight": statistics.mean(r.get("rollout/in_flight") or 0.0 for r in train_rows),
@@ -147,6 +149,26 @@ def table(recs: list[dict], args) -> str:
     return "\n".join(lines)
 
 
+def long_table(recs: list[dict], args) -> str:
+    lines = ["| case | straggler | k | iterations run | synchronous final (per seed) | first iteration at or past it "
+             "(per seed) | final val reward (per seed) |", "|---|---|---:|---:|---|---|---|"]
+
+    def per_seed(rs, key, fmt):
+        return ", ".join("–" if r[key] is None else format(r[key], fmt) for r in rs)
+
+    for case in args.cases:
+        for slow in sorted({1.0, args.slow}):
+            for k in args.ks:
+                rs = sorted((r for r in recs if (r["case"], r["slow"], r["k"]) == (case, slow, k)),
+                            key=lambda r: r["seed"])
+                if rs:
+                    straggler = f"worker 0 × {slow:g}" if slow > 1 else "none"
+                    lines.append(f"| {case} | {straggler} | {k} | {rs[0]['iters']} | "
+                                 f"{per_seed(rs, 'sync_final', '.3f')} | {per_seed(rs, 'iters_to_sync_final', '.0f')} "
+                                 f"| {per_seed(rs, 'final', '.3f')} |")
+    return "\n".join(lines)
+
+
 def plot(recs: list[dict], args, path: Path) -> None:
     import matplotlib
 
@@ -177,6 +199,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ratio-to", choices=["behaviour", "proximal"], default="behaviour",
                     help="algo.ratio_to of every run (proximal: the decoupled objective; its report is "
                     "async_rollouts_proximal.*)")
+    ap.add_argument("--stale-iters", type=float, default=1.0,
+                    help="the runs with k > 0 train this many times the synchronous run's iterations (their "
+                    "report: ..._long.*), and the table says at which iteration they first reach the synchronous "
+                    "run's final validation reward")
     ap.add_argument("--quick", action="store_true", help="a few iterations (a smoke run)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
@@ -217,7 +243,9 @@ def main(argv=None) -> int:
                         slow_file.write_text(str(slow))
                         for k in args.ks:
                             name = f"{case}-s{seed}-x{slow:g}-k{k}"
-                            summary, rows = train([*base, f"rollout.max_staleness={k}"], Path(tmp) / name)
+                            iters = spec["iters"] if k == 0 else round(args.stale_iters * spec["iters"])
+                            summary, rows = train([*base, f"rollout.max_staleness={k}", f"train.iters={iters}"],
+                                                  Path(tmp) / name)
                             recs.append(record(case, k, slow, seed, summary, rows))
                             r = recs[-1]
                             print(f"  {name}: {r['s_per_iter'] * 1000:.0f} ms/iter, val/reward {r['start']:.3f} -> "
@@ -233,6 +261,8 @@ def main(argv=None) -> int:
                                                                                         r["slow"], 0))
         r["target"] = sync["start"] + 0.9 * (sync["final"] - sync["start"])
         r["to_target"] = time_to(r["curve"], r["target"])
+        r["sync_final"] = sync["final"]
+        r["iters_to_sync_final"] = time_to(r["iter_curve"], sync["final"])
     minutes = (time.perf_counter() - t_start) / 60
     text = (f"Rollouts sampled up to k updates ahead (rollout.max_staleness), GRPO (algo.ratio_to={args.ratio_to}) "
             f"on 2 Ray rollout workers, seeds "
@@ -240,7 +270,12 @@ def main(argv=None) -> int:
             f"target = training seconds until the validation reward is 90% of the way from the start to the "
             f"synchronous run's final one (same seed); this run took {minutes:.1f} min on {os.cpu_count()} cores.\n\n"
             + table(recs, args))
-    name = "async_rollouts" + ("_proximal" if args.ratio_to == "proximal" else "") + ("_quick" if args.quick else "")
+    if args.stale_iters != 1:
+        text += ("\n\nThe runs with k > 0 trained " + format(args.stale_iters, "g") + "× the synchronous run's "
+                 "iterations: at which iteration each seed's validation reward first reached the synchronous run's "
+                 "final one (same seed), – if it did not.\n\n" + long_table(recs, args))
+    name = ("async_rollouts" + ("_proximal" if args.ratio_to == "proximal" else "")
+            + ("_long" if args.stale_iters != 1 else "") + ("_quick" if args.quick else ""))
     write_report(args.out, name, text, {"runs": recs, "args": {k: str(v) for k, v in vars(args).items()}})
     plot(recs, args, args.out / f"{name}.png")
     return 0

@@ -440,6 +440,8 @@ def test_a_config_with_every_algorithms_keys_loads_where_runs_are_read_back():
      "train.batch_size mod algo.minibatch_size=1 rows cannot give each learner one"),
     (("algo.name=seqgan_ppo", "disc.num_negatives=5", "disc.batch_size=3"),
      "2 * disc.num_negatives mod disc.batch_size=1 rows"),
+    (("algo.name=grpo", "learner.backend=nccl", "learner.num_gpus=0.5"),
+     "learner.backend=nccl with learner.num_gpus=0.5: NCCL takes one rank per GPU"),
 ])
 def test_num_learners_is_checked_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as err:

@@ -533,6 +533,10 @@ class RunConfig(_Section):
             check_data_parallel(self)
         if self.learner.cpu_offload and self.learner.strategy != "fsdp":
             raise ValueError("learner.cpu_offload offloads FSDP's shards: set learner.strategy=fsdp")
+        if self.learner.num_learners > 1 and self.learner.backend == "nccl" and self.learner.num_gpus < 1:
+            raise ValueError(f"learner.backend=nccl with learner.num_gpus={self.learner.num_gpus:g}: NCCL takes one "
+                             "rank per GPU, and learners with less than a GPU each share one; use learner.backend=gloo "
+                             "(or auto), or learner.num_gpus=1")
         if self.learner.activation_checkpointing and self.model.arch != "hf":
             raise ValueError(f"learner.activation_checkpointing recomputes a Hugging Face policy's layers; "
                              f"model.arch={self.model.arch} has none to recompute")

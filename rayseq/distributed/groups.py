@@ -341,7 +341,7 @@ class RolloutGroup:
         if not self.is_local and rollout_cfg.get("weight_sync") == "collective":
             from rayseq.distributed.weight_sync import CollectiveWeights
 
-            self.collective = CollectiveWeights(self._manager.ray, "gloo",
+            self.collective = CollectiveWeights(self._manager.ray,
                                                 int(float(rollout_cfg.get("weight_bucket_mb", 64.0)) * (1 << 20)),
                                                 float(rollout_cfg.get("weight_sync_timeout_s", 60.0)))
 

@@ -215,12 +215,12 @@ class Learner:
         """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
         return FlatWeights.pack(self.get_weights())
 
-    def send_weights(self, group_name: str, bucket_bytes: int) -> None:
-        """Broadcast the generator's weights to the rollout workers over ``group_name`` (rank 0;
-        ``rollout.weight_sync=collective``, :mod:`rayseq.distributed.weight_sync`)."""
+    def send_weights(self, spec, bucket_bytes: int) -> None:
+        """Broadcast the generator's weights to the rollout workers over the group ``spec`` (a
+        :class:`~rayseq.distributed.weight_sync.GroupSpec`: rank 0, its store here; ``rollout.weight_sync=collective``)."""
         from rayseq.distributed import weight_sync
 
-        weight_sync.send(self.get_weights()["generator"], group_name, bucket_bytes)
+        weight_sync.send(self.get_weights()["generator"], spec, bucket_bytes)
 
     def leave_weight_group(self, group_name: str) -> None:
         from rayseq.distributed import weight_sync

@@ -262,15 +262,12 @@ class ActorManager:
                 self.restarts += 1
                 log.warning("%s %d failed (%s); re-dispatching its work", kind, i, type(exc).__name__)
                 actor = group.actors[i]
-                if hasattr(group, "take_over"):
-                    ping = actor.pid.remote()
-                    ready, _ = ray.wait([ping], timeout=group.grace_s)
-                    if not ready or not self._answered(ping):
-                        j = group.take_over(i, ping)
-                        if j is not None:
-                            i = j
-                            ref = resubmit(j)
-                            continue
+                if hasattr(group, "take_over") and not self._back_within(actor, group.grace_s):
+                    j = group.take_over(i, actor.pid.remote())
+                    if j is not None:
+                        i = j
+                        ref = resubmit(j)
+                        continue
                 self._wait_alive(actor)
                 if not named:  # the GCS may mark the node dead after the actor's error reached us: by now it has
                     self._warn_node_lost(group, i, "Ray re-created it on a surviving node")
@@ -278,13 +275,25 @@ class ActorManager:
                 ref = resubmit(i)
         raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
 
-    def _answered(self, ping) -> bool:
-        """A ready ping's answer: True if the actor answered, False if its call failed (dead, or not back yet)."""
-        try:
-            self.ray.get(ping)
-            return True
-        except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError):
-            return False
+    def _back_within(self, actor, grace_s: float) -> bool:
+        """Whether Ray has re-created ``actor`` within ``grace_s`` seconds (asked every half second: a call to an actor
+        being re-created fails at once); False at once if it is dead for good (its restarts spent)."""
+        ray = self.ray
+        deadline = time.monotonic() + grace_s
+        while True:
+            ping = actor.pid.remote()
+            ready, _ = ray.wait([ping], timeout=max(0.0, deadline - time.monotonic()))
+            if ready:
+                try:
+                    ray.get(ping)
+                    return True
+                except ray.exceptions.ActorUnavailableError:  # being re-created
+                    pass
+                except ray.exceptions.RayActorError:  # dead, not to be re-created
+                    return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
 
     def _check_node_loss(self, exc, group, i: int) -> bool:
         """After actor ``i``'s call failed: :class:`NodeLost` if the learner went with its node (the failure is the

@@ -1,7 +1,13 @@
 """Weights over a collective (``rollout.weight_sync=collective``): the learner (rank 0 of the group) broadcasts the
-generator's trained weights to the rollout workers over ``ray.util.collective`` (gloo on CPU, NCCL on GPU), in the
-model's dtype, in byte buckets of ``rollout.weight_bucket_mb``, instead of every worker pulling one packed copy from
-the learner's node through the object store.
+generator's trained weights to the rollout workers over a gloo process group of their own, in the model's dtype, in
+byte buckets of ``rollout.weight_bucket_mb``, instead of every worker pulling one packed copy from the learner's node
+through the object store.
+
+The group is a standalone ``ProcessGroupGloo`` (its own TCP store at the learner, its own timeout), not a
+``torch.distributed`` default group: a process may already have one (the learners' data-parallel group, a vLLM
+engine's), and a group rebuilt after a lost worker must not reuse the old one's members. (``ray.util.collective``'s
+gloo backend builds its groups on the process's default group, once per process and without its timeout: a rebuilt
+group then waits forever for the lost member.)
 
 Both sides lay the same state dict (the generator's ``state_dict()``: every weight, or a LoRA policy's adapters) out
 the same way (:func:`buckets`), so nothing but the bytes crosses: no spec, no pickling. The calls are queued, not
@@ -17,11 +23,56 @@ engine), slime's bucketed ``update_weight_from_distributed``.
 
 from __future__ import annotations
 
+import datetime
 import uuid
+from dataclasses import dataclass
 
 import torch
 
 ALIGN = 64  # bytes: each tensor starts at a multiple of it (so that the receiver views it in place)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One weights group: its name, the learner's store (``address:port``, rank 0 listens), its size and the timeout
+    of its joining and of each broadcast."""
+
+    name: str
+    address: str
+    port: int
+    world: int
+    timeout_s: float
+
+
+_GROUPS: dict = {}  # this process's groups: name -> ProcessGroupGloo
+
+
+def join(spec: GroupSpec, rank: int):
+    """This process's member ``rank`` of ``spec``'s group (made when first asked: every member must join within
+    ``spec.timeout_s``)."""
+    import ray
+    import torch.distributed as dist
+
+    if spec.name not in _GROUPS:
+        timeout = datetime.timedelta(seconds=spec.timeout_s)
+        store = dist.TCPStore(spec.address, spec.port, spec.world, rank == 0, timeout, wait_for_workers=False)
+        options = dist.ProcessGroupGloo._Options()
+        options._timeout = timeout
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname=ray.util.get_node_ip_address())]
+        _GROUPS[spec.name] = dist.ProcessGroupGloo(store, rank, spec.world, options)
+    return _GROUPS[spec.name]
+
+
+def _broadcast(group, tensor: torch.Tensor) -> None:
+    group.broadcast([tensor], _root_options()).wait()
+
+
+def _root_options():
+    import torch.distributed as dist
+
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    return opts
 
 
 def _padded(nbytes: int) -> int:
@@ -68,29 +119,28 @@ def checksum(state: dict) -> torch.Tensor:
     return total
 
 
-def send(state: dict, group_name: str, bucket_bytes: int) -> None:
-    """Broadcast ``state`` from this process (rank 0 of ``group_name``): its checksum, then its buckets."""
-    import ray.util.collective as col
-
-    col.broadcast(checksum(state), src_rank=0, group_name=group_name)
+def send(state: dict, spec: GroupSpec, bucket_bytes: int) -> None:
+    """Broadcast ``state`` from this process (rank 0 of ``spec``'s group, joined here if new): its checksum, then its
+    buckets."""
+    group = join(spec, 0)
+    _broadcast(group, checksum(state))
     for buf in buckets(state, bucket_bytes):
-        col.broadcast(buf, src_rank=0, group_name=group_name)
+        _broadcast(group, buf)
 
 
-def receive(like: dict, group_name: str, bucket_bytes: int, join: bool = False) -> dict:
-    """Receive the broadcast of a state dict shaped as ``like`` (rank > 0 of ``group_name``), checked: its checksum
-    is the sender's (a RuntimeError otherwise). ``join``: the group's first broadcast, when its members connect; a
-    member that is not connected at a later one is a re-created process and fails at once (connecting alone would
-    wait for the others, who connected long ago)."""
-    import ray.util.collective as col
-
-    if not join and not col.is_group_initialized(group_name):
-        raise RuntimeError(f"not a member of {group_name} (this worker was re-created since the group was built)")
+def receive(like: dict, spec: GroupSpec, rank: int, bucket_bytes: int, first: bool = False) -> dict:
+    """Receive the broadcast of a state dict shaped as ``like`` (member ``rank`` > 0 of ``spec``'s group), checked:
+    its checksum is the sender's (a RuntimeError otherwise). ``first``: the group's first broadcast, when its members
+    join; a member that has not joined at a later one is a re-created process and fails at once (joining alone would
+    wait for the others, who joined long ago)."""
+    if not first and spec.name not in _GROUPS:
+        raise RuntimeError(f"not a member of {spec.name} (this worker was re-created since the group was built)")
+    group = join(spec, rank)
     want = torch.zeros(2, dtype=torch.float64)
-    col.broadcast(want, src_rank=0, group_name=group_name)
+    _broadcast(group, want)
     bufs = [torch.empty_like(b) for b in buckets(like, bucket_bytes)]
     for buf in bufs:
-        col.broadcast(buf, src_rank=0, group_name=group_name)
+        _broadcast(group, buf)
     state = unpack(like, bufs)
     got = checksum(state)
     # the same bytes summed on another device (a learner on a GPU, a worker on the CPU) can differ in float64's last
@@ -102,33 +152,33 @@ def receive(like: dict, group_name: str, bucket_bytes: int, join: bool = False) 
 
 
 def leave(group_name: str) -> None:
-    """Destroy this process's membership of ``group_name`` (a group being replaced), if it has one."""
-    import ray.util.collective as col
-
-    if col.is_group_initialized(group_name):
-        col.destroy_collective_group(group_name)
+    """Drop this process's membership of ``group_name`` (a group being replaced), if it has one."""
+    _GROUPS.pop(group_name, None)
 
 
 class CollectiveWeights:
-    """The driver's side: one collective group of the learner (rank 0) and the rollout workers (ranks 1..n), rebuilt
-    under a new name after a failed broadcast or a re-created worker; :meth:`broadcast` queues one version."""
+    """The driver's side: one weights group of the learner (rank 0) and the rollout workers (ranks 1..n), rebuilt
+    under a new name after a failed broadcast or a change of its workers; :meth:`broadcast` queues one version."""
 
-    def __init__(self, ray, backend: str, bucket_bytes: int, timeout_s: float = 60.0):
-        self.ray, self.backend, self.bucket_bytes = ray, backend, bucket_bytes
-        self.timeout_ms = int(timeout_s * 1000)
+    def __init__(self, ray, bucket_bytes: int, timeout_s: float = 60.0):
+        self.ray, self.bucket_bytes, self.timeout_s = ray, bucket_bytes, timeout_s
         self._run = uuid.uuid4().hex[:8]
         self.generation = 0  # groups built so far
-        self.group: str | None = None
+        self.spec: GroupSpec | None = None
         self._members: list = []
         self._pending: list = []  # the last broadcast's calls
-        self._restarts = 0
-        self._join = True
+        self._key = None  # what the group was built for (the restarts so far, the live workers)
+        self._first = True
         self.rebuilds = 0
 
-    def _healthy(self, restarts: int) -> bool:
-        """Whether the current group can carry the next version: built, no worker re-created since, and the last
+    @property
+    def group(self) -> str | None:
+        return None if self.spec is None else self.spec.name
+
+    def _healthy(self, key) -> bool:
+        """Whether the current group can carry the next version: built for these workers (``key``), and the last
         broadcast did not fail."""
-        if self.group is None or restarts != self._restarts:
+        if self.spec is None or key != self._key:
             return False
         ready, _ = self.ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
         for ref in ready:
@@ -138,45 +188,36 @@ class CollectiveWeights:
                 return False
         return True
 
-    def _rebuild(self, learner, workers: list, restarts: int) -> None:
-        from ray.util import collective as col
-
-        if self.group is not None:  # free the old group where it lives
+    def _rebuild(self, learner, workers: list, key) -> None:
+        if self.spec is not None:  # free the old group where it lives
             for member in self._members:
-                member.leave_weight_group.remote(self.group)
-            self.close()
+                member.leave_weight_group.remote(self.spec.name)
         self.generation += 1
-        self.rebuilds += self.group is not None
-        self.group = f"rayseq-weights-{self._run}-{self.generation}"
+        self.rebuilds += self.spec is not None
+        address, port = self.ray.get(learner.rendezvous.remote())  # a free port on the learner's node
+        self.spec = GroupSpec(f"rayseq-weights-{self._run}-{self.generation}", address, port, 1 + len(workers),
+                              self.timeout_s)
         self._members = [learner, *workers]
-        col.create_collective_group(self._members, len(self._members), list(range(len(self._members))),
-                                    backend=self.backend, group_name=self.group, gloo_timeout=self.timeout_ms)
-        self._restarts = restarts
-        self._join = True  # the next broadcast is the group's first
+        self._key = key
+        self._first = True  # the next broadcast is the group's first: its members join
 
     def close(self) -> None:
-        """Remove the current group's rendezvous record (a detached named actor ``create_collective_group`` leaves)."""
-        if self.group is None:
-            return
-        try:
-            self.ray.kill(self.ray.get_actor(f"info_{self.group}"))
-        except ValueError:  # already gone
-            pass
+        """Nothing to remove: a group lives in its members (and its store in the learner) until they leave it."""
 
     def forget(self) -> None:
         """The learner was rebuilt: the next broadcast builds a new group."""
-        self.close()
-        self.group = None
+        self.spec = None
 
-    def broadcast(self, learner, workers: list, version: int, restarts: int) -> None:
+    def broadcast(self, learner, workers: list, version: int, key) -> None:
         """Queue weights ``version``: the learner's send (behind its update) and each worker's receive (ahead of its
-        next call). ``restarts``: the worker re-creations so far (a new one is not in the group yet)."""
-        if not self._healthy(restarts):
-            self._rebuild(learner, workers, restarts)
-        self._pending = [learner.send_weights.remote(self.group, self.bucket_bytes),
-                         *[w.receive_weights.remote(self.group, version, self.bucket_bytes, self._join)
-                           for w in workers]]
-        self._join = False
+        next call). ``key``: what the group must be built for (the worker re-creations so far and the live workers:
+        a re-created or returning worker is not in the current group)."""
+        if not self._healthy(key):
+            self._rebuild(learner, workers, key)
+        self._pending = [learner.send_weights.remote(self.spec, self.bucket_bytes),
+                         *[w.receive_weights.remote(self.spec, rank, version, self.bucket_bytes, self._first)
+                           for rank, w in enumerate(workers, start=1)]]
+        self._first = False
 
     def wait(self) -> None:
         """Wait for the last broadcast (tests, benchmarks); raises what it raised."""

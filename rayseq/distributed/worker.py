@@ -83,15 +83,16 @@ class RolloutWorker:
             self.loads += 1
         return self.version
 
-    def receive_weights(self, group_name: str, version: int, bucket_bytes: int, join: bool = False) -> None:
-        """Weights ``version`` broadcast by the learner over ``group_name`` (``rollout.weight_sync=collective``,
-        :mod:`rayseq.distributed.weight_sync`), checked against its checksum and loaded."""
+    def receive_weights(self, spec, rank: int, version: int, bucket_bytes: int, first: bool = False) -> None:
+        """Weights ``version`` broadcast by the learner over the group ``spec`` (member ``rank``;
+        ``rollout.weight_sync=collective``, :mod:`rayseq.distributed.weight_sync`), checked against its checksum and
+        loaded. ``first``: the group's first broadcast (this worker joins it)."""
         from rayseq.distributed import weight_sync
 
         if self._held:
             raise ValueError(f"rollout.weight_sync=collective carries the generator alone; algo.name="
                              f"{self.cfg.algo.name} keeps {sorted(self._held)} on the workers too: use object_store")
-        state = weight_sync.receive(self.generator.state_dict(), group_name, bucket_bytes, join)
+        state = weight_sync.receive(self.generator.state_dict(), spec, rank, bucket_bytes, first)
         self.set_weights({"generator": state}, version)
         self.collective_loads += 1
 

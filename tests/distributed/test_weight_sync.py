@@ -103,3 +103,46 @@ def test_collective_sync_with_staleness_one_is_the_object_store_sync(ray_session
     for k in same:
         assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k
     assert loads == [[(i, i)] * 2 for i in range(1, 5)]  # one version more each iteration, every one over gloo
+
+
+@pytest.mark.ray
+def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_store(ray_session, tmp_path):
+    """kill -9 rollout worker 1 after an update, while the group still counts it: the learner's next broadcast cannot
+    complete (its peer is gone: it fails within rollout.weight_sync_timeout_s), the worker's calls fail and are sent
+    again to the worker Ray re-created, with the weights the calls carry by reference; the next version rebuilds the
+    group with the new worker. The run equals the object-store run bit for bit, and afterwards every worker holds the
+    learner's weights, received over the new group."""
+    import os
+    import signal
+
+    killed, after = [], []
+
+    def report(row, trainer):
+        if row["stage"] != "train":
+            return
+        if row["iteration"] == 6 and not killed:  # the second update: version 2 goes out to a dead member
+            pid = trainer.groups.rollout.stats()[1]["pid"]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        elif killed and row["iteration"] == 8:
+            trainer.groups.rollout.sync_weights()
+            trainer.groups.rollout.collective.wait()
+            after.extend(trainer.groups.rollout.stats())
+            after.append(learner_sum(trainer))
+            after.append(trainer.groups.rollout.collective.rebuilds)
+
+    Trainer(tiny_config(*COMMON, "rollout.weight_sync=collective", "rollout.weight_sync_timeout_s=5",
+                        run_dir=tmp_path / "c"), report=report).run()
+    Trainer(tiny_config(*COMMON, run_dir=tmp_path / "o")).run()
+    assert killed
+    *stats, total, rebuilds = after
+    assert rebuilds >= 1 and killed[0] not in {s["pid"] for s in stats}
+    for s in stats:
+        assert s["checksum"] == pytest.approx(total, rel=1e-12) and s["collective_loads"] >= 1
+    c = pq.read_table(tmp_path / "c" / "metrics.parquet").to_pandas()
+    o = pq.read_table(tmp_path / "o" / "metrics.parquet").to_pandas()
+    assert c["rollout/worker_restarts"].max() >= 1
+    same = [k for k in o.columns if not k.startswith("time/") and k in c.columns
+            and k not in ("rollout/worker_restarts", "driver/recv_bytes")]
+    for k in same:
+        assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k

@@ -321,25 +321,42 @@ def _sync_actor(ray, num_gpus: float):
             _sync(self.dev.type)
             return time.perf_counter() - t0
 
-        # (b), (c): a collective group
-        def join(self, backend: str, world: int, rank: int, name: str) -> str:
-            import ray.util.collective as col
+        # (b) rayseq's weights group (rayseq.distributed.weight_sync: gloo); (c) NCCL through ray.util.collective
+        @staticmethod
+        def rendezvous():
+            from rayseq.distributed.learner import Learner
 
+            return Learner.rendezvous()
+
+        def join(self, backend: str, world: int, rank: int, name: str, spec=None) -> str:
             try:
-                col.init_collective_group(world, rank, backend=backend, group_name=name)
-                self.groups[name] = rank
+                if backend == "nccl":
+                    import ray.util.collective as col
+
+                    col.init_collective_group(world, rank, backend="nccl", group_name=name)
+                self.groups[name] = (rank, backend, spec)
                 return ""
             except Exception as e:  # noqa: BLE001 - recorded: what this backend says on this machine
                 return f"{type(e).__name__}: {e}"[:300]
 
         def collective(self, name: str, bucket_mb: float) -> str:
-            from rayseq.distributed.weight_sync import receive, send
+            from rayseq.distributed import weight_sync
 
+            rank, backend, spec = self.groups[name]
+            nbytes = int(bucket_mb * 2**20)
             try:
-                if self.groups[name] == 0:
-                    send(self.state, name, int(bucket_mb * 2**20))
+                if backend == "gloo" and rank == 0:
+                    weight_sync.send(self.state, spec, nbytes)
+                elif backend == "gloo":
+                    self.state = weight_sync.receive(self.state, spec, rank, nbytes, first=True)
                 else:
-                    self.state = receive(self.state, name, int(bucket_mb * 2**20), join=True)
+                    import ray.util.collective as col
+
+                    bufs = weight_sync.buckets(self.state, nbytes)
+                    for b in bufs:
+                        col.broadcast(b, src_rank=0, group_name=name)
+                    if rank:
+                        self.state = weight_sync.unpack(self.state, bufs)
                 _sync(self.dev.type)
                 return ""
             except Exception as e:  # noqa: BLE001
@@ -398,7 +415,13 @@ def part_sync(args, tmp: Path) -> tuple[str, dict]:
         record("object store (pack, fetch, load)", times, "" if ok else "checksum differs")
         def collective(backend: str) -> None:
             name = f"sync_{backend}"
-            errs = [e for e in ray.get([m.join.remote(backend, 2, r, name) for r, m in enumerate((learner, worker))],
+            spec = None
+            if backend == "gloo":
+                from rayseq.distributed.weight_sync import GroupSpec
+
+                spec = GroupSpec(name, *ray.get(learner.rendezvous.remote()), 2, 300.0)
+            errs = [e for e in ray.get([m.join.remote(backend, 2, r, name, spec)
+                                        for r, m in enumerate((learner, worker))],
                                        timeout=120) if e]
             times = []
             for _ in range(args.repeats if not errs else 0):

@@ -297,12 +297,13 @@ class RolloutConfig(_Section):
     weight_sync: Literal["object_store", "collective"] = Field(
         "object_store", description="How new weights reach the rollout workers under Ray: object_store = one packed "
         "copy per version in the object store, which each worker pulls; collective = the learner broadcasts the "
-        "generator's weights over a gloo group (ray.util.collective) in the model dtype, in buckets "
-        "(rollout.weight_bucket_mb), each worker checking their checksum; a failed broadcast falls back to the object "
-        "store for that version and the group is rebuilt (rayseq.distributed.weight_sync). Not yet proven: recovery "
-        "from a worker lost while the group is in use (a test of it stalls), hence not the default. Composes with "
-        "rollout.max_staleness up to 1 (a worker receives behind the batches already queued on it); not with "
-        "learner.strategy=fsdp, nor (yet) with rollout.engine=vllm.",
+        "generator's weights over a gloo group of their own in the model dtype, in buckets "
+        "(rollout.weight_bucket_mb), each worker checking their checksum; a failed broadcast (a worker lost: the others "
+        "give up after rollout.weight_sync_timeout_s) falls back to the object store for that version and the group "
+        "is rebuilt (rayseq.distributed.weight_sync). Not the default: on one node the object store is faster "
+        "(benchmarks/rollout_engines). Composes with "
+        "rollout.max_staleness up to 1 (a worker receives behind the batches already queued on it) and with "
+        "rollout.engine=vllm; not with learner.strategy=fsdp.",
     )
     weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")
     weight_sync_timeout_s: float = Field(
@@ -561,11 +562,6 @@ class RunConfig(_Section):
             raise ValueError("rollout.weight_sync=collective broadcasts from learner rank 0 alone, and "
                              "learner.strategy=fsdp gathers the weights on every learner rank; use "
                              "rollout.weight_sync=object_store with learner.strategy=fsdp")
-        if self.rollout.weight_sync == "collective" and self.rollout.engine == "vllm":
-            raise ValueError("rollout.weight_sync=collective with rollout.engine=vllm: not supported yet (the "
-                             "engine's weights are loaded through its worker extension, and a run of the two "
-                             "together stalled in the learner's broadcast); use rollout.weight_sync=object_store "
-                             "(each version checksummed against the learner's)")
         if self.rollout.engine_kwargs and self.rollout.engine == "builtin":
             raise ValueError("rollout.engine_kwargs: read only by rollout.engine=vllm")
         if self.model.arch == "hf":

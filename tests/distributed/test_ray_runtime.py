@@ -66,16 +66,24 @@ def test_distributed_run_matches_in_process_run(ray_session, tmp_path):
     assert (train["time/sync_s"] >= 0).all() and (train["time/rollout_s"] > 0).all()
 
 
-def test_killed_worker_is_restarted_and_the_run_completes(ray_session, tmp_path):
-    """kill -9 a rollout worker mid-run: Ray restarts it, it gets the weights, its shard is re-sent."""
-    killed = []
+def kill_worker_after(train_iterations: int, index: int, killed: list):
+    """A report callback that kill -9's rollout worker ``index`` once, after the algorithm stage's
+    ``train_iterations``-th iteration was logged (its pid appended to ``killed``)."""
 
     def report(row, trainer):
-        if row["stage"] == "train" and row["iteration"] == trainer.cfg.train.pretrain_iters + 2 and not killed:
-            pid = trainer.groups.rollout.stats()[0]["pid"]
+        if row["stage"] == "train" and row["iteration"] == trainer.cfg.train.pretrain_iters + train_iterations \
+                and not killed:
+            pid = trainer.groups.rollout.stats()[index]["pid"]
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
+    return report
+
+
+def test_killed_worker_is_restarted_and_the_run_completes(ray_session, tmp_path):
+    """kill -9 a rollout worker mid-run: Ray restarts it, it gets the weights, its shard is re-sent."""
+    killed = []
+    report = kill_worker_after(2, 0, killed)
     cfg = tiny_config("rollout.num_workers=2", "algo.name=reinforce", "train.iters=8", run_dir=tmp_path / "k")
     trainer = Trainer(cfg, report=report)
     summary = trainer.run()
@@ -92,12 +100,7 @@ def test_a_worker_that_does_not_come_back_leaves_its_shards_to_the_others(ray_se
     iteration equals a run that lost nothing, no shard lost or counted twice), the next batches are split over the
     one live worker (rollout/live_workers), and the run completes."""
     killed = []
-
-    def report(row, trainer):
-        if row["stage"] == "train" and row["iteration"] == trainer.cfg.train.pretrain_iters + 2 and not killed:
-            pid = trainer.groups.rollout.stats()[1]["pid"]
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+    report = kill_worker_after(2, 1, killed)
 
     common = ("rollout.num_workers=2", "algo.name=reinforce", "train.iters=6", "rollout.worker_grace_s=1")
     Trainer(tiny_config(*common, "rollout.max_restarts=0", run_dir=tmp_path / "lost"), report=report).run()

@@ -42,10 +42,13 @@ def test_vllm_commands_build(hf_dir):
     assert cfg.rollout.logp_correction == "tis"
 
 
-def test_vllm_refuses_the_collective_weight_sync(hf_dir):
-    """Weights over the gloo group reach the built-in sampler's workers (tests/distributed/test_weight_sync.py), not
-    yet a vLLM engine: the config says so before anything starts."""
-    with pytest.raises(ConfigError, match=r"rollout.weight_sync=collective with rollout.engine=vllm: not supported "
-                                          r"yet .* use rollout.weight_sync=object_store"):
-        load_config(None, ["model.arch=hf", f"model.path={hf_dir}", "rollout.engine=vllm",
-                           "rollout.weight_sync=collective"])
+def test_vllm_takes_the_collective_weight_sync(hf_dir):
+    """The guide's vLLM command with the weights over the gloo group builds (tests/vllm runs it on a Ray worker); the
+    in-process run, which has no group, is refused in one line."""
+    found = [args[args.index("rayseq.train") + 1 :] for lang, block in code_blocks(page("docs/guides/vllm.md"))
+             if lang == "bash" and "rollout.engine=vllm" in block for args in commands(block) if "rayseq.train" in args]
+    args = [re.sub(r"models/my-gpt2", str(hf_dir), a) for a in found[0]]
+    cfg = load_config(None, [*args, "rollout.num_workers=1", "rollout.weight_sync=collective"])
+    assert cfg.rollout.engine == "vllm" and cfg.rollout.weight_sync == "collective"
+    with pytest.raises(ConfigError, match=r"rollout.weight_sync=collective: the workers are Ray actors"):
+        load_config(None, [*args, "rollout.num_workers=0", "rollout.weight_sync=collective"])

@@ -75,7 +75,7 @@ def test_grpo_on_vllm_rollouts_on_ray_workers(ray_session, corpus, vllm_hf_dir, 
 @pytest.mark.ray
 def test_grpo_on_vllm_rollouts_with_weights_over_the_collective(ray_session, corpus, vllm_hf_dir, tmp_path):
     """rollout.weight_sync=collective to a Ray worker running vLLM: every version reaches the worker over the gloo
-    group (its checksum checked there) and the engine runs it (``sync/engine_checksum_diff`` 0)."""
+    group (its checksum checked there), the engine runs it (``sync/engine_checksum_diff`` 0), and the reward rises."""
     loads = []
 
     def report(row, trainer):
@@ -85,10 +85,12 @@ def test_grpo_on_vllm_rollouts_with_weights_over_the_collective(ray_session, cor
             loads.append([(s["loads"], s["collective_loads"]) for s in trainer.groups.rollout.stats()])
 
     cfg = vllm_config(corpus, vllm_hf_dir, "rollout.num_workers=1", "rollout.num_cpus_per_worker=1",
-                      "scorer.num_scorers=0", "learner.num_cpus=1", "train.iters=3", "rollout.weight_sync=collective",
+                      "scorer.num_scorers=0", "learner.num_cpus=1", "rollout.weight_sync=collective",
                       run_dir=tmp_path / "run")
     Trainer(cfg, report=report).run()
     rows = train_rows(tmp_path / "run")
-    assert len(rows) == 3
+    reward = [r["rollout/reward_mean"] for r in rows]
+    assert len(reward) == 12
+    assert np.mean(reward[-3:]) > np.mean(reward[:3]) + 0.05, reward
     check_engine_metrics(rows)
-    assert [c for (_, c), in loads] == [2, 3, 4] and all(n == c for (n, c), in loads)  # every version over gloo
+    assert [c for (_, c), in loads] == list(range(2, 14)) and all(n == c for (n, c), in loads)  # all over gloo

@@ -297,12 +297,12 @@ class RolloutConfig(_Section):
     weight_sync: Literal["object_store", "collective"] = Field(
         "object_store", description="How new weights reach the rollout workers under Ray: object_store = one packed "
         "copy per version in the object store, which each worker pulls; collective = the learner broadcasts the "
-        "generator's weights over a gloo group of their own in the model dtype, in buckets "
-        "(rollout.weight_bucket_mb), each worker checking their checksum; a failed broadcast (a worker lost: the others "
-        "give up after rollout.weight_sync_timeout_s) falls back to the object store for that version and the group "
-        "is rebuilt (rayseq.distributed.weight_sync). Not the default: on one node the object store is faster "
-        "(benchmarks/rollout_engines). Composes with "
-        "rollout.max_staleness up to 1 (a worker receives behind the batches already queued on it) and with "
+        "generator's weights over a gloo group of their own in the model dtype, in buckets (rollout.weight_bucket_mb), "
+        "each worker checking their checksum; a failed broadcast (a worker lost: the others give up after "
+        "rollout.weight_sync_timeout_s) falls back to the object store for that version and the group is rebuilt "
+        "(rayseq.distributed.weight_sync). Not the default: on one node the object store is faster "
+        "(benchmarks/rollout_engines). Composes with rollout.max_staleness up to 1 (a worker receives behind the "
+        "batches already queued on it) and with "
         "rollout.engine=vllm; not with learner.strategy=fsdp.",
     )
     weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")

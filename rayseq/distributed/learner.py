@@ -217,7 +217,8 @@ class Learner:
 
     def send_weights(self, spec, bucket_bytes: int) -> None:
         """Broadcast the generator's weights to the rollout workers over the group ``spec`` (a
-        :class:`~rayseq.distributed.weight_sync.GroupSpec`: rank 0, its store here; ``rollout.weight_sync=collective``)."""
+        :class:`~rayseq.distributed.weight_sync.GroupSpec`: rank 0, its store here;
+        ``rollout.weight_sync=collective``)."""
         from rayseq.distributed import weight_sync
 
         weight_sync.send(self.get_weights()["generator"], spec, bucket_bytes)

@@ -146,7 +146,7 @@ def receive(like: dict, spec: GroupSpec, rank: int, bucket_bytes: int, first: bo
     # the same bytes summed on another device (a learner on a GPU, a worker on the CPU) can differ in float64's last
     # bits: a tolerance of 1e-9 of Σ|w|, where one corrupted byte moves the sums by far more
     if not torch.allclose(got, want, rtol=0.0, atol=1e-9 * float(want[1].abs()) + 1e-12):
-        raise RuntimeError(f"weights broadcast over {group_name}: checksum {got.tolist()} received, "
+        raise RuntimeError(f"weights broadcast over {spec.name}: checksum {got.tolist()} received, "
                            f"{want.tolist()} sent")
     return state
 

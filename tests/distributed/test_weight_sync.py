@@ -146,3 +146,52 @@ def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_st
             and k not in ("rollout/worker_restarts", "driver/recv_bytes")]
     for k in same:
         assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k
+
+
+def test_a_group_of_its_own_broadcasts_and_refuses_a_wrong_checksum():
+    """Two members of one standalone gloo group (threads of this process, each its own rank): the state arrives
+    byte for byte; a broadcast whose checksum is not its bytes' is refused, naming the group; a member that has not
+    joined a group it is asked to receive on at a later broadcast fails at once."""
+    import threading
+
+    from rayseq.distributed import weight_sync
+    from rayseq.distributed.learner import Learner
+
+    state = {"w": torch.randn(100, 7), "b": torch.randn(33).to(torch.bfloat16)}
+    like = {k: torch.zeros_like(v) for k, v in state.items()}
+    spec = weight_sync.GroupSpec("rayseq-test-weights", *Learner.rendezvous(), 2, 30.0)
+    out: dict = {}
+
+    def member(fn):
+        try:
+            out[fn.__name__] = fn()
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            out[fn.__name__] = e
+
+    def sender():
+        weight_sync.send(state, spec, 256)
+        group = weight_sync.join(spec, 0)  # then a version whose checksum lies
+        weight_sync._broadcast(group, weight_sync.checksum(state) + 1.0)
+        for buf in weight_sync.buckets(state, 256):
+            weight_sync._broadcast(group, buf)
+
+    def receiver():
+        first = weight_sync.receive(like, spec, 1, 256, first=True)
+        try:
+            weight_sync.receive(like, spec, 1, 256)
+        except RuntimeError as e:
+            return first, e
+
+    threads = [threading.Thread(target=member, args=(f,)) for f in (sender, receiver)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    first, refused = out["receiver"]
+    assert out["sender"] is None
+    for k in state:
+        assert torch.equal(first[k], state[k])
+    assert "weights broadcast over rayseq-test-weights: checksum" in str(refused)
+    weight_sync.leave(spec.name)
+    with pytest.raises(RuntimeError, match="not a member of rayseq-test-weights"):
+        weight_sync.receive(like, spec, 1, 256)

@@ -44,7 +44,7 @@ class GroupSpec:
     timeout_s: float
 
 
-_GROUPS: dict = {}  # this process's groups: name -> ProcessGroupGloo
+_GROUPS: dict = {}  # this process's memberships: (group name, rank) -> ProcessGroupGloo
 
 
 def join(spec: GroupSpec, rank: int):
@@ -53,14 +53,14 @@ def join(spec: GroupSpec, rank: int):
     import ray
     import torch.distributed as dist
 
-    if spec.name not in _GROUPS:
+    if (spec.name, rank) not in _GROUPS:
         timeout = datetime.timedelta(seconds=spec.timeout_s)
         store = dist.TCPStore(spec.address, spec.port, spec.world, rank == 0, timeout, wait_for_workers=False)
         options = dist.ProcessGroupGloo._Options()
         options._timeout = timeout
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=ray.util.get_node_ip_address())]
-        _GROUPS[spec.name] = dist.ProcessGroupGloo(store, rank, spec.world, options)
-    return _GROUPS[spec.name]
+        _GROUPS[spec.name, rank] = dist.ProcessGroupGloo(store, rank, spec.world, options)
+    return _GROUPS[spec.name, rank]
 
 
 def _broadcast(group, tensor: torch.Tensor) -> None:
@@ -133,7 +133,7 @@ def receive(like: dict, spec: GroupSpec, rank: int, bucket_bytes: int, first: bo
     its checksum is the sender's (a RuntimeError otherwise). ``first``: the group's first broadcast, when its members
     join; a member that has not joined at a later one is a re-created process and fails at once (joining alone would
     wait for the others, who joined long ago)."""
-    if not first and spec.name not in _GROUPS:
+    if not first and (spec.name, rank) not in _GROUPS:
         raise RuntimeError(f"not a member of {spec.name} (this worker was re-created since the group was built)")
     group = join(spec, rank)
     want = torch.zeros(2, dtype=torch.float64)
@@ -153,7 +153,8 @@ def receive(like: dict, spec: GroupSpec, rank: int, bucket_bytes: int, first: bo
 
 def leave(group_name: str) -> None:
     """Drop this process's membership of ``group_name`` (a group being replaced), if it has one."""
-    _GROUPS.pop(group_name, None)
+    for key in [k for k in _GROUPS if k[0] == group_name]:
+        del _GROUPS[key]
 
 
 class CollectiveWeights:

@@ -391,7 +391,7 @@ def part_sync(args, tmp: Path) -> tuple[str, dict]:
     ray.init(num_cpus=4, num_gpus=1 if cuda else 0, object_store_memory=(1 << 30) if args.quick else 12 << 30,
              include_dashboard=False, log_to_driver=True,
              runtime_env={"env_vars": {"GLOO_SOCKET_IFNAME": "lo"}})
-    rows, notes = [], []
+    rows = []
     try:
         Member = _sync_actor(ray, 0.5 if cuda else 0)
         learner = Member.remote(args.device, tensors, numel, 0)
@@ -461,7 +461,7 @@ def part_sync(args, tmp: Path) -> tuple[str, dict]:
              f"{args.repeats}", "", "| how | seconds | GB/s | note |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['how']} | {_num(r['seconds'], 2)} | {_num(r['seconds'] and r['GB'] / r['seconds'], 1)} | "
               f"{r['error']} |" for r in rows]
-    return "\n".join(lines), {"rows": rows, "tensors": tensors, "numel": numel, "bytes": nbytes, "notes": notes}
+    return "\n".join(lines), {"rows": rows, "tensors": tensors, "numel": numel, "bytes": nbytes}
 
 
 PARTS = {"sample": part_sample, "nograd": part_nograd, "sync": part_sync, "updates": part_updates, "mcq": part_mcq,

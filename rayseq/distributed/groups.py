@@ -398,6 +398,12 @@ class RolloutGroup:
     def live_actors(self) -> list:
         return [self.actors[i] for i in self.live]
 
+    def _call(self, shard: int, worker: int, send):
+        """Shard ``shard``'s call, sent to worker ``worker`` (:class:`~rayseq.distributed.manager.Call`)."""
+        from rayseq.distributed.manager import Call
+
+        return Call(self, shard, send(self.actors[worker]), send, worker)
+
     def take_over(self, i: int, ping) -> int | None:
         """Worker ``i`` failed and is not back (``ping``: a call answered once Ray has re-created it): it is left
         out, and the live worker after it takes its work; None if no worker is left (the caller waits for Ray)."""
@@ -423,7 +429,7 @@ class RolloutGroup:
             try:
                 ray.get(ping)
                 self.restore(self.actors[i])
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            except ray.exceptions.RayActorError:  # ActorUnavailableError among them
                 self._out[i] = self.actors[i].pid.remote()  # not back (or gone for good): asked again next time
                 continue
             del self._out[i]
@@ -450,7 +456,7 @@ class RolloutGroup:
         n_scorers = len(scorers)
         refs = []  # each scorer call (if any) is chained on its worker's result by reference, no wait here
         for i, (w, send) in enumerate(zip(self.live, samples)):
-            pending = PendingShard(Call(self, i, send(self.actors[w]), send, w), rescore=rescore)
+            pending = PendingShard(self._call(i, w, send), rescore=rescore)
             if n_scorers:
                 score = rescore(pending.sample.refs[0])
                 pending.score = Call(self.scorer, i % n_scorers, score(scorers[i % n_scorers]), score)
@@ -505,7 +511,7 @@ class RolloutGroup:
         manager = self._manager
         samples, rescore, scorers = self._calls(prompts, request, report_score)
         n_scorers = len(scorers)
-        calls = [Call(self, i, send(self.actors[w]), send, w) for i, (w, send) in enumerate(zip(self.live, samples))]
+        calls = [self._call(i, w, send) for i, (w, send) in enumerate(zip(self.live, samples))]
         out: list = [None] * len(calls)
         infos: list = [None] * len(calls)
         for call, (rollout, info) in manager.as_completed(calls):  # a shard goes on to its scorer once sampled
@@ -525,18 +531,14 @@ class RolloutGroup:
     def run_on_shards(self, fn, shards: list, *args, seed: int) -> list:
         """``fn(worker, shard, *args, seed=shard seed) -> (data, info)`` on each of the rollout ``shards``: shard i on
         the i-th live worker (where it was sampled, if none was lost since; in-process the rollout as one shard), with
-        the published weights. Returns
-        pending calls for :meth:`ScorerGroup.run_on_pending`, which takes each one's result as soon as it exists."""
+        the published weights. Returns pending calls for :meth:`ScorerGroup.run_on_pending`, which takes each one's
+        result as soon as it exists."""
         if self.is_local:
             return [self.local.run_shard(fn, Rollout.concat(shards), *args, seed=_shard_seed(seed, 0))]
-        from rayseq.distributed.manager import Call
-
         weights = self._weights()
         sends = [partial(send_run, fn, (shard, *args), {"seed": _shard_seed(seed, i), **weights})
                  for i, shard in enumerate(shards)]
-        live = self.live
-        return [Call(self, i, send(self.actors[live[i % len(live)]]), send, live[i % len(live)])
-                for i, send in enumerate(sends)]
+        return [self._call(i, self.live[i % len(self.live)], send) for i, send in enumerate(sends)]
 
     def stats(self) -> list[dict]:
         """Each worker's stats, after it has loaded the published weights (it may not have needed them yet)."""

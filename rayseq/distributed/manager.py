@@ -276,23 +276,33 @@ class ActorManager:
         raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
 
     def _back_within(self, actor, grace_s: float) -> bool:
-        """Whether Ray has re-created ``actor`` within ``grace_s`` seconds (asked every half second: a call to an actor
-        being re-created fails at once); False at once if it is dead for good (its restarts spent)."""
+        """Whether Ray has re-created ``actor`` within ``grace_s`` seconds; False at once if it is dead for good (its
+        restarts spent)."""
+        return self._poll_alive(actor, grace_s, dead_is_final=True) is None
+
+    def _poll_alive(self, actor, timeout: float, dead_is_final: bool):
+        """Ask ``actor`` for its pid every half second (a call to an actor being re-created fails at once) until it
+        answers (None) or ``timeout`` seconds have passed (the last failure); with ``dead_is_final`` a dead actor's
+        failure is returned at once."""
         ray = self.ray
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + timeout
         while True:
             ping = actor.pid.remote()
-            ready, _ = ray.wait([ping], timeout=max(0.0, deadline - time.monotonic()))
-            if ready:
+            ready, _ = ray.wait([ping], timeout=max(0.0, min(10.0, deadline - time.monotonic())))
+            if not ready:
+                last = ray.exceptions.GetTimeoutError("no answer yet")
+            else:
                 try:
                     ray.get(ping)
-                    return True
-                except ray.exceptions.ActorUnavailableError:  # being re-created
-                    pass
-                except ray.exceptions.RayActorError:  # dead, not to be re-created
-                    return False
+                    return None
+                except ray.exceptions.ActorUnavailableError as exc:  # being re-created
+                    last = exc
+                except ray.exceptions.RayActorError as exc:  # dead, not to be re-created
+                    if dead_is_final:
+                        return exc
+                    last = exc
             if time.monotonic() >= deadline:
-                return False
+                return last
             time.sleep(0.5)
 
     def _check_node_loss(self, exc, group, i: int) -> bool:
@@ -316,19 +326,11 @@ class ActorManager:
     def _wait_alive(self, actor, timeout: float = 120.0) -> None:
         """Until Ray has restarted ``actor`` (a worker or scorer); after a node loss that waits for its bundle
         to be re-placed on a surviving node, which needs room there."""
-        ray = self.ray
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                ray.get(actor.pid.remote(), timeout=10)
-                return
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-                    ray.exceptions.GetTimeoutError) as exc:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"a failed actor was not back within {timeout:.0f} s ({type(exc).__name__}): if its node was "
-                        "lost, the surviving nodes have no room for its bundle (available: "
-                        f"{ray.available_resources()}); --resume continues the run once the cluster has room, or "
-                        "with fewer rollout.num_workers / scorer.num_scorers"
-                    ) from exc
-                time.sleep(0.5)
+        exc = self._poll_alive(actor, timeout, dead_is_final=False)
+        if exc is not None:
+            raise RuntimeError(
+                f"a failed actor was not back within {timeout:.0f} s ({type(exc).__name__}): if its node was "
+                "lost, the surviving nodes have no room for its bundle (available: "
+                f"{self.ray.available_resources()}); --resume continues the run once the cluster has room, or "
+                "with fewer rollout.num_workers / scorer.num_scorers"
+            ) from exc

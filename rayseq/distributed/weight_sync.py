@@ -64,15 +64,7 @@ def join(spec: GroupSpec, rank: int):
 
 
 def _broadcast(group, tensor: torch.Tensor) -> None:
-    group.broadcast([tensor], _root_options()).wait()
-
-
-def _root_options():
-    import torch.distributed as dist
-
-    opts = dist.BroadcastOptions()
-    opts.rootRank = 0
-    return opts
+    group.broadcast(tensor, 0).wait()  # from rank 0
 
 
 def _padded(nbytes: int) -> int:
@@ -115,8 +107,8 @@ def checksum(state: dict) -> torch.Tensor:
     total = torch.zeros(2, dtype=torch.float64)
     for t in state.values():
         d = t.detach().double()
-        total += torch.stack([d.sum(), d.abs().sum()]).cpu()
-    return total
+        total = total.to(d.device) + torch.stack([d.sum(), d.abs().sum()])  # one copy to the host, at the end
+    return total.cpu()
 
 
 def send(state: dict, spec: GroupSpec, bucket_bytes: int) -> None:
@@ -201,9 +193,6 @@ class CollectiveWeights:
         self._members = [learner, *workers]
         self._key = key
         self._first = True  # the next broadcast is the group's first: its members join
-
-    def close(self) -> None:
-        """Nothing to remove: a group lives in its members (and its store in the learner) until they leave it."""
 
     def forget(self) -> None:
         """The learner was rebuilt: the next broadcast builds a new group."""

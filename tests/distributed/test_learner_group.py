@@ -68,14 +68,13 @@ def test_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case):
     ``fsdp:``: the two learners shard the models (learner.strategy=fsdp), each holding half of the parameters and
     of the Adam moments; the built-in Transformer and a Hugging Face GPT-2 are sharded too (the HF policy one decoder
     layer at a time)."""
-    two_learners_against_one(ray_session, corpus, hf_dir, case)
+    assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case)
 
 
-def two_learners_against_one(ray_session, corpus, hf_dir, case: str, overrides: tuple = (),
-                             actor_options: dict | None = None) -> dict:
+def assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case: str, overrides: tuple = (),
+                                               actor_options: dict | None = None) -> None:
     """The body of :func:`test_two_learners_make_the_update_of_one` for ``case`` (``[fsdp:]name``), the config's
-    ``overrides`` (the GPU suite's: a device, a backend) and each learner actor's ``actor_options``; returns the group's
-    update metrics."""
+    ``overrides`` (the GPU suite's: a device, a backend) and each learner actor's ``actor_options``."""
     strategy, _, case = case.rpartition(":")
     hf = ("task.name=pairs", f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}", "task.test_size=100",
           "task.val_size=10")
@@ -135,14 +134,13 @@ def two_learners_against_one(ray_session, corpus, hf_dir, case: str, overrides: 
                 assert whole / 2 - 64 <= held <= whole / 2 + 64, sizes  # half, but for a row split unevenly
         for a in group.actors:
             ray_session.kill(a)
-        return m2
+        return
     state = group.state_dict()  # rank 0's: generator, baseline, D, optimizers' moments
     assert_same_tensors(one.state_dict(), state, "state", noise)
     assert_same_tensors(state["generator"], ray_session.get(group.actors[1].state_dict.remote())["generator"],
                         "rank 1")
     for a in group.actors:
         ray_session.kill(a)
-    return m2
 
 
 def _kill_learner_at(iteration: int, rank: int, killed: list):

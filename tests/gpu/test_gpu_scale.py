@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.conftest import TINY
-from tests.distributed.test_learner_group import two_learners_against_one
+from tests.distributed.test_learner_group import assert_two_learners_make_the_update_of_one
 
 pytestmark = pytest.mark.ray
 
@@ -53,6 +53,6 @@ def test_two_learners_sharing_the_device_make_the_update_of_one(ray_session, dev
     """tests/distributed/test_learner_group.py's comparison (MLE, then a PPO update with the KL penalty and
     micro-batched passes without gradients, a Hugging Face GPT-2) with both learner actors on half of the GPU."""
     gpu = 0.5 if device == "cuda" else 0
-    two_learners_against_one(ray_session, corpus, hf_dir, case,
-                             (f"learner.device={device}", f"learner.num_gpus={gpu}", f"learner.backend={backend}"),
-                             {"num_cpus": 0.5, "num_gpus": gpu})
+    overrides = (f"learner.device={device}", f"learner.num_gpus={gpu}", f"learner.backend={backend}")
+    assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case, overrides,
+                                               {"num_cpus": 0.5, "num_gpus": gpu})

@@ -28,6 +28,9 @@ class PromptBatch:
     tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, MIXER prefixes), right-padded
     tgt_len: np.ndarray | None = None  # (B,) int64 reference lengths
     key: np.ndarray | None = None  # (B,) int64 the task's id of the input (pairs, chitchat: its row)
+    # every array is the task's rows of ``key`` (``Task.prompt_rows``): an actor that holds the task rebuilds the
+    # batch from its keys, so the driver sends those (:meth:`compact`), not the token arrays
+    keyed: bool = False
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
@@ -37,7 +40,11 @@ class PromptBatch:
             return None if a is None else a[start:stop]
 
         return PromptBatch(self.src[start:stop], self.src_len[start:stop], cut(self.tgt), cut(self.tgt_len),
-                           cut(self.key))
+                           cut(self.key), self.keyed)
+
+    def compact(self) -> PromptBatch | PromptKeys:
+        """What is sent to an actor: the keys of a keyed batch (:class:`PromptKeys`), else the batch."""
+        return PromptKeys(self.key, self.tgt is not None) if self.keyed else self
 
     def split(self, n: int) -> list[PromptBatch]:
         """``n`` near-equal contiguous shards (for ``n`` workers); empty shards are dropped."""
@@ -53,7 +60,28 @@ class PromptBatch:
             return None if a is None else np.repeat(a, k, axis=0)
 
         return PromptBatch(rep(self.src), rep(self.src_len), rep(self.tgt) if tgt is None else tgt, rep(self.tgt_len),
-                           rep(self.key))
+                           rep(self.key), self.keyed and tgt is None)
+
+
+@dataclass
+class PromptKeys:
+    """A keyed :class:`PromptBatch` as the driver sends it to an actor: its rows' keys into the task's data (B,)
+    int64, and whether it carries targets; the actor's task rebuilds the arrays (:func:`prompt_arrays`). A batch of
+    4,096 prompts of 64 tokens with targets of 64 is 32 KiB of keys instead of 4 MiB of token arrays."""
+
+    key: np.ndarray
+    with_targets: bool = False
+
+    def __len__(self) -> int:
+        return int(self.key.shape[0])
+
+
+def prompt_arrays(prompts: PromptBatch | PromptKeys, task) -> PromptBatch:
+    """``prompts`` as token arrays: :class:`PromptKeys` rebuilt by ``task.prompt_rows`` (the same rows the driver's
+    task gave, bit for bit), a batch as it is."""
+    if isinstance(prompts, PromptKeys):
+        return task.prompt_rows(prompts.key, with_targets=prompts.with_targets)
+    return prompts
 
 
 @dataclass

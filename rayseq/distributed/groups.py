@@ -33,7 +33,7 @@ from rayseq.distributed.handles import resolve
 from rayseq.distributed.learner import Learner
 from rayseq.distributed.scorer import ScorerActor
 from rayseq.distributed.worker import RolloutWorker
-from rayseq.types import PromptBatch, Rollout, RolloutRequest
+from rayseq.types import PromptBatch, PromptKeys, Rollout, RolloutRequest
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,10 @@ def _two(method):
 
 # -- the calls the groups send, as named builders: ``partial(builder, ...)`` is ``send(actor) -> (data ref, info ref)``,
 # which the actor manager calls again on a restarted actor (rayseq.distributed.manager.Call)
-def send_sample(prompts: PromptBatch, request: RolloutRequest, score_here: bool, weights: dict, report: dict, worker):
-    """Sample a shard on ``worker`` (scored there when ``score_here``), with the weights ``weights`` carries."""
+def send_sample(prompts: PromptBatch | PromptKeys, request: RolloutRequest, score_here: bool, weights: dict,
+                report: dict, worker):
+    """Sample a shard on ``worker`` (scored there when ``score_here``), with the weights ``weights`` carries;
+    ``prompts``: a keyed batch's keys (the worker reads the rows), else the batch."""
     return _two(worker.sample_shard).remote(prompts, request, score_here, **weights, **report)
 
 
@@ -244,12 +246,13 @@ class LearnerGroup:
 
     def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
         """A supervised update on ``batch`` (MLE pretraining, RAML, ...); its metrics."""
-        return self._call(lambda a: a.update, batch, iteration, every_rank=True)
+        return self._call(lambda a: a.update, batch if self.is_local else batch.compact(), iteration, every_rank=True)
 
     def aux_update(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
         """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (shard
         handles): ``Algorithm.aux_update``."""
-        return self._call(lambda a: a.aux_update, positives, negatives, seed, every_rank=True)
+        return self._call(lambda a: a.aux_update, positives if self.is_local else positives.compact(), negatives, seed,
+                          every_rank=True)
 
     def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
                rows=None) -> dict:
@@ -499,7 +502,7 @@ class RolloutGroup:
         scorers = self.scorer.actors if self.scorer.scores_rollouts else []
         report = {"report_score": True} if report_score else {}
         weights = self._weights()
-        samples = [partial(send_sample, shard, _shard_request(request, i), not scorers, weights,
+        samples = [partial(send_sample, shard.compact(), _shard_request(request, i), not scorers, weights,
                            {} if scorers else report) for i, shard in enumerate(shards)]
         return samples, partial(partial, send_score, report), scorers
 

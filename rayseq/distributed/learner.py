@@ -20,7 +20,7 @@ from rayseq.distributed.placement import placement_group_id
 from rayseq.models import ValueBaseline, make_generator, reference_policy
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
-from rayseq.types import PromptBatch, Rollout, to_torch
+from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays, to_torch
 
 # the learner state's own entries; any other top-level entry of a checkpoint written before algorithms owned their
 # modules (those modules, their optimizers and counters) is the algorithm's
@@ -252,7 +252,9 @@ class Learner:
         return self.algo.on_validation(self.state, reward)
 
     def update(self, batch, iteration: int) -> dict:
-        """The stage's update (MLE's, then the algorithm's) on ``batch``; its metrics."""
+        """The stage's update (MLE's, then the algorithm's) on ``batch`` (a rollout, prompts with targets, or their
+        keys: :class:`~rayseq.types.PromptKeys`, read here); its metrics."""
+        batch = prompt_arrays(batch, self.task)
         self.state.generator.train()
         rollout = self.updater.kind == "rollout"
         with self._compute():
@@ -320,11 +322,11 @@ class Learner:
         return {"kl/per_reply": per_reply, "kl/per_token": float(kl.sum() / max(rollout.action_mask.sum(), 1.0)),
                 "kl/coef": coef}
 
-    def aux_update(self, positives: PromptBatch, negatives: Rollout | list, seed: int) -> dict:
-        """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (a
-        Rollout, or the shard handles of one, fetched here): ``Algorithm.aux_update``."""
+    def aux_update(self, positives: PromptBatch | PromptKeys, negatives: Rollout | list, seed: int) -> dict:
+        """The algorithm's update of a model of its own on real ``positives`` (or their keys) against sampled
+        ``negatives`` (a Rollout, or the shard handles of one, fetched here): ``Algorithm.aux_update``."""
         with self._compute():
-            return self.algo.aux_update(self.state, positives, as_rollout(negatives), seed)
+            return self.algo.aux_update(self.state, prompt_arrays(positives, self.task), as_rollout(negatives), seed)
 
     def evaluate(self, split: str = "val") -> tuple[dict, dict]:
         """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics."""

@@ -20,7 +20,7 @@ from rayseq.models import make_generator
 from rayseq.rewards.terminal import terminal_rewards
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
-from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
+from rayseq.types import PromptBatch, PromptKeys, Rollout, RolloutRequest, prompt_arrays, to_torch
 
 
 class RolloutWorker:
@@ -104,14 +104,14 @@ class RolloutWorker:
     # -- the Ray groups' calls: (data, small info) as two return objects; the data goes on by reference to the
     # scorer or the learner, the driver reads the info only (rayseq.distributed.handles). The weights travel with
     # the work (``weights`` = [ref], ``version``: loaded first when the version is new here; one call, not two)
-    def sample_shard(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True, weights=None,
-                     version: int = -1, report_score: bool = False) -> tuple[Rollout, dict]:
+    def sample_shard(self, prompts: PromptBatch | PromptKeys, request: RolloutRequest, score: bool = True,
+                     weights=None, version: int = -1, report_score: bool = False) -> tuple[Rollout, dict]:
         """:meth:`sample` with the weights ``version``, and its info (worker, timings, rows; with ``report_score``
         the rewards ``score`` (B,) and ``term_scores`` (B, K), for an iteration that decides on them: dynamic
-        sampling)."""
+        sampling). ``prompts``: the batch, or the keys of rows of the task's data (read here)."""
         if weights is not None:
             self.set_weights(weights, version)
-        rollout = self.sample(prompts, request, score)
+        rollout = self.sample(prompt_arrays(prompts, self.task), request, score)
         report = {"score": rollout.score, "term_scores": rollout.term_scores} if report_score else {}
         return rollout, {**rollout.info, "rows": len(rollout), **report}
 

@@ -128,7 +128,9 @@ class Task:
     besides <pad>/<bos>), traits ``has_reward``, ``has_references``, ``scored_remotely`` (see rayseq.registry),
     ``defaults`` (its values of ``task.*`` keys, resolved into the config), ``check_config(run_cfg)`` (checks of
     the whole run's config, e.g. against the task's data), ``prepare_data(task_cfg)`` (called once by the driver
-    before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints).
+    before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints), ``prompt_rows(key,
+    with_targets=False) -> PromptBatch`` (the rows ``key`` of the task's data, marked ``keyed=True``: the driver
+    then sends actors the keys, not the arrays, and their task rebuilds them; :class:`rayseq.types.PromptKeys`).
     """
 
     name = ""

@@ -210,17 +210,21 @@ class PairsTask(Task):
 
     # -- data -------------------------------------------------------------------------------------
     def sample_prompts(self, rng: np.random.Generator, n: int, *, with_targets: bool = False) -> PromptBatch:
-        """``n`` training rows drawn uniformly (with targets: rows with a reply); ``key`` = the row; targets end in
-        EOS."""
-        s = self.train
+        """``n`` training rows drawn uniformly (with targets: rows with a reply): :meth:`prompt_rows` of them."""
         if with_targets:
             if not len(self._reply_rows):
                 raise DataError(f"task.data={self.cfg.data}: no training row has a reply (a prompt-only dataset), and "
                                 "this stage learns replies (MLE); set train.pretrain_iters=0 and an RL algorithm")
             idx = self._reply_rows[rng.integers(0, len(self._reply_rows), size=n)]
         else:
-            idx = rng.integers(0, len(s), size=n)
-        batch = PromptBatch(s.src[idx], s.src_len[idx], key=idx.astype(np.int64))
+            idx = rng.integers(0, len(self.train), size=n)
+        return self.prompt_rows(idx.astype(np.int64), with_targets=with_targets)
+
+    def prompt_rows(self, key: np.ndarray, *, with_targets: bool = False) -> PromptBatch:
+        """The training rows ``key`` (B,) as a keyed batch (``key`` = the row; targets end in EOS): what an actor
+        rebuilds from the keys the driver sends (``PromptBatch.compact``)."""
+        s, idx, n = self.train, np.asarray(key, dtype=np.int64), len(key)
+        batch = PromptBatch(s.src[idx], s.src_len[idx], key=idx, keyed=True)
         if with_targets:
             tgt = np.full((n, self.max_tgt_len), self.specials.pad, dtype=np.int64)
             tgt[:, : s.tgt.shape[1]] = s.tgt[idx]

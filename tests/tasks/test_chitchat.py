@@ -52,6 +52,62 @@ def test_prompts_rewards_and_references(corpus):
     assert (score[1:] == 1.0).all()  # a reference scores 1 against a set that contains it
 
 
+def test_a_keyed_batch_travels_as_its_keys_and_another_task_rebuilds_it_bit_for_bit(corpus):
+    """What an actor is sent for rows of the task's data: their keys (PromptKeys), from which its own task (built
+    from the same config in another process) rebuilds every array, after the groups' repeat and split too; a batch
+    that is not the task's rows (targets replaced, a generated task's) travels as it is."""
+    import pickle
+
+    from rayseq.tasks.counting import CountingTask
+    from rayseq.types import PromptKeys, prompt_arrays
+
+    cfg = tiny(corpus).task
+    task, other = ChitchatTask(cfg), ChitchatTask(cfg)
+    for with_targets in (False, True):
+        batch = task.sample_prompts(np.random.default_rng(3), 24, with_targets=with_targets)
+        for part in (batch, batch.repeat(4), *batch.repeat(4).split(5)):
+            sent = part.compact()
+            assert isinstance(sent, PromptKeys) and sent.with_targets == with_targets and len(sent) == len(part)
+            rebuilt = prompt_arrays(pickle.loads(pickle.dumps(sent)), other)
+            for name in ("src", "src_len", "tgt", "tgt_len", "key"):
+                a, b = getattr(part, name), getattr(rebuilt, name)
+                assert (a is None and b is None) or (a.dtype == b.dtype and np.array_equal(a, b)), name
+        sent, whole = len(pickle.dumps(batch.repeat(4).compact())), len(pickle.dumps(batch.repeat(4)))
+        assert sent < whole / (2 if not with_targets else 4), (sent, whole)
+    replaced = batch.repeat(2, tgt=np.repeat(batch.tgt, 2, axis=0))  # RAML's candidates replace the targets
+    assert replaced.compact() is replaced and prompt_arrays(replaced, other) is replaced
+    counting = CountingTask(build_config(None, ["task.name=counting"]).task).sample_prompts(np.random.default_rng(0), 8)
+    assert counting.compact() is counting  # generated inputs: no data to read them from
+
+
+@pytest.mark.ray
+def test_rollout_workers_read_their_prompts_from_the_keys_the_driver_sends(ray_session, corpus):
+    """Under Ray each worker is sent its shard's keys (not the token arrays) and samples the rows its own task reads:
+    the sampled shards carry exactly the driver's inputs and targets, in shard order."""
+    import pickle
+
+    from rayseq.distributed.groups import ActorGroups
+    from rayseq.types import PromptKeys, Rollout, RolloutRequest
+
+    rt = ActorGroups(tiny(corpus, "rollout.num_workers=2", "scorer.num_scorers=0", "rollout.num_cpus_per_worker=0.5"))
+    try:
+        rt.rollout.sync_weights()
+        task = ChitchatTask(tiny(corpus).task)
+        prompts = task.sample_prompts(np.random.default_rng(5), 16, with_targets=True).repeat(3)
+        request = RolloutRequest(max_len=task.max_tgt_len, seed=7)
+        samples, _, _ = rt.rollout._calls(prompts, request)
+        sent = [s.args[0] for s in samples]
+        assert [type(p) for p in sent] == [PromptKeys, PromptKeys] and sum(map(len, sent)) == 48
+        assert sum(len(pickle.dumps(p)) for p in sent) < len(pickle.dumps(prompts)) / 4
+        shards = ray_session.get(rt.rollout.sample(prompts, request))
+        rollout = Rollout.concat(shards)
+        assert sorted({s.info["worker"] for s in shards}) == [0, 1]
+        for name in ("src", "src_len", "tgt", "key"):
+            assert np.array_equal(getattr(rollout, name), getattr(prompts, name)), name
+    finally:
+        rt.shutdown()
+
+
 def test_distinct_and_self_bleu_by_hand():
     a, b, c = np.array([1, 2, 3]), np.array([1, 2, 4]), np.array([5])
     # unigrams 1 2 3 1 2 4 5: 5 distinct of 7; bigrams (1,2) (2,3) (1,2) (2,4): 3 distinct of 4

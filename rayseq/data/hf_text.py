@@ -31,6 +31,8 @@ Math/data layer: numpy and transformers (imported when a vocabulary is built).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +40,8 @@ import numpy as np
 from rayseq.data.dataset import DialogueData
 from rayseq.data.text import detokenize
 from rayseq.vocab import Specials, decode_tokens
+
+log = logging.getLogger(__name__)
 
 
 def load_tokenizer(path: str):
@@ -152,8 +156,66 @@ def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
     reply (as written, or the prepared word tokens detokenised) encoded again; rows, groups and splits unchanged, so
     the references of an input are the same replies. The length caps become the longest encoded input and reply (a
     prompt-only dataset: its prepared ``max_tgt_len``)."""
+    return _with_ids(data, vocab, _encoded_ids(data, vocab))
+
+
+def retokenized(data: DialogueData, vocab: HFVocab, folder) -> DialogueData:
+    """:func:`retokenize` of the dataset prepared in ``folder``, kept in ``folder/retokenized/``: the first process
+    on a machine (the driver, before any actor starts) encodes and writes it, every other one (each rollout worker,
+    scorer and learner) reads the ids back instead of encoding every row again. One file per dataset content (its
+    manifest, vocabulary and shards' sizes and times), tokenizer (its files) and tokenizers version; written whole
+    (a temporary file renamed), so processes that encode at once leave one complete file. A folder it cannot write
+    is encoded each time (logged once per process)."""
+    path = Path(folder).expanduser() / RETOKENIZED / f"{_cache_key(folder, vocab)}.npz"
+    try:
+        with np.load(path) as stored:
+            return _with_ids(data, vocab, {k: stored[k] for k in stored.files})
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError) as exc:  # a damaged file: encoded again, and replaced
+        log.warning("%s: unreadable (%s); encoding the dataset again", path, exc)
+    ids = _encoded_ids(data, vocab)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, **ids)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if str(folder) not in _UNCACHED:
+            _UNCACHED.add(str(folder))
+            log.info("%s: cannot keep the re-tokenised dataset there (%s); each process encodes it", folder, exc)
+    return _with_ids(data, vocab, ids)
+
+
+RETOKENIZED = "retokenized"  # the prepared dataset's folder of its text encoded by Hugging Face tokenizers
+_UNCACHED: set[str] = set()  # folders this process could not write its encoding into (said once)
+_TOKENIZER_FILES = (".json", ".txt", ".model", ".jinja", ".tiktoken")  # what a tokenizer reads (not the weights)
+
+
+def _cache_key(folder, vocab: HFVocab) -> str:
+    """What the encoded ids depend on, hashed: the dataset's manifest and vocabulary, its shards' names, sizes and
+    modification times, the tokenizer's files, the separator setting and the tokenizers library's version."""
+    import hashlib
+
+    import tokenizers
+
+    h = hashlib.sha256(f"rayseq-retokenized-1 {tokenizers.__version__} {vocab.separator}".encode())
+    folder = Path(folder).expanduser()
+    for name in ("manifest.json", "vocab.json"):
+        h.update((folder / name).read_bytes())
+    for shard in sorted(folder.glob("*/part-*.parquet")):
+        stat = shard.stat()
+        h.update(f"{shard.relative_to(folder)} {stat.st_size} {stat.st_mtime_ns}".encode())
+    for f in sorted(Path(vocab.path).expanduser().iterdir()):
+        if f.is_file() and f.suffix in _TOKENIZER_FILES:
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def _encoded_ids(data: DialogueData, vocab: HFVocab) -> dict[str, np.ndarray]:
+    """Every split's inputs and replies encoded by ``vocab`` (:func:`retokenize`): ``<split>/src``, ``/src_len``,
+    ``/tgt``, ``/tgt_len`` and the caps ``max_src``, ``max_tgt`` as arrays."""
     kind = data.tokenizer.get("kind", "words")
-    conversational = bool(getattr(data, "conversational", False))
 
     def text(written, tokens: str) -> str:
         """What to encode of a row: as written (a conversation rendered), else the prepared tokens detokenised."""
@@ -182,10 +244,17 @@ def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
             out[i, : len(r)] = r
         return out, np.array([len(r) for r in rows], dtype=np.int64)
 
-    splits = {}
-    for name, s in data.splits.items():
-        src, src_len = pad(encoded[name][0], max_src)
-        tgt, tgt_len = pad(encoded[name][1], max_tgt)
-        splits[name] = dataclasses.replace(s, src=src, src_len=src_len, tgt=tgt, tgt_len=tgt_len)
-    tokenizer = {"kind": HFVocab.kind, "path": vocab.path, **({"chat_template": True} if conversational else {})}
-    return DialogueData(vocab, tokenizer, max_src, max_tgt, data.manifest, splits)
+    out = {"max_src": np.int64(max_src), "max_tgt": np.int64(max_tgt)}
+    for name in data.splits:
+        out[f"{name}/src"], out[f"{name}/src_len"] = pad(encoded[name][0], max_src)
+        out[f"{name}/tgt"], out[f"{name}/tgt_len"] = pad(encoded[name][1], max_tgt)
+    return out
+
+
+def _with_ids(data: DialogueData, vocab: HFVocab, ids: dict[str, np.ndarray]) -> DialogueData:
+    """``data`` with the ids :func:`_encoded_ids` gave (rows, groups, texts and splits unchanged)."""
+    splits = {name: dataclasses.replace(s, **{f: ids[f"{name}/{f}"] for f in ("src", "src_len", "tgt", "tgt_len")})
+              for name, s in data.splits.items()}
+    template = {"chat_template": True} if getattr(data, "conversational", False) else {}
+    tokenizer = {"kind": HFVocab.kind, "path": vocab.path, **template}
+    return DialogueData(vocab, tokenizer, int(ids["max_src"]), int(ids["max_tgt"]), data.manifest, splits)

@@ -6,7 +6,8 @@ references (one-to-many); ``task.prepare=true`` prepares ``task.source`` into ``
 dataset. The ``chitchat`` task (:mod:`rayseq.tasks.chitchat`) is this task on the chit-chat corpus. With
 ``task.hf_tokenizer`` (set from ``model.path`` by ``model.arch=hf``) a Hugging Face tokenizer's ids replace the
 prepared vocabulary: every row's text is re-tokenised (:func:`rayseq.data.hf_text.retokenize`), so BLEU-2 counts
-its subword tokens, and replies are decoded by it.
+its subword tokens, and replies are decoded by it. The ids are kept beside the dataset
+(``task.data/retokenized/``, :func:`rayseq.data.hf_text.retokenized`): the driver encodes, the actors read them.
 
 Reward: the task's own is sentence BLEU-2 of the sampled reply against ALL references of its prompt, the reward
 of Tuan et al. (2018, Sec. 5.2) for their chatbot, vectorised (:func:`rayseq.rewards.bleu.sentence_bleu_padded`,
@@ -59,7 +60,7 @@ import torch
 from pydantic import Field
 
 from rayseq.data.dataset import DialogueData, encode_text
-from rayseq.data.hf_text import HFVocab, retokenize
+from rayseq.data.hf_text import HFVocab, retokenized
 from rayseq.data.preparation import DataError, PrepareOptions
 from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids, detokenize
@@ -127,7 +128,8 @@ class PairsTask(Task):
             self.banned_ids = (self.data.vocab.specials.unk,)  # no training reply has <unk>: never emit it
         if cfg.hf_tokenizer:  # a Hugging Face tokenizer's tokens replace the prepared vocabulary (model.arch=hf)
             # a chat template's generation prompt ends a conversational prompt: no separator after it
-            self.data = retokenize(self.data, HFVocab(cfg.hf_tokenizer, separator=not self.data.conversational))
+            self.data = retokenized(self.data, HFVocab(cfg.hf_tokenizer, separator=not self.data.conversational),
+                                    cfg.data)
         self.vocab = self.data.vocab
         self.specials = self.vocab.specials
         self.max_src_len = self.data.max_src_len

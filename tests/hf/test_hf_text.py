@@ -59,3 +59,53 @@ def test_tokenizer_without_a_pad_token_is_refused(hf_dir, tmp_path):
         HFVocab(str(d))
     with pytest.raises(FileNotFoundError, match="no such directory"):
         HFVocab(str(tmp_path / "nowhere"))
+
+
+def test_the_retokenised_dataset_is_kept_beside_it_and_read_back_bit_for_bit(corpus, hf_dir, tmp_path, caplog):
+    """The first process encodes and writes the ids into the dataset's folder, the next reads the same arrays back;
+    a changed tokenizer or dataset is encoded anew (another file); a damaged file is encoded again and replaced; a
+    folder that cannot be written is encoded each time."""
+    import logging
+
+    from rayseq.data.dataset import DialogueData
+    from rayseq.data.hf_text import RETOKENIZED, retokenize, retokenized
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(corpus, data_dir)
+    words = DialogueData.load(data_dir)
+    vocab = HFVocab(str(hf_dir))
+    fresh = retokenize(words, vocab)
+
+    def same(a, b):
+        assert (a.max_src_len, a.max_tgt_len, a.tokenizer) == (b.max_src_len, b.max_tgt_len, b.tokenizer)
+        for name, split in a.splits.items():
+            for f in ("src", "src_len", "tgt", "tgt_len"):
+                x, y = getattr(split, f), getattr(b.splits[name], f)
+                assert x.dtype == y.dtype and np.array_equal(x, y), (name, f)
+            assert split.src_text == b.splits[name].src_text and np.array_equal(split.group, b.splits[name].group)
+
+    same(retokenized(words, vocab, data_dir), fresh)  # encoded, written
+    (kept,) = (data_dir / RETOKENIZED).iterdir()
+    written = kept.stat().st_mtime_ns
+    same(retokenized(words, vocab, data_dir), fresh)  # read back, not written again
+    assert kept.stat().st_mtime_ns == written
+
+    other = tmp_path / "tok"  # another tokenizer: its own file, its own ids
+    shutil.copytree(hf_dir, other)
+    config = other / "tokenizer_config.json"
+    config.write_text(config.read_text().replace('"<unk>"', '"<pad>"', 1))
+    retokenized(words, HFVocab(str(other)), data_dir)
+    assert len(list((data_dir / RETOKENIZED).iterdir())) == 2
+
+    kept.write_bytes(b"not an npz")  # damaged: encoded again and replaced
+    same(retokenized(words, vocab, data_dir), fresh)
+    same(retokenized(words, vocab, data_dir), fresh)
+    assert "unreadable" in caplog.text
+
+    shutil.rmtree(data_dir / RETOKENIZED)
+    (data_dir / RETOKENIZED).write_text("")  # the folder cannot be made (as in a read-only dataset): encoded each time
+    with caplog.at_level(logging.INFO, logger="rayseq.data.hf_text"):
+        same(retokenized(words, vocab, data_dir), fresh)
+        same(retokenized(words, vocab, data_dir), fresh)
+    assert caplog.text.count("cannot keep the re-tokenised dataset") == 1
+    assert not list(data_dir.glob("**/*.npz"))

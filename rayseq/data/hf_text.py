@@ -199,7 +199,7 @@ def _cache_key(folder, vocab: HFVocab) -> str:
 
     import tokenizers
 
-    h = hashlib.sha256(f"rayseq-retokenized-1 {tokenizers.__version__} {vocab.separator}".encode())
+    h = hashlib.sha256(f"rayseq-retokenized-2 {tokenizers.__version__} {vocab.separator}".encode())
     folder = Path(folder).expanduser()
     for name in ("manifest.json", "vocab.json"):
         h.update((folder / name).read_bytes())
@@ -213,8 +213,9 @@ def _cache_key(folder, vocab: HFVocab) -> str:
 
 
 def _encoded_ids(data: DialogueData, vocab: HFVocab) -> dict[str, np.ndarray]:
-    """Every split's inputs and replies encoded by ``vocab`` (:func:`retokenize`): ``<split>/src``, ``/src_len``,
-    ``/tgt``, ``/tgt_len`` and the caps ``max_src``, ``max_tgt`` as arrays."""
+    """Every split's inputs and replies encoded by ``vocab`` (:func:`retokenize`), unpadded: ``<split>/src_ids`` (the
+    rows' ids concatenated, int32) and ``<split>/src_len`` (n,), the same for ``tgt``, and the caps ``max_src``,
+    ``max_tgt`` (what :func:`_with_ids` pads to)."""
     kind = data.tokenizer.get("kind", "words")
 
     def text(written, tokens: str) -> str:
@@ -238,23 +239,34 @@ def _encoded_ids(data: DialogueData, vocab: HFVocab) -> dict[str, np.ndarray]:
     # the longest reply; a prompt-only dataset has none: its prepared cap (--max-tgt-len), in this tokenizer's tokens
     max_tgt = max((len(x) for _, tgt in encoded.values() for x in tgt), default=0) or data.max_tgt_len
 
-    def pad(rows: list[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
-        out = np.full((len(rows), width), vocab.specials.pad, dtype=np.int64)
-        for i, r in enumerate(rows):
-            out[i, : len(r)] = r
-        return out, np.array([len(r) for r in rows], dtype=np.int64)
-
     out = {"max_src": np.int64(max_src), "max_tgt": np.int64(max_tgt)}
     for name in data.splits:
-        out[f"{name}/src"], out[f"{name}/src_len"] = pad(encoded[name][0], max_src)
-        out[f"{name}/tgt"], out[f"{name}/tgt_len"] = pad(encoded[name][1], max_tgt)
+        for side, rows in zip(("src", "tgt"), encoded[name]):
+            out[f"{name}/{side}_len"] = np.array([len(r) for r in rows], dtype=np.int64)
+            out[f"{name}/{side}_ids"] = (np.concatenate(rows) if rows else np.zeros(0, np.int64)).astype(np.int32)
+    return out
+
+
+def _padded_rows(ids: np.ndarray, lens: np.ndarray, width: int, pad: int) -> np.ndarray:
+    """The rows ``ids`` (all concatenated) of lengths ``lens`` as (n, width) int64, right-padded with ``pad``."""
+    out = np.full((len(lens), width), pad, dtype=np.int64)
+    rows = np.repeat(np.arange(len(lens)), lens)
+    out[rows, np.arange(len(ids)) - np.repeat(np.cumsum(lens) - lens, lens)] = ids
     return out
 
 
 def _with_ids(data: DialogueData, vocab: HFVocab, ids: dict[str, np.ndarray]) -> DialogueData:
-    """``data`` with the ids :func:`_encoded_ids` gave (rows, groups, texts and splits unchanged)."""
-    splits = {name: dataclasses.replace(s, **{f: ids[f"{name}/{f}"] for f in ("src", "src_len", "tgt", "tgt_len")})
-              for name, s in data.splits.items()}
+    """``data`` with the ids :func:`_encoded_ids` gave, padded to the longest input and reply (rows, groups, texts
+    and splits unchanged)."""
+    width = {"src": int(ids["max_src"]), "tgt": int(ids["max_tgt"])}
+    splits = {}
+    for name, s in data.splits.items():
+        arrays = {}
+        for side in ("src", "tgt"):
+            lens = ids[f"{name}/{side}_len"]
+            arrays[side] = _padded_rows(ids[f"{name}/{side}_ids"], lens, width[side], vocab.specials.pad)
+            arrays[f"{side}_len"] = lens
+        splits[name] = dataclasses.replace(s, **arrays)
     template = {"chat_template": True} if getattr(data, "conversational", False) else {}
     tokenizer = {"kind": HFVocab.kind, "path": vocab.path, **template}
     return DialogueData(vocab, tokenizer, int(ids["max_src"]), int(ids["max_tgt"]), data.manifest, splits)

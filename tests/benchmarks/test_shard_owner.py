@@ -20,7 +20,10 @@ def test_quick_run_times_both_owners_and_finds_which_shard_outlives_its_worker(r
         (b, n, r, o) for b in (16 << 10, 1 << 20) for n in (1, 2, 4) for r in (1, 2) for o in ("driver", "workers")}
     assert all(r["cpu_ms"] > 0 and r["wall_ms"] > 0 and len(r["cpu_ms_all"]) == 3 for r in rows)
     assert set(record["fits"]) == {f"{b}/{o}" for b in (16 << 10, 1 << 20) for o in ("driver", "workers")}
-    # a shard the driver owns is read after the worker that sampled it is gone; one its worker owned is lost with it
-    assert record["survival"] == {f"{b}/{o}": ("read" if o == "driver" else "OwnerDiedError")
-                                  for b in (16 << 10, 1 << 20) for o in ("driver", "workers")}
+    # a shard the driver owns is read after the worker that sampled it is gone; a 1 MiB one its worker owned is lost
+    # with it (a small one may have travelled with its reference: either answer)
+    survival = record["survival"]
+    assert survival[f"{16 << 10}/driver"] == survival[f"{1 << 20}/driver"] == "read"
+    assert survival[f"{1 << 20}/workers"] == "OwnerDiedError"
+    assert survival[f"{16 << 10}/workers"] in ("read", "OwnerDiedError")
     assert record["footprint"] == {"actors": 6, "with_torch": 0}

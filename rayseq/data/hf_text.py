@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from rayseq.data.dataset import DialogueData
+from rayseq.data.preparation import DataError
 from rayseq.data.text import detokenize
 from rayseq.vocab import Specials, decode_tokens
 
@@ -185,6 +186,47 @@ def retokenized(data: DialogueData, vocab: HFVocab, folder) -> DialogueData:
             _UNCACHED.add(str(folder))
             log.info("%s: cannot keep the re-tokenised dataset there (%s); each process encodes it", folder, exc)
     return _with_ids(data, vocab, ids)
+
+
+def context_length(path) -> int | None:
+    """The positions of the Hugging Face model in ``path`` (its config.json's ``max_position_embeddings``,
+    ``n_positions`` or ``n_ctx``); None for a tokenizer without a model config, or a model without such a limit."""
+    import json
+
+    config = Path(path).expanduser() / "config.json"
+    try:
+        spec = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        if isinstance(spec.get(key), int) and spec[key] > 0:
+            return int(spec[key])
+    return None
+
+
+def fit_context(data: DialogueData, context: int, where: str = "task.data") -> DialogueData:
+    """``data`` whose sequences fit a model of ``context`` positions: an input, the separator and a reply with its
+    end token are at most ``context`` tokens, so inputs keep their LAST ``context − max_tgt_len − 2`` tokens (as every
+    input is truncated); the count of inputs cut is logged. A reply that leaves no room for an input is an error
+    naming the lengths."""
+    room = context - (data.max_tgt_len + 2)  # the reply, its end token and the separator
+    if room < 1:
+        raise DataError(f"{where}: the longest reply is {data.max_tgt_len} tokens in this tokenizer, and the model "
+                        f"reads {context} positions, leaving no room for a prompt; prepare the data with a smaller "
+                        "--max-tgt-len (replies over it are dropped)")
+    if data.max_src_len <= room:
+        return data
+    splits, cut = {}, 0
+    for name, s in data.splits.items():
+        keep = np.minimum(s.src_len, room)
+        cut += int((s.src_len > room).sum())
+        cols = (s.src_len - keep)[:, None] + np.arange(room)[None]
+        src = np.take_along_axis(s.src, np.minimum(cols, s.src.shape[1] - 1), axis=1)
+        src[np.arange(room)[None] >= keep[:, None]] = data.vocab.specials.pad
+        splits[name] = dataclasses.replace(s, src=src, src_len=keep)
+    log.warning("%s: %d input(s) longer than the model's %d positions allow beside a reply of up to %d tokens keep "
+                "their last %d tokens", where, cut, context, data.max_tgt_len + 1, room)
+    return dataclasses.replace(data, max_src_len=room, splits=splits)
 
 
 RETOKENIZED = "retokenized"  # the prepared dataset's folder of its text encoded by Hugging Face tokenizers

@@ -8,6 +8,8 @@ dataset. The ``chitchat`` task (:mod:`rayseq.tasks.chitchat`) is this task on th
 prepared vocabulary: every row's text is re-tokenised (:func:`rayseq.data.hf_text.retokenize`), so BLEU-2 counts
 its subword tokens, and replies are decoded by it. The ids are kept beside the dataset
 (``task.data/retokenized/``, :func:`rayseq.data.hf_text.retokenized`): the driver encodes, the actors read them.
+Inputs keep their last tokens where the model's positions (its config.json) would not hold them beside the longest
+reply (:func:`rayseq.data.hf_text.fit_context`), as every input is truncated.
 
 Reward: the task's own is sentence BLEU-2 of the sampled reply against ALL references of its prompt, the reward
 of Tuan et al. (2018, Sec. 5.2) for their chatbot, vectorised (:func:`rayseq.rewards.bleu.sentence_bleu_padded`,
@@ -60,7 +62,7 @@ import torch
 from pydantic import Field
 
 from rayseq.data.dataset import DialogueData, encode_text
-from rayseq.data.hf_text import HFVocab, retokenized
+from rayseq.data.hf_text import HFVocab, context_length, fit_context, retokenized
 from rayseq.data.preparation import DataError, PrepareOptions
 from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids, detokenize
@@ -130,6 +132,9 @@ class PairsTask(Task):
             # a chat template's generation prompt ends a conversational prompt: no separator after it
             self.data = retokenized(self.data, HFVocab(cfg.hf_tokenizer, separator=not self.data.conversational),
                                     cfg.data)
+            context = context_length(cfg.hf_tokenizer)  # the model's positions: inputs cut to fit beside a reply
+            if context is not None:
+                self.data = fit_context(self.data, context, f"task.data={cfg.data}")
         self.vocab = self.data.vocab
         self.specials = self.vocab.specials
         self.max_src_len = self.data.max_src_len

@@ -197,3 +197,43 @@ def test_rnn_on_a_hugging_face_tokenizer(corpus, hf_dir, tmp_path):
     model = ChatModel(tmp_path / "rnn")
     res = model.generate([GenRequest("hi there", max_tokens=6)])[0]
     assert "".join(res.pieces[0]) == res.replies[0] and res.unknown_words == []
+
+
+def test_an_input_longer_than_the_models_positions_keeps_its_last_tokens_and_trains(hf_dir, tmp_path):
+    """A prompt longer than the model's 128 positions (its config.json) beside the longest reply: the task keeps its
+    last tokens, every sequence fits, and a run trains on it (it failed in the model's position embedding); a model
+    too short for the replies themselves is an error naming the lengths."""
+    import shutil
+
+    from rayseq.data.preparation import DataError, PrepareOptions, prepare
+    from tests.conftest import write_corpus
+
+    src = write_corpus(tmp_path / "pairs.jsonl")
+    rows = [json.loads(line) for line in src.read_text().splitlines()]
+    long_prompt = " ".join(["tell me about music and movies and books"] * 30)
+    rows[0]["input"] = long_prompt
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = tmp_path / "data"
+    prepare(f"jsonl:{src}", data, PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
+    cfg = hf_config(data, hf_dir, "train.iters=2", "train.eval_every=0", run_dir=tmp_path / "run")
+    task = make_task(cfg.task)
+    assert task.max_src_len + 1 + task.max_tgt_len == 128  # input, separator, reply with its end token
+    full = task.vocab.encode_text(long_prompt, 1 << 30)
+    assert len(full) > task.max_src_len
+    tr = task.train
+    (row,) = np.flatnonzero(tr.src_len == task.max_src_len)
+    assert np.array_equal(tr.src[row, : tr.src_len[row]], full[-task.max_src_len:])  # its last tokens
+    short = tr.src_len < task.max_src_len  # the others as they were encoded
+    words = DialogueData.load(data).splits["train"]
+    for i in np.flatnonzero(short)[:10]:
+        assert task.reply_text(tr.src[i, : tr.src_len[i]]) == words.prompts[i]
+    summary = Trainer(cfg).run()
+    assert np.isfinite(summary["metrics"]["test/bleu2"])
+
+    small = tmp_path / "small"
+    shutil.copytree(hf_dir, small)
+    config = json.loads((small / "config.json").read_text())
+    config["n_positions"] = 8
+    (small / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DataError, match=r"reads 8 positions, leaving no room for a prompt.*--max-tgt-len"):
+        make_task(hf_config(data, small).task)

@@ -28,6 +28,7 @@ Memory: the table (rows x S x 2 int64) once in the object store; the start part 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pickle
 import shutil
@@ -107,8 +108,7 @@ def measure_send(ray, actors: list, table: dict, sizes: list[tuple[int, int]], r
     for batch, width in sizes:
         view = {k: v[:, :width] if v.ndim == 2 else v for k, v in table.items()}
         keyed = prompt_rows(view, rng.integers(0, len(table["len"]), batch), with_targets=True)
-        forms = {"arrays": keyed.slice(0, batch), "keys": keyed}
-        forms["arrays"].keyed = False
+        forms = {"arrays": dataclasses.replace(keyed, keyed=False), "keys": keyed}  # the same rows, sent whole
         sent = {name: sum(len(pickle.dumps(s.compact(), protocol=5)) for s in p.split(len(actors)))
                 for name, p in forms.items()}
         for p in forms.values():  # warm-up: the stand-ins' first calls of this shape

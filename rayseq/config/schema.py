@@ -302,8 +302,7 @@ class RolloutConfig(_Section):
         "rollout.weight_sync_timeout_s) falls back to the object store for that version and the group is rebuilt "
         "(rayseq.distributed.weight_sync). Not the default: on one node the object store is faster "
         "(benchmarks/rollout_engines). Composes with rollout.max_staleness up to 1 (a worker receives behind the "
-        "batches already queued on it) and with "
-        "rollout.engine=vllm; not with learner.strategy=fsdp.",
+        "batches already queued on it) and with rollout.engine=vllm; not with learner.strategy=fsdp.",
     )
     weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")
     weight_sync_timeout_s: float = Field(

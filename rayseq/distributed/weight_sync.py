@@ -143,6 +143,11 @@ def receive(like: dict, spec: GroupSpec, rank: int, bucket_bytes: int, first: bo
     return state
 
 
+def memberships() -> list[str]:
+    """The names of the weights groups this process is a member of (diagnostics)."""
+    return sorted({name for name, _ in _GROUPS})
+
+
 def leave(group_name: str) -> None:
     """Drop this process's membership of ``group_name`` (a group being replaced), if it has one."""
     for key in [k for k in _GROUPS if k[0] == group_name]:
@@ -195,8 +200,12 @@ class CollectiveWeights:
         self._first = True  # the next broadcast is the group's first: its members join
 
     def forget(self) -> None:
-        """The learner was rebuilt: the next broadcast builds a new group."""
-        self.spec = None
+        """The learner was rebuilt: its group went with it. The workers leave it (each would otherwise keep one dead
+        membership per rebuilt learner), and the next broadcast builds a new group."""
+        if self.spec is not None:
+            for worker in self._members[1:]:
+                worker.leave_weight_group.remote(self.spec.name)
+        self.spec, self._members = None, []
 
     def broadcast(self, learner, workers: list, version: int, key) -> None:
         """Queue weights ``version``: the learner's send (behind its update) and each worker's receive (ahead of its

@@ -52,11 +52,13 @@ class RolloutWorker:
         return os.getpid()
 
     def stats(self) -> dict:
-        """Diagnostics: pid, weights version and loads, and a checksum of the weights."""
+        """Diagnostics: pid, weights version and loads, a checksum of the weights, the weights groups it is in."""
+        from rayseq.distributed import weight_sync
+
         checksum = float(sum(p.detach().double().sum() for p in self.generator.parameters()))
         return {
             "pid": os.getpid(), "version": self.version, "loads": self.loads, "checksum": checksum,
-            "collective_loads": self.collective_loads,
+            "collective_loads": self.collective_loads, "weight_groups": weight_sync.memberships(),
             "placement_group": placement_group_id(), **self.engine_stats(),
         }
 

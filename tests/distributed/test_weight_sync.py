@@ -195,3 +195,37 @@ def test_a_group_of_its_own_broadcasts_and_refuses_a_wrong_checksum():
     weight_sync.leave(spec.name)
     with pytest.raises(RuntimeError, match="not a member of rayseq-test-weights"):
         weight_sync.receive(like, spec, 1, 256)
+
+
+@pytest.mark.ray
+def test_a_rebuilt_learner_broadcasts_to_workers_that_left_its_old_group(ray_session, tmp_path):
+    """kill -9 the learner after an update: the learner group is rebuilt from its checkpoint and the next broadcast
+    builds a new weights group; each worker has left the old one (a membership per rebuilt learner otherwise stays,
+    with its gloo connections) and holds the learner's weights, received over the new group."""
+    import os
+    import signal
+
+    import ray
+
+    killed, after = [], []
+
+    def report(row, trainer):
+        if row["stage"] != "train":
+            return
+        if row["iteration"] == 6 and not killed:
+            pid = ray.get(trainer.groups.learner.actors[0].placement.remote())["pid"]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        elif killed and row["iteration"] == 8 and not after:
+            trainer.groups.rollout.sync_weights()
+            trainer.groups.rollout.collective.wait()
+            after.append((trainer.groups.rollout.stats(), trainer.groups.rollout.collective.group,
+                          learner_sum(trainer)))
+
+    Trainer(tiny_config(*COMMON, "rollout.weight_sync=collective", "train.checkpoint_every=4",
+                        run_dir=tmp_path / "c"), report=report).run()
+    assert killed and after
+    stats, group, total = after[0]
+    for s in stats:
+        assert s["weight_groups"] == [group]
+        assert s["checksum"] == pytest.approx(total, rel=1e-12)

@@ -169,7 +169,48 @@ def measure_start(work: Path, repeats: int, quick: bool) -> dict:
            **{k: statistics.median(v) for k, v in times.items()}, "all": times}
     print(f"start: {rows} rows, load {out['load_s']:.2f} s, encode {out['encode_s']:.2f} s, read back "
           f"{out['read_s']:.3f} s ({out['file_bytes'] / 2**20:.0f} MiB), identical: {same}", flush=True)
+    out["fit"] = [fit_in_child(data_dir, vocab.path, context) for context in ((256 if quick else 1024), 0)]
     return out
+
+
+def fit_in_child(data_dir: Path, tokenizer: str, context: int) -> dict:
+    """The task's arrays built from the kept ids in a fresh process (``--fit-child``), for a model of ``context``
+    positions (0: none): its seconds, peak memory over the loaded corpus and the bytes the arrays hold."""
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, __file__, "--fit-child", str(data_dir), tokenizer, str(context)],
+                          check=True, capture_output=True, text=True, cwd=REPO)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"fit: {context or 'no'} positions: {out['seconds']:.2f} s, peak {out['peak_mib']:.0f} MiB over the "
+          f"corpus, arrays {out['held_mib']:.0f} MiB ({out['width']} tokens wide)", flush=True)
+    return out
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (``VmHWM``: ``ru_maxrss`` keeps the forking parent's peak across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def fit_child(data_dir: str, tokenizer: str, context: int) -> None:
+    import json
+
+    from rayseq.data.dataset import DialogueData
+    from rayseq.data.hf_text import HFVocab, retokenized
+
+    words = DialogueData.load(data_dir)
+    vocab = HFVocab(tokenizer)
+    before = peak_rss_mib()
+    t0 = time.perf_counter()
+    data = retokenized(words, vocab, data_dir, context or None)
+    seconds = time.perf_counter() - t0
+    peak = peak_rss_mib() - before
+    held = sum(getattr(s, f).nbytes for s in data.splits.values() for f in ("src", "src_len", "tgt", "tgt_len"))
+    print(json.dumps({"context": context, "seconds": seconds, "peak_mib": peak, "held_mib": held / 2**20,
+                      "width": data.max_src_len}))
 
 
 def table_md(send: list[dict], start: dict | None, footprint: dict) -> str:
@@ -197,10 +238,20 @@ def table_md(send: list[dict], start: dict | None, footprint: dict) -> str:
                   f"| its ids read back from `retokenized/` ({start['file_bytes'] / 2**20:.0f} MiB; every other "
                   f"process now) | {start['read_s']:.3f} |",
                   "", f"Read-back ids identical to the encoded ones: {start['identical']}."]
+        lines += ["", "The task's arrays built from the kept ids (a fresh process each; peak: `VmHWM` over the "
+                  "loaded corpus):", "", "| model positions | input width | seconds | peak memory | arrays held |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+        for f in start.get("fit", []):
+            lines.append(f"| {f['context'] or 'none (a tokenizer alone)'} | {f['width']:,} | {f['seconds']:.2f} | "
+                         f"{f['peak_mib']:,.0f} MiB | {f['held_mib']:,.0f} MiB |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--fit-child"]:  # fit_in_child's process
+        fit_child(argv[1], argv[2], int(argv[3]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--actors", type=int, default=8)

@@ -160,17 +160,19 @@ def retokenize(data: DialogueData, vocab: HFVocab) -> DialogueData:
     return _with_ids(data, vocab, _encoded_ids(data, vocab))
 
 
-def retokenized(data: DialogueData, vocab: HFVocab, folder) -> DialogueData:
+def retokenized(data: DialogueData, vocab: HFVocab, folder, context: int | None = None,
+                where: str = "task.data") -> DialogueData:
     """:func:`retokenize` of the dataset prepared in ``folder``, kept in ``folder/retokenized/``: the first process
     on a machine (the driver, before any actor starts) encodes and writes it, every other one (each rollout worker,
     scorer and learner) reads the ids back instead of encoding every row again. One file per dataset content (its
     manifest, vocabulary and shards' sizes and times), tokenizer (its files) and tokenizers version; written whole
     (a temporary file renamed), so processes that encode at once leave one complete file. A folder it cannot write
-    is encoded each time (logged once per process)."""
+    is encoded each time (logged once per process). ``context``: the model's positions, which the inputs are fitted to
+    (:func:`fit_context`) before they are padded."""
     path = Path(folder).expanduser() / RETOKENIZED / f"{_cache_key(folder, vocab)}.npz"
     try:
         with np.load(path) as stored:
-            return _with_ids(data, vocab, {k: stored[k] for k in stored.files})
+            return _with_ids(data, vocab, _fitted({k: stored[k] for k in stored.files}, context, where))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError) as exc:  # a damaged file: encoded again, and replaced
@@ -185,7 +187,11 @@ def retokenized(data: DialogueData, vocab: HFVocab, folder) -> DialogueData:
         if str(folder) not in _UNCACHED:
             _UNCACHED.add(str(folder))
             log.info("%s: cannot keep the re-tokenised dataset there (%s); each process encodes it", folder, exc)
-    return _with_ids(data, vocab, ids)
+    return _with_ids(data, vocab, _fitted(ids, context, where))
+
+
+def _fitted(ids: dict[str, np.ndarray], context: int | None, where: str) -> dict[str, np.ndarray]:
+    return ids if context is None else fit_context(ids, context, where)
 
 
 def context_length(path) -> int | None:
@@ -204,29 +210,31 @@ def context_length(path) -> int | None:
     return None
 
 
-def fit_context(data: DialogueData, context: int, where: str = "task.data") -> DialogueData:
-    """``data`` whose sequences fit a model of ``context`` positions: an input, the separator and a reply with its
-    end token are at most ``context`` tokens, so inputs keep their LAST ``context − max_tgt_len − 2`` tokens (as every
-    input is truncated); the count of inputs cut is logged. A reply that leaves no room for an input is an error
-    naming the lengths."""
-    room = context - (data.max_tgt_len + 2)  # the reply, its end token and the separator
+def fit_context(ids: dict[str, np.ndarray], context: int, where: str = "task.data") -> dict[str, np.ndarray]:
+    """The encoded ids of :func:`_encoded_ids` fitted to a model of ``context`` positions: an input, the separator
+    and a reply with its end token are at most ``context`` tokens, so inputs keep their LAST ``context − max_tgt − 2``
+    tokens (as every input is truncated); the count of inputs cut is logged. Cut while the rows are unpadded: no
+    array is ever as wide as the longest input. A reply that leaves no room for an input is an error naming the
+    lengths."""
+    max_tgt = int(ids["max_tgt"])
+    room = context - (max_tgt + 2)  # the reply, its end token and the separator
     if room < 1:
-        raise DataError(f"{where}: the longest reply is {data.max_tgt_len} tokens in this tokenizer, and the model "
-                        f"reads {context} positions, leaving no room for a prompt; prepare the data with a smaller "
+        raise DataError(f"{where}: the longest reply is {max_tgt} tokens in this tokenizer, and the model reads "
+                        f"{context} positions, leaving no room for a prompt; prepare the data with a smaller "
                         "--max-tgt-len (replies over it are dropped)")
-    if data.max_src_len <= room:
-        return data
-    splits, cut = {}, 0
-    for name, s in data.splits.items():
-        keep = np.minimum(s.src_len, room)
-        cut += int((s.src_len > room).sum())
-        cols = (s.src_len - keep)[:, None] + np.arange(room)[None]
-        src = np.take_along_axis(s.src, np.minimum(cols, s.src.shape[1] - 1), axis=1)
-        src[np.arange(room)[None] >= keep[:, None]] = data.vocab.specials.pad
-        splits[name] = dataclasses.replace(s, src=src, src_len=keep)
+    if int(ids["max_src"]) <= room:
+        return ids
+    out, cut = dict(ids, max_src=np.int64(room)), 0
+    for name in [k[: -len("/src_len")] for k in ids if k.endswith("/src_len")]:
+        lens = ids[f"{name}/src_len"]
+        drop = np.maximum(lens - room, 0)  # each row's first tokens that go
+        cut += int((drop > 0).sum())
+        at = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)  # each id's place in its row
+        out[f"{name}/src_ids"] = ids[f"{name}/src_ids"][at >= np.repeat(drop, lens)]
+        out[f"{name}/src_len"] = lens - drop
     log.warning("%s: %d input(s) longer than the model's %d positions allow beside a reply of up to %d tokens keep "
-                "their last %d tokens", where, cut, context, data.max_tgt_len + 1, room)
-    return dataclasses.replace(data, max_src_len=room, splits=splits)
+                "their last %d tokens", where, cut, context, max_tgt + 1, room)
+    return out
 
 
 RETOKENIZED = "retokenized"  # the prepared dataset's folder of its text encoded by Hugging Face tokenizers

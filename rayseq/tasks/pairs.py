@@ -62,7 +62,7 @@ import torch
 from pydantic import Field
 
 from rayseq.data.dataset import DialogueData, encode_text
-from rayseq.data.hf_text import HFVocab, context_length, fit_context, retokenized
+from rayseq.data.hf_text import HFVocab, context_length, retokenized
 from rayseq.data.preparation import DataError, PrepareOptions
 from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids, detokenize
@@ -130,11 +130,9 @@ class PairsTask(Task):
             self.banned_ids = (self.data.vocab.specials.unk,)  # no training reply has <unk>: never emit it
         if cfg.hf_tokenizer:  # a Hugging Face tokenizer's tokens replace the prepared vocabulary (model.arch=hf)
             # a chat template's generation prompt ends a conversational prompt: no separator after it
+            # inputs cut to fit beside a reply in the model's positions (its config.json; none: a tokenizer alone)
             self.data = retokenized(self.data, HFVocab(cfg.hf_tokenizer, separator=not self.data.conversational),
-                                    cfg.data)
-            context = context_length(cfg.hf_tokenizer)  # the model's positions: inputs cut to fit beside a reply
-            if context is not None:
-                self.data = fit_context(self.data, context, f"task.data={cfg.data}")
+                                    cfg.data, context_length(cfg.hf_tokenizer), f"task.data={cfg.data}")
         self.vocab = self.data.vocab
         self.specials = self.vocab.specials
         self.max_src_len = self.data.max_src_len

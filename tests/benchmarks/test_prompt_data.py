@@ -25,5 +25,8 @@ def test_quick_run_sends_arrays_and_keys_and_times_the_task_start(ray_session, t
     assert by[(256, "arrays")] > 2 * 256 * 64 * 8 > 50 * by[(256, "keys")]
     start = record["start"]
     assert start["identical"] and start["rows"] > 100 and start["encode_s"] > 0 and start["read_s"] > 0
+    fitted, whole = start["fit"]  # the arrays built in a fresh process for a 256-position model, and for none
+    assert (fitted["context"], whole["context"]) == (256, 0) and fitted["width"] <= whole["width"]
+    assert fitted["held_mib"] > 0 and fitted["peak_mib"] >= 0 and fitted["seconds"] > 0
     assert record["footprint"] == {"actors": 2, "with_torch": 0}
     assert "| 256 × 64 |" in (tmp_path / "prompt_data_quick.md").read_text()

@@ -109,3 +109,35 @@ def test_the_retokenised_dataset_is_kept_beside_it_and_read_back_bit_for_bit(cor
         same(retokenized(words, vocab, data_dir), fresh)
     assert caplog.text.count("cannot keep the re-tokenised dataset") == 1
     assert not list(data_dir.glob("**/*.npz"))
+
+
+def test_inputs_fitted_to_the_models_positions_keep_their_last_tokens(caplog):
+    """fit_context on the unpadded ids is the plain per-row cut: each input keeps its last
+    ``context - longest reply - 2`` tokens, the replies and the other splits' rows unchanged; inputs that fit are
+    returned as they are; a reply that leaves no room is an error naming the lengths."""
+    from rayseq.data.dataset import DataError
+    from rayseq.data.hf_text import fit_context
+
+    rng = np.random.default_rng(0)
+    rows = {name: [rng.integers(4, 400, rng.integers(1, 40)) for _ in range(n)] for name, n in (("a", 50), ("b", 7))}
+    replies = [rng.integers(4, 400, 6) for _ in range(57)]
+    ids = {"max_src": np.int64(39), "max_tgt": np.int64(6)}
+    for name, r in rows.items():
+        ids[f"{name}/src_len"] = np.array([len(x) for x in r])
+        ids[f"{name}/src_ids"] = np.concatenate(r).astype(np.int32)
+        ids[f"{name}/tgt_len"] = np.full(len(r), 6)
+        ids[f"{name}/tgt_ids"] = np.concatenate(replies[: len(r)]).astype(np.int32)
+    fitted = fit_context(ids, 28, "task.data=D")  # room for 28 - 6 - 2 = 20 input tokens
+    assert int(fitted["max_src"]) == 20 and int(fitted["max_tgt"]) == 6
+    for name, r in rows.items():
+        want = [x[-20:] for x in r]
+        assert fitted[f"{name}/src_len"].tolist() == [len(x) for x in want]
+        assert fitted[f"{name}/src_ids"].dtype == np.int32
+        assert np.array_equal(fitted[f"{name}/src_ids"], np.concatenate(want))
+        for k in ("tgt_len", "tgt_ids"):
+            assert fitted[f"{name}/{k}"] is ids[f"{name}/{k}"]
+    cut = sum(len(x) > 20 for r in rows.values() for x in r)
+    assert cut and f"task.data=D: {cut} input(s) longer than the model's 28 positions" in caplog.text
+    assert fit_context(ids, 47, "task.data=D") is ids  # 39 input tokens fit
+    with pytest.raises(DataError, match="the longest reply is 6 tokens .* reads 8 positions, leaving no room"):
+        fit_context(ids, 8, "task.data=D")

@@ -183,7 +183,8 @@ def fit_in_child(data_dir: Path, tokenizer: str, context: int) -> dict:
                           check=True, capture_output=True, text=True, cwd=REPO)
     out = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"fit: {context or 'no'} positions: {out['seconds']:.2f} s, peak {out['peak_mib']:.0f} MiB over the "
-          f"corpus, arrays {out['held_mib']:.0f} MiB ({out['width']} tokens wide)", flush=True)
+          f"corpus, arrays {out['held_mib']:.0f} MiB ({out['width']} tokens wide); 512 rows taken in "
+          f"{out['batch_ms_held']:.2f} ms ({out['batch_ms_padded']:.2f} ms padded)", flush=True)
     return out
 
 
@@ -198,6 +199,8 @@ def peak_rss_mib() -> float:
 def fit_child(data_dir: str, tokenizer: str, context: int) -> None:
     import json
 
+    import numpy as np
+
     from rayseq.data.dataset import DialogueData
     from rayseq.data.hf_text import HFVocab, retokenized
 
@@ -209,8 +212,23 @@ def fit_child(data_dir: str, tokenizer: str, context: int) -> None:
     seconds = time.perf_counter() - t0
     peak = peak_rss_mib() - before
     held = sum(getattr(s, f).nbytes for s in data.splits.values() for f in ("src", "src_len", "tgt", "tgt_len"))
-    print(json.dumps({"context": context, "seconds": seconds, "peak_mib": peak, "held_mib": held / 2**20,
-                      "width": data.max_src_len}))
+    out = {"context": context, "seconds": seconds, "peak_mib": peak, "held_mib": held / 2**20,
+           "width": data.max_src_len}
+    # what the layout costs a run: a batch's rows taken (as prompt_rows takes them) and the task's references,
+    # from the rows as held and from the same rows padded in memory
+    train = data.splits["train"]
+    padded = dataclasses.replace(train, src=np.asarray(train.src), tgt=np.asarray(train.tgt))
+    batches = np.random.default_rng(0).integers(0, len(train), (20, 512))
+    for name, split in (("held", train), ("padded", padded)):
+        times = []
+        for rows in batches:
+            t0 = time.perf_counter()
+            split.src[rows], split.tgt[rows]
+            times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        split.references()
+        out[f"batch_ms_{name}"], out[f"references_s_{name}"] = statistics.median(times) * 1e3, time.perf_counter() - t0
+    print(json.dumps(out))
 
 
 def table_md(send: list[dict], start: dict | None, footprint: dict) -> str:
@@ -239,11 +257,16 @@ def table_md(send: list[dict], start: dict | None, footprint: dict) -> str:
                   f"process now) | {start['read_s']:.3f} |",
                   "", f"Read-back ids identical to the encoded ones: {start['identical']}."]
         lines += ["", "The task's arrays built from the kept ids (a fresh process each; peak: `VmHWM` over the "
-                  "loaded corpus):", "", "| model positions | input width | seconds | peak memory | arrays held |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
+                  "loaded corpus; 512 random training rows' inputs and replies taken as held and from the same rows "
+                  "padded in memory, medians of 20; the task's references of every training group):", "",
+                  "| model positions | input width | seconds | peak memory | arrays held | 512 rows: held | "
+                  "512 rows: padded | references: held | references: padded |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for f in start.get("fit", []):
             lines.append(f"| {f['context'] or 'none (a tokenizer alone)'} | {f['width']:,} | {f['seconds']:.2f} | "
-                         f"{f['peak_mib']:,.0f} MiB | {f['held_mib']:,.0f} MiB |")
+                         f"{f['peak_mib']:,.0f} MiB | {f['held_mib']:,.0f} MiB | {f['batch_ms_held']:.2f} ms | "
+                         f"{f['batch_ms_padded']:.2f} ms | {f['references_s_held']:.2f} s | "
+                         f"{f['references_s_padded']:.2f} s |")
     return "\n".join(lines)
 
 

@@ -42,11 +42,71 @@ def encode_text(text: str, vocab: Vocab, tokenizer: dict, max_len: int) -> np.nd
     return vocab.encode(tokens[-max_len:] if max_len > 0 else [])
 
 
+def pad_rows(ids: np.ndarray, lens: np.ndarray, width: int, pad: int, starts: np.ndarray | None = None) -> np.ndarray:
+    """(n, width) int64: row i is ``ids[starts[i] : starts[i] + lens[i]]`` right-padded with ``pad`` (``starts``:
+    the rows laid end to end when not given)."""
+    lens = np.asarray(lens, dtype=np.int64)
+    out = np.full((len(lens), width), pad, dtype=np.int64)
+    first = np.cumsum(lens) - lens  # each row's first place in the gathered ids
+    cols = np.arange(int(lens.sum())) - np.repeat(first, lens)
+    at = np.arange(len(cols)) if starts is None else np.repeat(starts, lens) + cols
+    out[np.repeat(np.arange(len(lens)), lens), cols] = ids[at]
+    return out
+
+
+class RaggedRows:
+    """Token rows of different lengths held unpadded (the ids end to end, int64) and read as the padded (n, width)
+    array they stand for: indexing with rows (an int, a slice, an array of row numbers) gives those rows padded with
+    ``pad``; ``[i, :k]`` with k within row i's length is a view of its ids. What a re-tokenised dataset holds
+    (:mod:`rayseq.data.hf_text`): its inputs' lengths vary by thousands of tokens, and padding every row to the
+    longest is what a batch needs, not the whole dataset."""
+
+    ndim = 2
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, ids: np.ndarray, lens: np.ndarray, width: int, pad: int):
+        self.ids = np.ascontiguousarray(ids, dtype=np.int64)
+        self.lens = np.asarray(lens, dtype=np.int64)
+        self.starts = np.cumsum(self.lens) - self.lens
+        self.width, self.pad = int(width), int(pad)
+        if len(self.ids) != int(self.lens.sum()) or (len(self.lens) and self.lens.max() > self.width):
+            raise ValueError(f"RaggedRows: {len(self.ids)} ids for rows of {int(self.lens.sum())} in all, the longest "
+                             f"{int(self.lens.max(initial=0))} (width {self.width})")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.lens), self.width
+
+    @property
+    def nbytes(self) -> int:
+        return self.ids.nbytes + self.lens.nbytes + self.starts.nbytes
+
+    def __len__(self) -> int:
+        return len(self.lens)
+
+    def __getitem__(self, index):
+        if isinstance(index, tuple):
+            row, cols = index
+            if isinstance(cols, slice) and np.ndim(row) == 0 and cols.step is None and (cols.start or 0) >= 0 \
+                    and cols.stop is not None and 0 <= cols.stop <= self.lens[row]:
+                start = self.starts[row]
+                return self.ids[start + (cols.start or 0) : start + cols.stop]
+            return self[row][(slice(None), cols) if np.ndim(row) else cols]
+        if np.ndim(index) == 0 and not isinstance(index, slice):
+            return self[np.array([index])][0]
+        rows = np.arange(len(self.lens))[index]  # a slice, row numbers or a mask, checked as numpy checks them
+        return pad_rows(self.ids, self.lens[rows], self.width, self.pad, self.starts[rows])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
+
+
 @dataclass
 class DialogueSplit:
-    src: np.ndarray  # (n, S) int64 input ids, right-padded with 0 (<pad>), S = max_src_len
+    src: np.ndarray | RaggedRows  # (n, S) int64 input ids, right-padded with 0 (<pad>), S = max_src_len
     src_len: np.ndarray  # (n,) int64, >= 1
-    tgt: np.ndarray  # (n, T) int64 reply ids, right-padded with 0, no bos/eos, T = max_tgt_len
+    tgt: np.ndarray | RaggedRows  # (n, T) int64 reply ids, right-padded with 0, no bos/eos, T = max_tgt_len
     tgt_len: np.ndarray  # (n,) int64, >= 1; 0 for a prompt-only row
     group: np.ndarray  # (n,) int64 group of the input, 0..G-1: rows of one group have the same src
     src_text: list[str]  # tokenised (truncated) input joined by spaces
@@ -90,12 +150,7 @@ def _padded(col: pa.ChunkedArray, width: int, name: str, least: int = 1) -> tupl
     n = len(lens)
     if n and (lens.min() < least or lens.max() > width):
         raise DataError(f"{name}: lengths must be in [{least}, {width}] (got {lens.min()}..{lens.max()})")
-    out = np.zeros((n, width), dtype=np.int64)
-    rows = np.repeat(np.arange(n), lens)
-    starts = np.cumsum(lens) - lens
-    out[rows, np.arange(len(values)) - np.repeat(starts, lens)] = values
-    return out, lens
-
+    return pad_rows(values, lens, width, 0), lens
 
 def _read_split(dir_: Path, max_src_len: int, max_tgt_len: int, vocab_size: int, manifest: dict) -> DialogueSplit:
     shards = sorted(dir_.glob("part-*.parquet"))

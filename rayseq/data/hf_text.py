@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rayseq.data.dataset import DialogueData
+from rayseq.data.dataset import DialogueData, RaggedRows
 from rayseq.data.preparation import DataError
 from rayseq.data.text import detokenize
 from rayseq.vocab import Specials, decode_tokens
@@ -297,24 +297,16 @@ def _encoded_ids(data: DialogueData, vocab: HFVocab) -> dict[str, np.ndarray]:
     return out
 
 
-def _padded_rows(ids: np.ndarray, lens: np.ndarray, width: int, pad: int) -> np.ndarray:
-    """The rows ``ids`` (all concatenated) of lengths ``lens`` as (n, width) int64, right-padded with ``pad``."""
-    out = np.full((len(lens), width), pad, dtype=np.int64)
-    rows = np.repeat(np.arange(len(lens)), lens)
-    out[rows, np.arange(len(ids)) - np.repeat(np.cumsum(lens) - lens, lens)] = ids
-    return out
-
-
 def _with_ids(data: DialogueData, vocab: HFVocab, ids: dict[str, np.ndarray]) -> DialogueData:
-    """``data`` with the ids :func:`_encoded_ids` gave, padded to the longest input and reply (rows, groups, texts
-    and splits unchanged)."""
+    """``data`` with the ids :func:`_encoded_ids` gave, held unpadded (:class:`~rayseq.data.dataset.RaggedRows`) and
+    read padded to the longest input and reply (rows, groups, texts and splits unchanged)."""
     width = {"src": int(ids["max_src"]), "tgt": int(ids["max_tgt"])}
     splits = {}
     for name, s in data.splits.items():
         arrays = {}
         for side in ("src", "tgt"):
             lens = ids[f"{name}/{side}_len"]
-            arrays[side] = _padded_rows(ids[f"{name}/{side}_ids"], lens, width[side], vocab.specials.pad)
+            arrays[side] = RaggedRows(ids[f"{name}/{side}_ids"], lens, width[side], vocab.specials.pad)
             arrays[f"{side}_len"] = lens
         splits[name] = dataclasses.replace(s, **arrays)
     template = {"chat_template": True} if getattr(data, "conversational", False) else {}

@@ -28,5 +28,6 @@ def test_quick_run_sends_arrays_and_keys_and_times_the_task_start(ray_session, t
     fitted, whole = start["fit"]  # the arrays built in a fresh process for a 256-position model, and for none
     assert (fitted["context"], whole["context"]) == (256, 0) and fitted["width"] <= whole["width"]
     assert fitted["held_mib"] > 0 and fitted["peak_mib"] >= 0 and fitted["seconds"] > 0
+    assert all(f[k] > 0 for f in (fitted, whole) for k in ("batch_ms_held", "batch_ms_padded", "references_s_held"))
     assert record["footprint"] == {"actors": 2, "with_torch": 0}
     assert "| 256 × 64 |" in (tmp_path / "prompt_data_quick.md").read_text()

@@ -116,7 +116,9 @@ class VLLMEngine:
     def __init__(self, path: str, *, separator_id: int | None, eos_id: int, banned_ids: tuple[int, ...],
                  vocab_size: int, seed: int = 0, engine_kwargs: dict | None = None, policy=None):
         vllm = import_vllm()
-        kwargs = {"dtype": "float32", "enable_prefix_caching": True, "seed": seed}
+        # the policy's precision (model.dtype: a bf16 worker samples with bf16 weights, and so does its engine)
+        dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.") if policy is not None else "float32"
+        kwargs = {"dtype": dtype, "enable_prefix_caching": True, "seed": seed}
         from vllm.platforms import current_platform
 
         if current_platform.is_cpu():

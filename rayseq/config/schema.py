@@ -285,7 +285,7 @@ class RolloutConfig(_Section):
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="rollout.engine=vllm: keyword arguments of vllm.LLM as they are, e.g. "
         "{kv_cache_memory_bytes: 268435456, enable_prefix_caching: false, tensor_parallel_size: 1, dtype: bfloat16} "
-        "(defaults: dtype model.dtype's, prefix caching on, the run's seed).",
+        "(defaults: dtype = model.dtype, prefix caching on, the run's seed).",
     )
     logp_correction: Literal["tis", "none"] = Field(
         "tis", description="Where the engine's log-probs are not the policy's own (rollout.engine=vllm; the builtin "

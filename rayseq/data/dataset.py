@@ -152,6 +152,7 @@ def _padded(col: pa.ChunkedArray, width: int, name: str, least: int = 1) -> tupl
         raise DataError(f"{name}: lengths must be in [{least}, {width}] (got {lens.min()}..{lens.max()})")
     return pad_rows(values, lens, width, 0), lens
 
+
 def _read_split(dir_: Path, max_src_len: int, max_tgt_len: int, vocab_size: int, manifest: dict) -> DialogueSplit:
     shards = sorted(dir_.glob("part-*.parquet"))
     if not shards:

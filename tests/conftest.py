@@ -30,10 +30,9 @@ def tiny_config(*overrides: str, run_dir=None):
 
 
 @pytest.fixture(scope="session")
-def ray_head():
-    """A token-authenticated local head (tests/deploy/local_cluster.py: GCS, dashboard and job agent on free ports)
-    for the `ray job submit` tests of tests/deploy and tests/hf, their jobs one at a time: started once, torn down
-    by signalling its own process groups (`ray stop` would stop every Ray on the machine). Yields (address, env)."""
+def _job_head():
+    """The local head of :func:`ray_head`, started once per test process and torn down by signalling its own process
+    groups (`ray stop` would stop every Ray on the machine)."""
     from tests.deploy.local_cluster import RAY, LocalCluster
 
     if not Path(RAY).exists():
@@ -41,9 +40,20 @@ def ray_head():
     cluster = LocalCluster(num_cpus=2)
     try:
         cluster.start()
-        yield cluster.address, cluster.env
+        yield cluster
     finally:
         cluster.shutdown()
+
+
+@pytest.fixture
+def ray_head(_job_head):
+    """A token-authenticated local head (tests/deploy/local_cluster.py: GCS, dashboard and job agent on free ports)
+    for the `ray job submit` tests of tests/deploy and tests/hf, their jobs one at a time. A head that went away
+    since the last test (its dashboard or job agent, on a loaded machine) is started again on its ports, its logs
+    printed. Yields (address, env)."""
+    if not _job_head.alive():
+        print(f"the Ray head at {_job_head.address} went away; started again. Its logs:\n{_job_head.restart_head()}")
+    yield _job_head.address, _job_head.env
 
 
 @pytest.fixture(scope="session")

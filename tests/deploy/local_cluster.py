@@ -101,11 +101,14 @@ class LocalCluster:
                 continue
         return "\n".join(out)
 
-    def start(self, timeout: float = 120) -> LocalCluster:
-        """The head (GCS, dashboard and job agent on free ports); returns once it accepts `ray job` calls."""
+    def start(self, timeout: float = 120, *, same_ports: bool = False) -> LocalCluster:
+        """The head (GCS, dashboard and job agent on free ports; ``same_ports``: the GCS and dashboard ports it had,
+        so that the address callers hold stays valid); returns once it accepts `ray job` calls."""
         subprocess.run([RAY, "get-auth-token", "--generate"], env=self.env, check=True, capture_output=True,
                        timeout=60)
-        self.gcs, self.dashboard = free_port(), free_port()
+        if not (same_ports and self.gcs and self.dashboard):
+            self.gcs, self.dashboard = free_port(), free_port()
+        _HEADS[self.address] = self
         self._start("head", ["--head", f"--port={self.gcs}", f"--dashboard-port={self.dashboard}",
                              f"--ray-client-server-port={free_port()}", "--include-dashboard=true",
                              "--dashboard-host=127.0.0.1"])
@@ -123,6 +126,29 @@ class LocalCluster:
     def address(self) -> str:
         """The dashboard's (job submission) address."""
         return f"http://127.0.0.1:{self.dashboard}"
+
+    def alive(self) -> bool:
+        """Whether the head runs and its dashboard takes connections (`ray start --block` ends when one of its
+        processes does: a dashboard or job agent that went away ends it, a few seconds later)."""
+        head = self.procs.get("head")
+        for _ in range(3):  # a refused connection, three times 2 s apart: gone (a busy one answers late, not never)
+            if head is None or head.poll() is not None:
+                return False
+            r = subprocess.run([RAY, "job", "list", "--address", self.address], env=self.env, capture_output=True,
+                               text=True, timeout=60)
+            if r.returncode == 0 or not any(s in r.stdout + r.stderr for s in _HEAD_GONE):
+                return True
+            time.sleep(2)
+        return False
+
+    def restart_head(self) -> str:
+        """A head that went away (on a loaded machine its dashboard or job agent can), torn down with whatever is
+        left of it and started again on the same ports; returns the old head's logs (why it went away)."""
+        why = f"{self.log_tail('head')}\n{self.ray_logs('head', chars=3000)}"
+        self.shutdown()
+        self.procs, self.logs, self._temp, self.temp_dirs, self._old_groups = {}, {}, {}, [], set()
+        self.start(same_ports=True)
+        return why
 
     def add_node(self, name: str, resources: dict | None = None, wait: bool = True, timeout: float = 120) -> None:
         """A worker node joining the head (advertising ``resources``, default ``{node_<name>: 1}``); with ``wait``,
@@ -239,6 +265,22 @@ class LocalCluster:
         self.shutdown()
 
 
+_HEADS: dict[str, LocalCluster] = {}  # job-submission address -> the cluster whose head it is (submit_job restarts it)
+_HEAD_GONE = ("Connection aborted", "Connection refused", "Failed to connect to Ray at address", "RemoteDisconnected")
+
+
+def _restart_if_gone(address: str, out: str) -> bool:
+    """After a `ray job` call failed: when the head at ``address`` (a :class:`LocalCluster` of these tests) went away,
+    start it again on its ports, print why it went (the test's captured output), and say so."""
+    cluster = _HEADS.get(address)
+    if cluster is None or cluster.alive():
+        return False
+    why = cluster.restart_head()
+    print(f"the Ray head at {address} went away ({out.strip().splitlines()[-1][:300] if out.strip() else '?'}); "
+          f"started again on its ports. Its logs:\n{why}", flush=True)
+    return True
+
+
 def submit(cluster: LocalCluster, *cmd: str, **kwargs) -> subprocess.CompletedProcess:
     """:func:`submit_job` to this cluster's head."""
     return submit_job(cluster.address, cluster.env, *cmd, **kwargs)
@@ -268,7 +310,10 @@ def submit_job(address: str, env: dict, *cmd: str, wait_s: float = 120, timeout:
     about the head's connection to its job agent, not the job, and are retried for ``wait_s`` s: "No available
     agent" (the head answers before its agent has registered; no job is created) and "Server disconnected" (the
     head reused a keep-alive connection the agent had just closed; the job may have been created all the same, so
-    the id is looked up first). With --no-wait in ``options`` it returns once the job exists."""
+    the id is looked up first). A head of these tests (:class:`LocalCluster`) that went away meanwhile (its
+    dashboard refuses or drops the connection, or stops answering while the job runs) is started again on its ports
+    once, the job submitted again, and the old head's logs printed. With --no-wait in ``options`` it returns once the
+    job exists."""
     options = list(options)
     follow = "--no-wait" not in options
     if "--submission-id" in options:
@@ -282,28 +327,39 @@ def submit_job(address: str, env: dict, *cmd: str, wait_s: float = 120, timeout:
     def ray_job(*args: str, limit: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run([RAY, "job", *args], env=env, capture_output=True, text=True, timeout=limit, cwd=cwd)
 
-    deadline = time.monotonic() + wait_s
+    restarts = 1  # a head that went away is started again once per submission
     while True:
-        r = ray_job("submit", "--address", address, "--working-dir", str(working_dir), *options, "--", *cmd)
-        if r.returncode == 0:
-            break
-        out = r.stdout + r.stderr
-        if "No available agent" not in out and "Server disconnected" not in out or time.monotonic() > deadline:
-            return r
-        while (status := job_status(address, env, sid)) == "?" and time.monotonic() < deadline:
+        deadline = time.monotonic() + wait_s
+        while True:
+            r = ray_job("submit", "--address", address, "--working-dir", str(working_dir), *options, "--", *cmd)
+            if r.returncode == 0:
+                break
+            out = r.stdout + r.stderr
+            if restarts and _restart_if_gone(address, out):
+                restarts -= 1
+                continue
+            if "No available agent" not in out and "Server disconnected" not in out or time.monotonic() > deadline:
+                return r
+            while (status := job_status(address, env, sid)) == "?" and time.monotonic() < deadline:
+                time.sleep(2)
+            if status not in ("NONE", "?"):  # created all the same
+                break
             time.sleep(2)
-        if status not in ("NONE", "?"):  # created all the same
+        if not follow:
+            return r
+        end, unanswered, again = time.monotonic() + timeout, 0, False
+        while (status := job_status(address, env, sid)) in ("RUNNING", "PENDING", "?"):
+            unanswered = unanswered + 1 if status == "?" else 0
+            if unanswered >= 5 and restarts and _restart_if_gone(address, "no answer to `ray job status`"):
+                restarts, again = restarts - 1, True  # the job went with the head: submitted again to the new one
+                break
+            if time.monotonic() > end:
+                ray_job("stop", "--address", address, sid, limit=120)
+                status = f"still {status} after {timeout:.0f} s, stopped"
+                break
+            time.sleep(2)
+        if not again:
             break
-        time.sleep(2)
-    if not follow:
-        return r
-    end = time.monotonic() + timeout
-    while (status := job_status(address, env, sid)) in ("RUNNING", "PENDING", "?"):
-        if time.monotonic() > end:
-            ray_job("stop", "--address", address, sid, limit=120)
-            status = f"still {status} after {timeout:.0f} s, stopped"
-            break
-        time.sleep(2)
     logs = ray_job("logs", "--address", address, sid, limit=120)
     out = f"{r.stdout}{logs.stdout}\nJob '{sid}' {status.lower()}\n"
     return subprocess.CompletedProcess(r.args, 0 if status == "SUCCEEDED" else 1, out, r.stderr + logs.stderr)

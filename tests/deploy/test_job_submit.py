@@ -86,3 +86,23 @@ def test_job_submit_trains_on_your_own_data_and_reward(ray_head, tmp_path):
     assert r.returncode == 0, out[-4000:]
     check_own_data_run(run_dir)
     assert not (project / "data").exists()  # prepared inside the job's copy of the folder, not here
+
+
+@pytest.mark.slow  # the tests' own harness: what keeps a loaded machine's lost job head from failing the job tests
+def test_a_job_head_that_went_away_is_started_again_and_the_job_submitted_again():
+    """The head's dashboard killed (as a loaded machine's can go): the next submission finds the connection refused,
+    starts the head again on the same ports, prints the old head's logs, and the job runs there."""
+    import psutil
+
+    from tests.deploy.local_cluster import LocalCluster
+
+    with LocalCluster(num_cpus=1) as cluster:
+        cluster.start()
+        address = cluster.address
+        (dashboard,) = [p for p in psutil.Process(cluster.procs["head"].pid).children(recursive=True)
+                        if "dashboard/dashboard.py" in " ".join(p.cmdline())]
+        dashboard.kill()
+        r = submit(address, cluster.env, "python", "-c", "print('ran on the new head')",
+                   working_dir=ROOT / "tests" / "deploy")
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        assert "ran on the new head" in r.stdout and cluster.address == address and cluster.alive()

@@ -51,8 +51,7 @@ def ray_head(_job_head):
     for the `ray job submit` tests of tests/deploy and tests/hf, their jobs one at a time. A head that went away
     since the last test (its dashboard or job agent, on a loaded machine) is started again on its ports, its logs
     printed. Yields (address, env)."""
-    if not _job_head.alive():
-        print(f"the Ray head at {_job_head.address} went away; started again. Its logs:\n{_job_head.restart_head()}")
+    _job_head.restart_if_gone("found before the test")
     yield _job_head.address, _job_head.env
 
 

@@ -42,13 +42,18 @@ def encode_text(text: str, vocab: Vocab, tokenizer: dict, max_len: int) -> np.nd
     return vocab.encode(tokens[-max_len:] if max_len > 0 else [])
 
 
+def places_in_rows(lens: np.ndarray) -> np.ndarray:
+    """(Σ lens,) int64: for rows of ``lens`` laid end to end, each id's place in its row (0, 1, .., 0, 1, ..)."""
+    lens = np.asarray(lens, dtype=np.int64)
+    return np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+
+
 def pad_rows(ids: np.ndarray, lens: np.ndarray, width: int, pad: int, starts: np.ndarray | None = None) -> np.ndarray:
     """(n, width) int64: row i is ``ids[starts[i] : starts[i] + lens[i]]`` right-padded with ``pad`` (``starts``:
     the rows laid end to end when not given)."""
     lens = np.asarray(lens, dtype=np.int64)
     out = np.full((len(lens), width), pad, dtype=np.int64)
-    first = np.cumsum(lens) - lens  # each row's first place in the gathered ids
-    cols = np.arange(int(lens.sum())) - np.repeat(first, lens)
+    cols = places_in_rows(lens)
     at = np.arange(len(cols)) if starts is None else np.repeat(starts, lens) + cols
     out[np.repeat(np.arange(len(lens)), lens), cols] = ids[at]
     return out

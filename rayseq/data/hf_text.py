@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rayseq.data.dataset import DialogueData, RaggedRows
+from rayseq.data.dataset import DialogueData, RaggedRows, places_in_rows
 from rayseq.data.preparation import DataError
 from rayseq.data.text import detokenize
 from rayseq.vocab import Specials, decode_tokens
@@ -229,8 +229,7 @@ def fit_context(ids: dict[str, np.ndarray], context: int, where: str = "task.dat
         lens = ids[f"{name}/src_len"]
         drop = np.maximum(lens - room, 0)  # each row's first tokens that go
         cut += int((drop > 0).sum())
-        at = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)  # each id's place in its row
-        out[f"{name}/src_ids"] = ids[f"{name}/src_ids"][at >= np.repeat(drop, lens)]
+        out[f"{name}/src_ids"] = ids[f"{name}/src_ids"][places_in_rows(lens) >= np.repeat(drop, lens)]
         out[f"{name}/src_len"] = lens - drop
     log.warning("%s: %d input(s) longer than the model's %d positions allow beside a reply of up to %d tokens keep "
                 "their last %d tokens", where, cut, context, max_tgt + 1, room)

@@ -244,15 +244,18 @@ class LearnerGroup:
         """The validation reward handed to the learner's algorithm (interpolation: keep or undo, anneal λ)."""
         return self._call(lambda a: a.validate, every_rank=True)
 
+    def _sent(self, prompts: PromptBatch) -> PromptBatch | PromptKeys:
+        """What the ranks get of ``prompts``: a keyed batch's keys when they are actors (their task reads the rows)."""
+        return prompts if self.is_local else prompts.compact()
+
     def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
         """A supervised update on ``batch`` (MLE pretraining, RAML, ...); its metrics."""
-        return self._call(lambda a: a.update, batch if self.is_local else batch.compact(), iteration, every_rank=True)
+        return self._call(lambda a: a.update, self._sent(batch), iteration, every_rank=True)
 
     def aux_update(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
         """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (shard
         handles): ``Algorithm.aux_update``."""
-        return self._call(lambda a: a.aux_update, positives if self.is_local else positives.compact(), negatives, seed,
-                          every_rank=True)
+        return self._call(lambda a: a.aux_update, self._sent(positives), negatives, seed, every_rank=True)
 
     def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
                rows=None) -> dict:

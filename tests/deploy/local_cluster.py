@@ -141,14 +141,19 @@ class LocalCluster:
             time.sleep(2)
         return False
 
-    def restart_head(self) -> str:
-        """A head that went away (on a loaded machine its dashboard or job agent can), torn down with whatever is
-        left of it and started again on the same ports; returns the old head's logs (why it went away)."""
+    def restart_if_gone(self, what: str) -> bool:
+        """When the head went away (on a loaded machine its dashboard or job agent can): tear it down with whatever is
+        left of it, start it again on the same ports, print its old logs (the test's captured output) after ``what``
+        (what noticed it), and say so."""
+        if self.alive():
+            return False
         why = f"{self.log_tail('head')}\n{self.ray_logs('head', chars=3000)}"
         self.shutdown()
         self.procs, self.logs, self._temp, self.temp_dirs, self._old_groups = {}, {}, {}, [], set()
         self.start(same_ports=True)
-        return why
+        print(f"the Ray head at {self.address} went away ({what}); started again on its ports. Its logs:\n{why}",
+              flush=True)
+        return True
 
     def add_node(self, name: str, resources: dict | None = None, wait: bool = True, timeout: float = 120) -> None:
         """A worker node joining the head (advertising ``resources``, default ``{node_<name>: 1}``); with ``wait``,
@@ -270,15 +275,9 @@ _HEAD_GONE = ("Connection aborted", "Connection refused", "Failed to connect to 
 
 
 def _restart_if_gone(address: str, out: str) -> bool:
-    """After a `ray job` call failed: when the head at ``address`` (a :class:`LocalCluster` of these tests) went away,
-    start it again on its ports, print why it went (the test's captured output), and say so."""
+    """After a `ray job` call to ``address`` failed: :meth:`LocalCluster.restart_if_gone` for a head of these tests."""
     cluster = _HEADS.get(address)
-    if cluster is None or cluster.alive():
-        return False
-    why = cluster.restart_head()
-    print(f"the Ray head at {address} went away ({out.strip().splitlines()[-1][:300] if out.strip() else '?'}); "
-          f"started again on its ports. Its logs:\n{why}", flush=True)
-    return True
+    return cluster is not None and cluster.restart_if_gone(out.strip().splitlines()[-1][:300] if out.strip() else "?")
 
 
 def submit(cluster: LocalCluster, *cmd: str, **kwargs) -> subprocess.CompletedProcess:

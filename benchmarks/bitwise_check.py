@@ -12,7 +12,8 @@ and the run's wall clock differ from run to run and are left out; everything els
 extra (transformers); it is skipped, and says so, without it. ``--workers N`` runs them on N Ray rollout workers
 (and a scorer actor) instead: compared with an in-process folder, that is the Ray path's parity (shard seeds make a
 1-worker run sample what the in-process run samples); ``driver/recv_bytes``, which only Ray runs have, is left out.
-``--learners N`` (with ``--workers``) runs the data-parallel algorithms' configurations on N learner ranks.
+``--learners N`` (with ``--workers``) runs the data-parallel algorithms' configurations on N learner ranks. The
+configurations that need Ray actors (two FSDP learner ranks, the collective weight sync) are skipped in-process.
 """
 
 from __future__ import annotations
@@ -74,6 +75,15 @@ CONFIGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "pairs_scst": (PAIRS + ["algo.name=scst"], ("corpus",)),
     "pairs_erpo_interpolation": (PAIRS + ["algo.name=erpo_interpolation", "algo.interp_val_every=1"], ("corpus",)),
     "hf_ppo_dynamic": (HF + ["algo.name=ppo_dynamic", "algo.kl_coef=0.05"], ("corpus", "hf")),
+    "counting_ppo_staleness2": (TINY + ["algo.name=ppo", "algo.minibatch_size=8", "rollout.max_staleness=2",
+                                        "algo.kl_coef=0.05"], ()),
+    # these run only on Ray actors (--workers N): two FSDP learner ranks, the collective weight sync
+    "counting_ppo_fsdp": (TINY + ["algo.name=ppo", "algo.minibatch_size=8", "algo.kl_coef=0.05",
+                                  "learner.num_learners=2", "learner.strategy=fsdp"], ("ray",)),
+    "hf_ppo_dynamic_fsdp": (HF + ["algo.name=ppo_dynamic", "algo.kl_coef=0.05", "learner.num_learners=2",
+                                  "learner.strategy=fsdp"], ("corpus", "hf", "ray")),
+    "counting_grpo_collective": (TINY + ["algo.name=grpo", "algo.group_size=4", "rollout.weight_sync=collective",
+                                         "rollout.max_staleness=1"], ("ray",)),
 }
 
 
@@ -264,6 +274,9 @@ def main(argv=None) -> int:
     args.fixtures.mkdir(parents=True, exist_ok=True)
     for name in names:
         needs = set(CONFIGS[name][1])
+        if "ray" in needs and not args.workers:
+            print(f"{name}: skipped (runs on Ray actors: --workers N)")
+            continue
         if args.learners > 1 and not _data_parallel(name):
             print(f"{name}: skipped (not data-parallel)")
             continue

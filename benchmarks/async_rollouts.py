@@ -59,7 +59,7 @@ QUICK = {"counting": {"pretrain": 20, "iters": 6}, "gpt2": {"pretrain": 0, "iter
 def straggler_hook() -> None:
     """In each Ray worker process: worker 0's sampling calls take ``slow`` times as long (``slow`` read from the
     file named by $RAYSEQ_BENCH_SLOW_FILE at each call; 1 or no file: unchanged)."""
-    from rayseq.distributed import worker
+    from rayseq.distributed.actors import worker
 
     sample = worker.RolloutWorker.sample
 

@@ -102,10 +102,10 @@ def score_continuations(actor, data) -> tuple:
 
 
 def previous_manager_class():
-    """:class:`~rayseq.distributed.manager.ActorManager` with the waits it had before (kept here as the measured
+    """:class:`~rayseq.distributed.groups.manager.ActorManager` with the waits it had before (kept here as the measured
     "before", as they were): ``as_completed`` a ``ray.wait`` over the list of every call still out, for each arrival;
     ``wait_all`` a ``ray.get`` per call, one after another (the groups' list of ``manager.wait(call)``)."""
-    from rayseq.distributed.manager import ActorManager
+    from rayseq.distributed.groups.manager import ActorManager
 
     class PreviousActorManager(ActorManager):
         def as_completed(self, calls: list):
@@ -151,7 +151,7 @@ def one_iteration(path: str, rollout, scorer, prompts, request, seed: int) -> tu
     finished (sent, then waited for with one untimed ``ray.wait``): the fan-in alone, without the sending."""
     c0, t0 = time.process_time(), time.perf_counter()
     if path == "waits":
-        from rayseq.distributed.manager import Call
+        from rayseq.distributed.groups.manager import Call
 
         ray = rollout._manager.ray
         samples, _, _ = rollout._calls(prompts, request)
@@ -173,7 +173,7 @@ def measure(ray, actors: list, sizes: list[tuple[int, int]], paths: list[str], r
     (the actors' first calls of each method)."""
     import numpy as np
 
-    from rayseq.distributed.manager import ActorManager
+    from rayseq.distributed.groups.manager import ActorManager
     from rayseq.types import PromptBatch, RolloutRequest
 
     managers = {"before": previous_manager_class()(ray, NoPlacement()), "after": ActorManager(ray, NoPlacement())}

@@ -117,9 +117,9 @@ def ranks(path: Path, strategy: str, n: int, updates: int) -> dict:
     import ray
 
     from rayseq.config import build_config, config_to_dict
+    from rayseq.distributed.actors.worker import RolloutWorker
     from rayseq.distributed.groups import LearnerGroup
-    from rayseq.distributed.manager import ActorManager
-    from rayseq.distributed.worker import RolloutWorker
+    from rayseq.distributed.groups.manager import ActorManager
     from rayseq.types import RolloutRequest
 
     corpus, hf = path / "prepared", path / "tiny-gpt2"

@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._report import write_report  # noqa: E402
 from benchmarks.ray_overhead import PHASES, measure  # noqa: E402
 from rayseq.config import build_config  # noqa: E402
-from rayseq.distributed.runtime import bundles, init_ray  # noqa: E402
+from rayseq.distributed.groups.placement import bundles  # noqa: E402
+from rayseq.distributed.runtime import init_ray  # noqa: E402
 
 LABELS = {"counting256": "counting, PPO-dynamic, batch 256", "counting2048": "counting, PPO-dynamic, batch 2048",
           "gpt2": "pairs, PPO-dynamic, tiny GPT-2"}

@@ -98,7 +98,7 @@ def measure_send(ray, actors: list, table: dict, sizes: list[tuple[int, int]], r
     """Median driver CPU and wall ms of one sampling of each (B, S), arrays and keys alternating."""
     import numpy as np
 
-    from rayseq.distributed.manager import ActorManager
+    from rayseq.distributed.groups.manager import ActorManager
     from rayseq.types import RolloutRequest
 
     group = rollout_group(ray, ActorManager(ray, NoPlacement()), actors)

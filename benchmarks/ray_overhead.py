@@ -206,7 +206,7 @@ def hop_floor(iters: int = 200) -> dict:
     import ray
 
     from rayseq.config import config_to_dict
-    from rayseq.distributed.learner import Learner
+    from rayseq.distributed.actors.learner import Learner
     from rayseq.distributed.runtime import init_ray
 
     cfg = build_config(None, ["rollout.num_workers=2"])

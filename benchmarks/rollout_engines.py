@@ -165,12 +165,12 @@ def sync_part(args) -> list[dict]:
             return sum(v.numel() * v.element_size() for v in self.state.values())
 
         def pack(self):
-            from rayseq.distributed.handles import FlatWeights
+            from rayseq.distributed.weights.flat import FlatWeights
 
             return FlatWeights.pack({"generator": self.state})
 
         def fetch(self, weights):
-            from rayseq.distributed.handles import as_state_dicts
+            from rayseq.distributed.weights.flat import as_state_dicts
 
             state = as_state_dicts(weights)["generator"]
             return float(sum(v.double().sum() for v in state.values()))
@@ -178,7 +178,7 @@ def sync_part(args) -> list[dict]:
         def buckets(self, bucket_bytes):
             """The state dict as flat byte buckets of about ``bucket_bytes``, as the learner sends them (the same
             layout on every member)."""
-            from rayseq.distributed.weight_sync import buckets
+            from rayseq.distributed.weights.collective import buckets
 
             return buckets(self.state, bucket_bytes)
 

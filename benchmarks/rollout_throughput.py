@@ -65,8 +65,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._report import write_report  # noqa: E402
 from rayseq.algos.seqgan import concat_columns, mc_continuations, score_continuations  # noqa: E402
 from rayseq.config import build_config, config_to_dict  # noqa: E402
-from rayseq.distributed.learner import Learner  # noqa: E402
-from rayseq.distributed.worker import RolloutWorker  # noqa: E402
+from rayseq.distributed.actors.learner import Learner  # noqa: E402
+from rayseq.distributed.actors.worker import RolloutWorker  # noqa: E402
 from rayseq.models.sampling import sample_projected  # noqa: E402
 from rayseq.rewards.mc_search import mc_search, mc_search_loop, q_values  # noqa: E402
 from rayseq.types import RolloutRequest  # noqa: E402
@@ -199,7 +199,8 @@ class RayRows:
 
     def __init__(self, base: list[str], layouts: list[tuple[int, int]], rollout, n_rollouts: int):
         from rayseq.distributed.groups import ActorGroups
-        from rayseq.distributed.runtime import bundles, init_ray
+        from rayseq.distributed.groups.placement import bundles
+        from rayseq.distributed.runtime import init_ray
 
         os.environ.setdefault("RAY_worker_niceness", "0")  # Ray starts workers at nice 15 by default
         self.cfgs = {

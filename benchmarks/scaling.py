@@ -64,7 +64,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._report import write_report  # noqa: E402
 from benchmarks.ray_overhead import PHASES, measure  # noqa: E402
 from rayseq.config import build_config  # noqa: E402
-from rayseq.distributed.runtime import bundles, init_ray  # noqa: E402
+from rayseq.distributed.groups.placement import bundles  # noqa: E402
+from rayseq.distributed.runtime import init_ray  # noqa: E402
 from rayseq.train import load_config_data  # noqa: E402
 
 # task -> (experiment file or None for rayseq's defaults, extra overrides, the phases making up its rollout phase)

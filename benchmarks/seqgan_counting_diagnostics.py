@@ -387,7 +387,7 @@ def disc_study(checkpoint: str, steps: int, n_probe: int, seed: int = 0, setting
     from rayseq.algos.seqgan import d_step
     from rayseq.checkpoint import load_checkpoint
     from rayseq.config import RunConfig, build_config, config_to_dict
-    from rayseq.distributed.worker import RolloutWorker
+    from rayseq.distributed.actors.worker import RolloutWorker
     from rayseq.models import make_discriminator
     from rayseq.tasks import make_task
     from rayseq.types import PromptBatch, RolloutRequest

@@ -87,7 +87,7 @@ def _to_cpu(value):
 
 
 def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "torch") -> dict:
-    """Write a learner's state (:meth:`rayseq.distributed.learner.Learner.state_dict`) into the run's checkpoints,
+    """Write a learner's state (``Learner.state_dict``) into the run's checkpoints,
     on the CPU: the generator's weights (``<stem>.safetensors`` or ``<stem>.learner/generator.pt``) and the rest
     (``<stem>.learner/state.pt``; a sharded learner's modules and optimizers are in ``<stem>.learner/dcp/``, written
     by every rank: :func:`write_directory`). Returns what the head records: ``{"generator": file, "state": file,

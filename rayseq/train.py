@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from rayseq.data.preparation import DataError
     from rayseq.distributed.driver import Interrupted, Trainer
-    from rayseq.distributed.nodes import NodeLost
+    from rayseq.distributed.groups.placement import NodeLost
     from rayseq.rewards.reward import RewardError
 
     trainer = None

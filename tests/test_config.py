@@ -336,7 +336,7 @@ def test_cuda_learner_without_a_reserved_gpu_is_a_config_error():
                               "model.emb_dim=8", "task.test_size=100", "task.val_size=100"])
     import torch
 
-    from rayseq.distributed.learner import Learner
+    from rayseq.distributed.actors.learner import Learner
 
     if torch.cuda.is_available():
         assert Learner(config_to_dict(cfg)).device.type == "cuda"
@@ -449,7 +449,7 @@ def test_num_learners_is_checked_in_one_line(overrides, message):
     assert len(str(err.value).splitlines()) == 1
     cfg = build_config(None, ["learner.num_learners=2", "rollout.num_workers=1", "algo.name=grpo",
                               "algo.group_size=4", "rollout.num_cpus_per_worker=0.5"])
-    from rayseq.distributed.runtime import bundles
+    from rayseq.distributed.groups.placement import bundles
 
     # the run's placement group (and a Tune trial's bundles): rank 0, the worker, then rank 1
     assert bundles(cfg) == [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 1.0}]

@@ -22,7 +22,7 @@ Parts (``--parts``; each writes ``<out>/<part>.md`` and ``.json``, and a plot wh
            replies of 64 tokens after 16 (benchmarks/learner_memory.py's measurement on the device).
   sync     one weights sync of a synthetic 1B-parameter fp32 state held by a learner actor on the device to a receiving
            actor on the device (each half of the GPU): (a) the object store as rayseq sends it (``FlatWeights.pack``
-           to host, fetched, loaded onto the device); (b) rayseq's collective path (``rayseq.distributed.weight_sync``
+           to host, fetched, loaded onto the device); (b) rayseq's collective path (``weights.collective``
            send/receive: a gloo group, buckets of 64 MiB, checksum checked); (c) an NCCL group (two ranks on one GPU:
            refused by NCCL, recorded); (d) CUDA IPC (the colocated learners' way: the receiver copies from the
            sender's memory). Seconds per sync, median of ``--repeats``.
@@ -300,18 +300,18 @@ def _sync_actor(ray, num_gpus: float):
             return sum(t.numel() * t.element_size() for t in self.state.values())
 
         def checksum(self) -> list:
-            from rayseq.distributed.weight_sync import checksum
+            from rayseq.distributed.weights.collective import checksum
 
             return checksum(self.state).tolist()
 
         # (a) the object store, as rayseq's learner publishes and a worker loads
         def pack(self):
-            from rayseq.distributed.handles import FlatWeights
+            from rayseq.distributed.weights.flat import FlatWeights
 
             return FlatWeights.pack({"generator": self.state})
 
         def load(self, weights) -> float:
-            from rayseq.distributed.handles import as_state_dicts
+            from rayseq.distributed.weights.flat import as_state_dicts
 
             t0 = time.perf_counter()
             got = as_state_dicts(weights)["generator"]
@@ -321,10 +321,10 @@ def _sync_actor(ray, num_gpus: float):
             _sync(self.dev.type)
             return time.perf_counter() - t0
 
-        # (b) rayseq's weights group (rayseq.distributed.weight_sync: gloo); (c) NCCL through ray.util.collective
+        # (b) rayseq's weights group (rayseq.distributed.weights.collective: gloo); (c) NCCL through ray.util.collective
         @staticmethod
         def rendezvous():
-            from rayseq.distributed.learner import Learner
+            from rayseq.distributed.actors.learner import Learner
 
             return Learner.rendezvous()
 
@@ -340,7 +340,7 @@ def _sync_actor(ray, num_gpus: float):
                 return f"{type(e).__name__}: {e}"[:300]
 
         def collective(self, name: str, bucket_mb: float) -> str:
-            from rayseq.distributed import weight_sync
+            from rayseq.distributed.weights import collective as weight_sync
 
             rank, backend, spec = self.groups[name]
             nbytes = int(bucket_mb * 2**20)
@@ -417,7 +417,7 @@ def part_sync(args, tmp: Path) -> tuple[str, dict]:
             name = f"sync_{backend}"
             spec = None
             if backend == "gloo":
-                from rayseq.distributed.weight_sync import GroupSpec
+                from rayseq.distributed.weights.collective import GroupSpec
 
                 spec = GroupSpec(name, *ray.get(learner.rendezvous.remote()), 2, 300.0)
             errs = [e for e in ray.get([m.join.remote(backend, 2, r, name, spec)

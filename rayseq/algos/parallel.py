@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 def is_dtensor(tensor) -> bool:
     """Whether ``tensor`` is a shard of a distributed tensor (a sharded learner's parameter or gradient:
-    rayseq.distributed.sharding), whose reduction FSDP does."""
+    rayseq.distributed.actors.sharding), whose reduction FSDP does."""
     from torch.distributed.tensor import DTensor
 
     return isinstance(tensor, DTensor)

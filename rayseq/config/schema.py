@@ -300,7 +300,7 @@ class RolloutConfig(_Section):
         "generator's weights over a gloo group of their own in the model dtype, in buckets (rollout.weight_bucket_mb), "
         "each worker checking their checksum; a failed broadcast (a worker lost: the others give up after "
         "rollout.weight_sync_timeout_s) falls back to the object store for that version and the group is rebuilt "
-        "(rayseq.distributed.weight_sync). Not the default: on one node the object store is faster "
+        "(rayseq.distributed.weights.collective). Not the default: on one node the object store is faster "
         "(benchmarks/rollout_engines). Composes with rollout.max_staleness up to 1 (a worker receives behind the "
         "batches already queued on it) and with rollout.engine=vllm; not with learner.strategy=fsdp.",
     )

@@ -1,7 +1,7 @@
 """Joining or starting Ray, and the resources a run reserves (its placement group's bundles).
 
 The actor groups themselves (learner, rollout workers, scorers; in-process or Ray actors) are
-:mod:`rayseq.distributed.groups`; their fault recovery :mod:`rayseq.distributed.manager`.
+:mod:`rayseq.distributed.groups`; their fault recovery :mod:`rayseq.distributed.groups.manager`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import functools
 import inspect
 import logging
 import os
-
-from rayseq.config import RunConfig
+import sys
 
 
 def init_ray(min_cpus: float = 1.0, **kwargs) -> bool:
@@ -80,18 +79,12 @@ def dropping_log_messages(logger_name: str, *prefixes: str):
         logger.removeFilter(keep)
 
 
-def bundles(cfg: RunConfig) -> list[dict]:
-    """Resource bundles of a run: [learner rank 0, worker × n, scorer × m, learner ranks 1..N−1] (a Tune trial's
-    PlacementGroupFactory; ``learner.num_learners`` = N)."""
-    r, lc, sc = cfg.rollout, cfg.learner, cfg.scorer
-    learner = _bundle(lc.num_cpus, lc.num_gpus, lc.resources)
-    if r.num_workers == 0:
-        return [learner]
-    worker = _bundle(r.num_cpus_per_worker, r.num_gpus_per_worker, r.resources_per_worker)
-    scorer = _bundle(sc.num_cpus_per_scorer, sc.num_gpus_per_scorer, sc.resources_per_scorer)
-    return [learner] + [worker] * r.num_workers + [scorer] * cfg.num_scorers + [learner] * (lc.num_learners - 1)
+def placement_group_id() -> str | None:
+    """Hex id of the placement group this process's actor runs in (None in-process or outside one)."""
+    if "ray" not in sys.modules:
+        return None
+    import ray
 
-
-def _bundle(cpus: float, gpus: float, custom: dict[str, float]) -> dict:
-    """One actor's bundle: CPUs, GPUs if any, and its custom resources (those > 0) that pick its node."""
-    return {"CPU": cpus} | ({"GPU": gpus} if gpus else {}) | {k: v for k, v in custom.items() if v}
+    if not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_placement_group_id()

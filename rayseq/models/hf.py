@@ -142,7 +142,7 @@ class HFCausalLM(nn.Module):
 
     def fsdp_blocks(self) -> list[nn.Module]:
         """The LM's decoder layers (its backbone's largest list of modules: GPT-2's ``h``, Llama's ``layers``): a
-        sharded learner gathers each one's parameters around its forward (rayseq.distributed.sharding)."""
+        sharded learner gathers each one's parameters around its forward (rayseq.distributed.actors.sharding)."""
         lists = [m for m in self._backbone.children() if isinstance(m, nn.ModuleList)]
         return list(max(lists, key=len)) if lists else []
 

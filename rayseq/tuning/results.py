@@ -204,7 +204,7 @@ def summarize(exp: Experiment, grid) -> dict:
                    "iteration": best_row["iteration"], "status": best_row["status"],
                    "run_dir": best_row["run_dir"], "config": None, "export": None}
     if result.checkpoint is not None:
-        from rayseq.distributed.learner import evaluate_checkpoint
+        from rayseq.distributed.actors.learner import evaluate_checkpoint
 
         out["best"]["export"] = export_best(exp, result, best_row["trial_id"])
         out["best"]["config"] = yaml.safe_load(RunStore(out["best"]["export"]).read_text("config.yaml"))

@@ -58,7 +58,7 @@ CKPT_FILE = re.compile(r"^ckpt_(\d{8})\.pt$")
 
 
 def trial_bundles(cfg: RunConfig) -> list[dict]:
-    from rayseq.distributed.runtime import bundles
+    from rayseq.distributed.groups.placement import bundles
 
     b = bundles(cfg)
     return b if cfg.rollout.num_workers == 0 else [{}] + b

@@ -15,8 +15,8 @@ import torch
 
 from rayseq.checkpoint import load_checkpoint
 from rayseq.config import build_config
+from rayseq.distributed.actors.learner import evaluate_checkpoint
 from rayseq.distributed.driver import Trainer
-from rayseq.distributed.learner import evaluate_checkpoint
 
 NEW = ["scst", "scheduled_sampling", "raml", "data_noising", "spg", "erpo_interpolation", "actor_critic",
        "seqgan_critic"]

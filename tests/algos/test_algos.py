@@ -10,8 +10,8 @@ import torch
 
 from rayseq.algos import make_algo
 from rayseq.config import config_to_dict
-from rayseq.distributed.learner import Learner
-from rayseq.distributed.worker import RolloutWorker
+from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.registry import ALGORITHMS, algorithm_class
 from rayseq.rewards import terminal_rewards
 from tests.conftest import tiny_config

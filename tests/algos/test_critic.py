@@ -12,8 +12,8 @@ import torch
 from rayseq.algos import make_algo
 from rayseq.algos.scst import self_critical_advantages
 from rayseq.config import config_to_dict
-from rayseq.distributed.learner import Learner
-from rayseq.distributed.worker import RolloutWorker
+from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.losses import gae
 from rayseq.rewards import terminal_rewards
 from tests.conftest import tiny_config

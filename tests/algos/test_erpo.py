@@ -14,7 +14,7 @@ import torch
 from rayseq.algos.erpo import erpo_sample
 from rayseq.algos.erpo_interpolation import ERPOInterpolation
 from rayseq.config import build_config
-from rayseq.distributed.learner import Learner
+from rayseq.distributed.actors.learner import Learner
 from rayseq.models import make_generator
 from rayseq.models.sampling import inverse_cdf_sample
 from rayseq.rewards.bleu import sentence_bleu

@@ -58,8 +58,8 @@ def test_rloo_advantage_is_the_leave_one_out_baseline_by_hand():
 
 def test_grpo_dynamic_uses_the_group_advantage_and_dynamic_bounds():
     """At ρ = 1 (one epoch, one minibatch) the clip does not bind: grpo_dynamic takes GRPO's step exactly."""
-    from rayseq.distributed.learner import Learner
-    from rayseq.distributed.worker import RolloutWorker
+    from rayseq.distributed.actors.learner import Learner
+    from rayseq.distributed.actors.worker import RolloutWorker
     from rayseq.types import RolloutRequest
 
     params = {}
@@ -102,8 +102,8 @@ def test_group_algorithm_trains_on_groups_of_one_prompt(tmp_path, name):
 def test_grpo_raises_the_reward_of_the_better_half_of_a_group():
     """One update on a hand-made group: the reply with the higher reward gains probability, the other loses it."""
     from rayseq.algos import make_algo
-    from rayseq.distributed.learner import Learner
-    from rayseq.distributed.worker import RolloutWorker
+    from rayseq.distributed.actors.learner import Learner
+    from rayseq.distributed.actors.worker import RolloutWorker
     from rayseq.rewards import terminal_rewards
     from rayseq.types import RolloutRequest
 

@@ -12,8 +12,8 @@ from benchmarks.learner_memory import allocations
 from rayseq.algos.common import LearnerState, policy_pass, rollout_tensors, without_grad
 from rayseq.algos.parallel import rows_without_grad
 from rayseq.config import config_to_dict
-from rayseq.distributed.learner import Learner
-from rayseq.distributed.worker import RolloutWorker
+from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.models.protocol import lean_logprobs
 from rayseq.types import RolloutRequest
 from tests.conftest import tiny_config

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rayseq.config import config_to_dict
-from rayseq.distributed.handles import FlatWeights
-from rayseq.distributed.learner import Learner
-from rayseq.distributed.worker import RolloutWorker
+from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.actors.worker import RolloutWorker
+from rayseq.distributed.weights.flat import FlatWeights
 from rayseq.types import RolloutRequest
 from tests.conftest import tiny_config
 

@@ -373,7 +373,7 @@ def test_unigram_noise_matches_loop():
 # -- 5. one learner update -----------------------------------------------------------------------------
 @pytest.mark.parametrize("algo_cls", [RAML, DataNoising])
 def test_update_on_learner_state(counting, algo_cls):
-    from rayseq.distributed.learner import Learner
+    from rayseq.distributed.actors.learner import Learner
 
     overrides = ["task.name=counting", "task.test_size=200", "model.hidden_dim=16", "model.emb_dim=8",
                  "algo.raml.raml_pool=8", "algo.raml.raml_samples=4", "algo.data_noising.noise_gamma=0.5"]

@@ -9,8 +9,8 @@ import torch
 
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, entropy_bonus, sampled_kl
 from rayseq.config import ConfigError, build_config, config_to_dict
-from rayseq.distributed.learner import Learner
-from rayseq.distributed.worker import RolloutWorker
+from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.rewards import terminal_rewards
 from rayseq.types import Rollout, RolloutRequest
 from tests.conftest import tiny_config

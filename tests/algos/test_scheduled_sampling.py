@@ -167,7 +167,7 @@ def test_gradients_flow_through_loss_not_samples():
 # -- 5. the learner update --------------------------------------------------------------------------------
 def make_learner():
     from rayseq.config import build_config, config_to_dict
-    from rayseq.distributed.learner import Learner
+    from rayseq.distributed.actors.learner import Learner
 
     return Learner(config_to_dict(build_config(
         None, ["task.name=counting", "algo.name=scheduled_sampling", "model.hidden_dim=16", "model.emb_dim=8"]

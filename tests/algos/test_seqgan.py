@@ -17,9 +17,9 @@ from rayseq.algos import make_algo
 from rayseq.algos.seqgan import SEQGAN_DYNAMIC_BOUNDS, mc_continuations, score_continuations
 from rayseq.checkpoint import load_checkpoint
 from rayseq.config import ConfigError, RunConfig, build_config, config_to_dict
+from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.distributed.driver import Interrupted, Trainer
-from rayseq.distributed.learner import Learner
-from rayseq.distributed.worker import RolloutWorker
 from rayseq.tasks.oracle import OFFSET, OracleLSTM, OracleTask
 from rayseq.types import RolloutRequest
 from tests.conftest import tiny_config
@@ -70,7 +70,7 @@ def test_seqgan_objective_is_q_weighted_log_likelihood():
 def test_scorer_q_from_worker_continuations_equals_d_on_each_continuation():
     # the Ray path (mc_continuations on a worker -> score_continuations on a scorer, here in-process) scores with the
     # prefix-shared D: its Q equals Eq. 4 with D run on every materialised continuation
-    from rayseq.distributed.scorer import ScorerActor
+    from rayseq.distributed.actors.scorer import ScorerActor
     from rayseq.rewards.mc_search import q_values
 
     cfg = oracle_config("rollout.num_workers=0", "disc.filter_sizes=[1,2,3,5,8]", "disc.num_filters=[4,4,4,3,3]")

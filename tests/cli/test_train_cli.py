@@ -18,7 +18,7 @@ import yaml
 from rayseq.checkpoint import list_checkpoints, load_checkpoint
 from rayseq.config import build_config
 from rayseq.distributed.driver import Interrupted, Trainer
-from rayseq.distributed.progress import Progress
+from rayseq.distributed.driver.progress import Progress
 from rayseq.train import main as train_main
 from rayseq.train import relative_run_dir_warning
 from tests.conftest import TINY, tiny_config
@@ -96,7 +96,7 @@ def test_in_process_run_writes_every_output(tmp_path):
     assert summary["metrics"]["val/precision"] == rows[-1]["val/precision"]  # the last validation
     assert {"test/precision", "val/precision"} <= set(summary["pretrain_metrics"])
     # test/* is the final generator's, recomputed here from the final checkpoint
-    from rayseq.distributed.learner import evaluate_checkpoint
+    from rayseq.distributed.actors.learner import evaluate_checkpoint
 
     test, _ = evaluate_checkpoint(str(run_dir), "test")
     assert summary["metrics"]["test/precision"] == test["test/precision"]

@@ -18,11 +18,11 @@ import yaml
 
 from rayseq.checkpoint import load_checkpoint
 from rayseq.config import config_to_dict, resume_config
+from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.distributed.driver import Trainer
 from rayseq.distributed.groups import LearnerGroup
-from rayseq.distributed.learner import Learner
-from rayseq.distributed.manager import ActorManager
-from rayseq.distributed.worker import RolloutWorker
+from rayseq.distributed.groups.manager import ActorManager
 from rayseq.types import RolloutRequest
 from tests.conftest import tiny_config
 

@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from rayseq.distributed.manager import ActorManager, Call
+from rayseq.distributed.groups.manager import ActorManager, Call
 
 pytestmark = pytest.mark.ray
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rayseq.distributed.nodes import describe_node
+from rayseq.distributed.groups.placement import describe_node
 
 
 def test_a_node_is_named_by_id_address_and_custom_resources():

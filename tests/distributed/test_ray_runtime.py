@@ -143,7 +143,7 @@ def test_placement_strategy_and_custom_resources_reach_the_placement_group(ray_s
     the runtime knows which node holds each bundle (here all on the one local node, alive)."""
     from ray.util.placement_group import placement_group_table
 
-    from rayseq.distributed.runtime import bundles
+    from rayseq.distributed.groups.placement import bundles
 
     pinned = tiny_config("rollout.num_workers=2", "learner.resources={node_a: 1}", "algo.name=seqgan",
                          "rollout.resources_per_worker={pool: 0.5, gone: 0}", "scorer.resources_per_scorer={s: 2}")

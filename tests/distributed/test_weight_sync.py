@@ -1,4 +1,4 @@
-"""rollout.weight_sync=collective (rayseq.distributed.weight_sync): the learner broadcasts the generator's weights
+"""rollout.weight_sync=collective (rayseq.distributed.weights): the learner broadcasts the generator's weights
 over a gloo group; after every sync each worker holds the learner's weights (checksums), and the run is the
 object-store run's bit for bit with the same driver traffic."""
 
@@ -10,7 +10,7 @@ import torch
 
 from rayseq.config import ConfigError
 from rayseq.distributed.driver import Trainer
-from rayseq.distributed.weight_sync import buckets, checksum, unpack
+from rayseq.distributed.weights.collective import buckets, checksum, unpack
 from tests.conftest import tiny_config
 
 
@@ -154,8 +154,8 @@ def test_a_group_of_its_own_broadcasts_and_refuses_a_wrong_checksum():
     joined a group it is asked to receive on at a later broadcast fails at once."""
     import threading
 
-    from rayseq.distributed import weight_sync
-    from rayseq.distributed.learner import Learner
+    from rayseq.distributed.actors.learner import Learner
+    from rayseq.distributed.weights import collective as weight_sync
 
     state = {"w": torch.randn(100, 7), "b": torch.randn(33).to(torch.bfloat16)}
     like = {k: torch.zeros_like(v) for k, v in state.items()}

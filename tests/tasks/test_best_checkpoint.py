@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rayseq.config import ConfigError, build_config
-from rayseq.distributed.best import is_best
 from rayseq.distributed.driver import Trainer
+from rayseq.distributed.driver.best import is_best
 from rayseq.tasks import make_task
 from tests.tasks.test_chitchat import tiny, tiny_args
 

@@ -232,7 +232,7 @@ def test_asha_search_cli_interrupt_resume_and_export(tmp_path):
     assert best["params"]["algo.beta2"] == best["params"]["algo.alpha2"]
     assert best["config"]["algo"]["lr"] == pytest.approx(best["params"]["algo.lr"])
     # chosen on the validation metric; its test figures computed once, on best/, and printed beside the choice
-    from rayseq.distributed.learner import evaluate_checkpoint
+    from rayseq.distributed.actors.learner import evaluate_checkpoint
 
     assert best["test"] == evaluate_checkpoint(str(exp_dir / "best"), "test")[0]
     assert f"chosen on val/precision = {best['value']:.4g}" in r.stdout and "test/precision = " in r.stdout

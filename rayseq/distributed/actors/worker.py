@@ -12,8 +12,8 @@ import torch
 
 from rayseq.algos.erpo import erpo_sample
 from rayseq.config import RunConfig
-from rayseq.distributed.handles import as_state_dicts
-from rayseq.distributed.placement import placement_group_id
+from rayseq.distributed.runtime import placement_group_id
+from rayseq.distributed.weights.flat import as_state_dicts
 from rayseq.engines import BuiltinEngine, make_engine
 from rayseq.losses.mismatch import truncated_is_weights
 from rayseq.models import make_generator
@@ -53,7 +53,7 @@ class RolloutWorker:
 
     def stats(self) -> dict:
         """Diagnostics: pid, weights version and loads, a checksum of the weights, the weights groups it is in."""
-        from rayseq.distributed import weight_sync
+        from rayseq.distributed.weights import collective as weight_sync
 
         checksum = float(sum(p.detach().double().sum() for p in self.generator.parameters()))
         return {
@@ -87,9 +87,9 @@ class RolloutWorker:
 
     def receive_weights(self, spec, rank: int, version: int, bucket_bytes: int, first: bool = False) -> None:
         """Weights ``version`` broadcast by the learner over the group ``spec`` (member ``rank``;
-        ``rollout.weight_sync=collective``, :mod:`rayseq.distributed.weight_sync`), checked against its checksum and
-        loaded. ``first``: the group's first broadcast (this worker joins it)."""
-        from rayseq.distributed import weight_sync
+        ``rollout.weight_sync=collective``, :mod:`~rayseq.distributed.weights.collective`), checked against its checksum
+        and loaded. ``first``: the group's first broadcast (this worker joins it)."""
+        from rayseq.distributed.weights import collective as weight_sync
 
         if self._held:
             raise ValueError(f"rollout.weight_sync=collective carries the generator alone; algo.name="
@@ -99,7 +99,7 @@ class RolloutWorker:
         self.collective_loads += 1
 
     def leave_weight_group(self, group_name: str) -> None:
-        from rayseq.distributed import weight_sync
+        from rayseq.distributed.weights import collective as weight_sync
 
         weight_sync.leave(group_name)
 

@@ -5,7 +5,7 @@ Rollout workers and scorers hold nothing but weights: a call that fails because 
 restart the actor (``max_restarts``), gives it the group's current weights and sends the call again; a lost node
 is named in a warning. The learner group holds the training state: a dead learner actor raises
 :class:`LearnerLost`, and the driver rebuilds the group from the latest checkpoint (``learner.max_restarts``); its
-node's loss ends the run with :class:`~rayseq.distributed.nodes.NodeLost` naming the node (``--resume`` continues
+node's loss ends the run with :class:`~.placement.NodeLost` naming the node (``--resume`` continues
 from the last checkpoint).
 
 Calls whose results are still out (``RolloutGroup.sample(wait=False)``: the learner fetches their shards itself)
@@ -74,7 +74,7 @@ class ActorManager:
 
     def __init__(self, ray, placement):
         self.ray = ray
-        self.placement = placement  # rayseq.distributed.nodes.Placement: bundle -> node
+        self.placement = placement  # rayseq.distributed.groups.placement.Placement: bundle -> node
         self.learner_ids: list = []  # refs of the learner actors' Ray ids (hex), answered while they were alive
         self.restarts = 0
         self.recv_bytes = 0  # pickled size of everything the driver fetched (ray.get) through the groups

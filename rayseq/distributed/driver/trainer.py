@@ -9,7 +9,7 @@ the data RNG, the stage's position, the batch sent ahead) to ``algo.training_ste
 (``pretrain_step`` in the algorithm's own stage), which returns the iteration's metrics; the driver times and counts
 the iteration (:func:`~rayseq.algos.iteration.counted`), adds the evaluation (``val/*`` every ``train.eval_every``,
 once per weights version), writes ``metrics.parquet``, checkpoints, keeps the best evaluation
-(:mod:`rayseq.distributed.best`), reports to Tune and draws the progress (:mod:`rayseq.distributed.progress`).
+(:mod:`.best`), reports to Tune and draws the progress (:mod:`.progress`).
 
 The default iteration (:mod:`rayseq.algos.iteration`) sends the next iteration's batch right behind the update: its
 sampling calls carry the update's weights by reference, so the workers start the moment the learner has published
@@ -40,10 +40,10 @@ from rayseq.checkpoint import (
     select_checkpoint,
 )
 from rayseq.config import RunConfig, config_to_dict
-from rayseq.distributed.best import BestKeeper, check_best_keys
+from rayseq.distributed.driver.best import BestKeeper, check_best_keys
+from rayseq.distributed.driver.progress import Progress, figures, progress_keys
 from rayseq.distributed.groups import ActorGroups
-from rayseq.distributed.manager import LearnerLost
-from rayseq.distributed.progress import Progress, figures, progress_keys
+from rayseq.distributed.groups.manager import LearnerLost
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import make_task

@@ -15,8 +15,9 @@ from rayseq.algos.common import baseline_lr, policy_pass, without_grad
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.config import RunConfig
-from rayseq.distributed.handles import FlatWeights, as_rollout, resolve
-from rayseq.distributed.placement import placement_group_id
+from rayseq.distributed.handles import as_rollout, resolve
+from rayseq.distributed.runtime import placement_group_id
+from rayseq.distributed.weights.flat import FlatWeights
 from rayseq.models import ValueBaseline, make_generator, reference_policy
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
@@ -130,9 +131,9 @@ class Learner:
                 **{k: m for k, m in self.algo.modules.items() if isinstance(m, torch.nn.Module)}}
 
     def _shard(self, world: int) -> None:
-        """FSDP2 over the learners (:mod:`rayseq.distributed.sharding`): every trained module sharded, the optimizers
+        """FSDP2 over the learners (:mod:`.sharding`): every trained module sharded, the optimizers
         built again over the sharded parameters (before the first update: nothing in them yet)."""
-        from rayseq.distributed.sharding import rebuild_optimizer, shard_modules
+        from rayseq.distributed.actors.sharding import rebuild_optimizer, shard_modules
 
         modules = self._trained_modules()
         names = {id(p): f"{m}.{n}" for m, module in modules.items() for n, p in module.named_parameters()}
@@ -152,7 +153,7 @@ class Learner:
         if not self.sharded or getattr(self.state.generator, "lora", False):
             ref = reference_policy(self.state.generator)
             return ref.to(self.dtype) if isinstance(ref, torch.nn.Module) else ref  # a frozen copy: in bf16 too
-        from rayseq.distributed.sharding import shard_modules
+        from rayseq.distributed.actors.sharding import shard_modules
 
         with torch.random.fork_rng():
             ref = make_generator(self.cfg, self.task).to(self.device)
@@ -192,7 +193,7 @@ class Learner:
         if not self.sharded:
             return {k: None if v is None else {n: cast(t.detach().cpu()) for n, t in v.items()}
                     for k, v in state.items()}
-        from rayseq.distributed.sharding import full_state
+        from rayseq.distributed.actors.sharding import full_state
 
         whole = {k: None if v is None else {n: cast(t) for n, t in full_state(v).items()} for k, v in state.items()}
         return whole if self.rank == 0 else {}
@@ -217,14 +218,14 @@ class Learner:
 
     def send_weights(self, spec, bucket_bytes: int) -> None:
         """Broadcast the generator's weights to the rollout workers over the group ``spec`` (a
-        :class:`~rayseq.distributed.weight_sync.GroupSpec`: rank 0, its store here;
+        :class:`~rayseq.distributed.weights.collective.GroupSpec`: rank 0, its store here;
         ``rollout.weight_sync=collective``)."""
-        from rayseq.distributed import weight_sync
+        from rayseq.distributed.weights import collective as weight_sync
 
         weight_sync.send(self.get_weights()["generator"], spec, bucket_bytes)
 
     def leave_weight_group(self, group_name: str) -> None:
-        from rayseq.distributed import weight_sync
+        from rayseq.distributed.weights import collective as weight_sync
 
         weight_sync.leave(group_name)
 
@@ -373,7 +374,7 @@ class Learner:
         import tempfile
 
         from rayseq.checkpoint import learner_folder, write_directory
-        from rayseq.distributed.sharding import save_sharded, sharded_state
+        from rayseq.distributed.actors.sharding import save_sharded, sharded_state
 
         weights = self._whole({"generator": self.state.generator.state_dict()}, publish=False)  # every rank gathers
         with tempfile.TemporaryDirectory(prefix="rayseq-dcp-") as local:
@@ -468,7 +469,7 @@ class Learner:
         import tempfile
 
         from rayseq.checkpoint import read_directory
-        from rayseq.distributed.sharding import load_sharded, restore_sharded, sharded_state
+        from rayseq.distributed.actors.sharding import load_sharded, restore_sharded, sharded_state
 
         pairs = {k: (m, o if optimizers else None) for k, (m, o) in pairs.items()}
         with tempfile.TemporaryDirectory(prefix="rayseq-dcp-") as local:
@@ -508,7 +509,7 @@ class Learner:
         """Whole tensors into the trained module ``name`` (sharded: each distributed as the module's own)."""
         module = self._trained_modules()[name]
         if self.sharded:
-            from rayseq.distributed.sharding import load_full
+            from rayseq.distributed.actors.sharding import load_full
 
             load_full(module, full)
         else:

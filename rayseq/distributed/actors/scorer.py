@@ -15,8 +15,8 @@ import time
 import torch
 
 from rayseq.config import RunConfig
-from rayseq.distributed.placement import placement_group_id
-from rayseq.distributed.worker import score_rollout
+from rayseq.distributed.actors.worker import score_rollout
+from rayseq.distributed.runtime import placement_group_id
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import Rollout

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 
+from rayseq.config import RunConfig
+
 # resources every node has; what is left of a node's resources are the custom ones it advertises
 _BUILTIN = ("CPU", "GPU", "memory", "object_store_memory", "accelerator_type")
 
@@ -92,3 +94,20 @@ class Placement:
             "learner again (a replacement node with the resources it needs, or other learner.resources on --resume)",
             node,
         )
+
+
+def bundles(cfg: RunConfig) -> list[dict]:
+    """Resource bundles of a run: [learner rank 0, worker × n, scorer × m, learner ranks 1..N−1] (a Tune trial's
+    PlacementGroupFactory; ``learner.num_learners`` = N)."""
+    r, lc, sc = cfg.rollout, cfg.learner, cfg.scorer
+    learner = _bundle(lc.num_cpus, lc.num_gpus, lc.resources)
+    if r.num_workers == 0:
+        return [learner]
+    worker = _bundle(r.num_cpus_per_worker, r.num_gpus_per_worker, r.resources_per_worker)
+    scorer = _bundle(sc.num_cpus_per_scorer, sc.num_gpus_per_scorer, sc.resources_per_scorer)
+    return [learner] + [worker] * r.num_workers + [scorer] * cfg.num_scorers + [learner] * (lc.num_learners - 1)
+
+
+def _bundle(cpus: float, gpus: float, custom: dict[str, float]) -> dict:
+    """One actor's bundle: CPUs, GPUs if any, and its custom resources (those > 0) that pick its node."""
+    return {"CPU": cpus} | ({"GPU": gpus} if gpus else {}) | {k: v for k, v in custom.items() if v}

@@ -1,0 +1,150 @@
+"""The three actor groups an algorithm's iteration is written against (``Algorithm.training_step``), each one class
+whether its members run in this process (``rollout.num_workers=0``: debugging, unit tests) or as Ray actors in one
+placement group (``is_local``, as RLlib's ``LearnerGroup``):
+
+- :class:`RolloutGroup`: sample replies with behaviour log-probs (scored on the scorers when the reward is
+  expensive); what an algorithm runs on the shards (SeqGAN's Monte-Carlo continuations). Receives the learner's
+  weights.
+- :class:`ScorerGroup`: rewards, and what an algorithm scores with a model of its own (SeqGAN's Q, D(Y)). Receives
+  that model's weights.
+- :class:`LearnerGroup`: updates, weights, state, evaluation, checkpoints.
+
+:class:`ActorGroups` builds the three for a run (and its placement group) and is what ``training_step`` receives.
+Methods are called in code, never by name strings. Fault recovery lives in :class:`~rayseq.distributed.groups.manager.
+ActorManager`, shared by the groups.
+
+Data flows by reference (DESIGN.md "Data flow"): ``sample``, ``run_on_shards`` and ``run_on_pending`` return
+per-shard handles (:mod:`rayseq.distributed.handles`: ObjectRefs under Ray, the objects in-process); the
+learner fetches them. The driver holds references and metric dicts only (``recv_bytes`` counts what it fetches).
+The protocols these classes meet, for the math layer's algorithms: :mod:`rayseq.algos.iteration`.
+"""
+
+from __future__ import annotations
+
+from rayseq.config import RunConfig, config_to_dict
+from rayseq.distributed.actors.scorer import ScorerActor
+from rayseq.distributed.actors.worker import RolloutWorker
+from rayseq.distributed.groups.learner import LearnerGroup
+from rayseq.distributed.groups.rollout import RolloutGroup
+from rayseq.distributed.groups.scorer import ScorerGroup
+from rayseq.distributed.handles import resolve
+
+
+class ActorGroups:
+    """A run's three groups (``learner``, ``rollout``, ``scorer``): in-process with ``rollout.num_workers=0``, else
+    ``learner.num_learners`` Learner actors, ``rollout.num_workers`` RolloutWorker actors and ``scorer.num_scorers``
+    ScorerActors (when the run has scorers: an algorithm with a reward of its own, expensive or configured rewards)
+    in one placement group (``rollout.placement_strategy``: PACK or SPREAD over the nodes).
+
+    ``placement_group``: reserve elsewhere (a Tune trial's ``tune.PlacementGroupFactory``, built by
+    :func:`rayseq.distributed.runtime.bundles`) and pass it in; its bundle 0 is the learner's (rank 0), bundles
+    1..n the workers', then the scorers', then the other learner ranks'. Otherwise one is created here. Workers and
+    scorers are restarted by Ray after a crash (``max_restarts``) and their calls re-sent
+    (:class:`~rayseq.distributed.groups.manager.ActorManager`); a lost node's workers and scorers are re-created on the
+    surviving nodes (:mod:`rayseq.distributed.groups.placement`); a dead learner actor is rebuilt by the driver
+    (:meth:`restart_learner`, ``learner.max_restarts``); losing the learner's node ends the run with
+    :class:`~rayseq.distributed.groups.placement.NodeLost` naming it."""
+
+    def __init__(self, cfg: RunConfig, placement_group=None):
+        d = config_to_dict(cfg)
+        self.is_local = cfg.rollout.num_workers == 0
+        self.manager = None
+        if self.is_local:
+            self.learner = LearnerGroup(d)
+            self.rollout = RolloutGroup(d, self.learner)  # built before the scorer: the global RNG draws as before
+            self.scorer = self.rollout.scorer = ScorerGroup(cfg, d, self.learner)
+            # one process: every constructor set the process-wide thread count; the learner's applies
+            import torch
+
+            torch.set_num_threads(cfg.learner.torch_threads)
+        else:
+            self._start_ray_actors(cfg, d, placement_group)
+        self.learner.rollout = self.rollout
+
+    def _start_ray_actors(self, cfg: RunConfig, d: dict, placement_group) -> None:
+        import ray
+        from ray.util.placement_group import placement_group as make_pg
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from rayseq.distributed.groups.manager import ActorManager
+        from rayseq.distributed.groups.placement import Placement, bundles
+        from rayseq.distributed.runtime import init_ray
+
+        self._ray = ray
+        r, lc, sc = cfg.rollout, cfg.learner, cfg.scorer
+        wanted = bundles(cfg)
+        self._started_ray = init_ray(min_cpus=sum(b["CPU"] for b in wanted))
+        self._own_pg = placement_group is None
+        if placement_group is None:
+            placement_group = make_pg(wanted, strategy=r.placement_strategy)
+            try:
+                ray.get(placement_group.ready(), timeout=120)
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(
+                    f"cluster cannot reserve {wanted} "
+                    f"(available: {ray.available_resources()}); lower rollout.num_workers, scorer.num_scorers "
+                    "or their num_cpus_per_* / learner.num_cpus (and custom resources: learner.resources, "
+                    "rollout.resources_per_worker, scorer.resources_per_scorer)"
+                ) from None
+        self.pg = placement_group
+        self.placement = Placement(placement_group)
+
+        def strategy(i):
+            return PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i)
+
+        def stateless_actors(cls, count: int, first_bundle: int, cpus: float, gpus: float) -> list:
+            """Workers / scorers: restarted by Ray after a crash, their calls re-sent by the manager."""
+            return [
+                ray.remote(cls).options(num_cpus=cpus, num_gpus=gpus, max_restarts=r.max_restarts, max_task_retries=0,
+                                        scheduling_strategy=strategy(first_bundle + i)).remote(d, i)
+                for i in range(count)
+            ]
+
+        self.manager = manager = ActorManager(ray, self.placement)
+        n, m = r.num_workers, cfg.num_scorers
+        # rank 0 in bundle 0, ranks 1.. after the scorers' bundles (bundles())
+        learner_bundles = [0, *range(1 + n + m, n + m + lc.num_learners)]
+        self.learner = LearnerGroup(d, manager=manager, actor_options=[
+            {"num_cpus": lc.num_cpus, "num_gpus": lc.num_gpus, "scheduling_strategy": strategy(i)}
+            for i in learner_bundles])
+        workers = stateless_actors(RolloutWorker, n, 1, r.num_cpus_per_worker, r.num_gpus_per_worker)
+        scorers = stateless_actors(ScorerActor, m, 1 + n, sc.num_cpus_per_scorer, sc.num_gpus_per_scorer)
+        self.scorer = ScorerGroup(cfg, d, self.learner, manager=manager, actors=scorers)
+        self.rollout = RolloutGroup(d, self.learner, self.scorer, manager=manager, actors=workers)
+
+    @property
+    def remote(self) -> bool:
+        return not self.is_local
+
+    @property
+    def restarts(self) -> int:
+        """Worker and scorer restarts so far (0 in-process)."""
+        return 0 if self.manager is None else self.manager.restarts
+
+    @property
+    def recv_bytes(self) -> int:
+        """Pickled size of everything the driver fetched from the actors (0 in-process: nothing crosses)."""
+        return 0 if self.manager is None else self.manager.recv_bytes
+
+    def restart_learner(self) -> None:
+        """A learner actor died (:class:`~.manager.LearnerLost`): every learner actor is replaced
+        by a fresh one and the other groups forget what went out with it (:meth:`ActorManager.recover_learner`); the
+        caller loads the latest checkpoint."""
+        self.manager.recover_learner(self)
+
+    def fetch(self, handles: list) -> list:
+        """The objects behind shard handles, fetched to the driver (tests, benchmarks; the loop never does)."""
+        return list(handles) if self.is_local else self.manager.received(resolve(handles))
+
+    def shutdown(self) -> None:
+        if self.is_local:
+            return
+        ray = self._ray
+        for a in [*self.learner.actors, *self.rollout.actors, *self.scorer.actors]:
+            ray.kill(a)
+        if self._own_pg:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.pg)
+        if self._started_ray:
+            ray.shutdown()

@@ -1,0 +1,251 @@
+"""The learner group: one Learner in-process, or ``learner.num_learners`` Learner actors in one torch.distributed
+process group (:class:`LearnerGroup`)."""
+
+from __future__ import annotations
+
+from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.groups.calls import two
+from rayseq.types import PromptBatch, PromptKeys, RolloutRequest
+
+
+class LearnerGroup:
+    """The learner: generator, baseline, optimizers, the frozen KL reference, the algorithm's own modules. One Learner
+    in-process, or ``learner.num_learners`` Ray actors (rank 0 in placement bundle 0, ranks 1.. in the bundles after
+    the scorers') in one torch.distributed process group, which each take their rows of every minibatch and sum
+    their gradients (:mod:`rayseq.algos.parallel`): calls that change the training state go to every rank, calls
+    that read it (weights, state, evaluation) to rank 0, which publishes the weights. Every method waits for its
+    answer; a dead learner raises :class:`~.manager.LearnerLost` (the driver rebuilds the group,
+    :meth:`restart`)."""
+
+    kind = "learner"
+    COLLECTIVE_TIMEOUT_S = 300.0  # how long a rank waits in a collective for the others (then its call fails)
+
+    def __init__(self, cfg_dict: dict, *, manager=None, actor_options: list[dict] | None = None):
+        self.is_local = manager is None
+        self._manager = manager
+        self.rollout = None  # the RolloutGroup, set by ActorGroups: the group a chained update samples on
+        self.actors: list = []
+        self.sharded, self._peer_refs = False, []
+        if self.is_local:
+            self.local = Learner(cfg_dict)
+        else:
+            self._cfg_dict, self._actor_options = cfg_dict, actor_options
+            self._start()
+
+    def _start(self, wait_s: float | None = None) -> None:
+        """Start the learner actors (and, with more than one, their process group: rank 0's address, then every
+        rank joins). ``wait_s``: how long they may take to be placed and started (a bundle on a lost node waits
+        for Ray to re-place it); None: as long as it takes (the placement group is ready)."""
+        import ray
+
+        self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg_dict) for opts in self._actor_options]
+        if wait_s is not None:
+            try:
+                ray.get([a.get_version.remote() for a in self.actors], timeout=wait_s)
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(f"the rebuilt learner actors did not start within {wait_s:.0f} s (available: "
+                                   f"{ray.available_resources()}); --resume continues the run once the cluster can "
+                                   "place them") from None
+        self.actor = self.actors[0]
+        self._manager.learner_ids = [a.actor_id.remote() for a in self.actors]  # tells their failures apart
+        # sharded (learner.strategy=fsdp, several ranks): whatever reads the model is a collective, so every call goes
+        # to every rank (rank 0's answer is the group's)
+        self.sharded = len(self.actors) > 1 and self._cfg_dict["learner"]["strategy"] == "fsdp"
+        self._peer_refs: list = []  # peers' parts of collectives whose answers only rank 0's counts (waited for later)
+        self._version: int | None = None  # known from the last update (Ray); None: ask the learner
+        self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update (Ray)
+        world = len(self.actors)
+        if world > 1:
+            address, port = self._manager.get_learner([self.actor.rendezvous.remote()], self)[0]
+            self._manager.get_learner([a.join_data_parallel.remote(rank, world, address, port,
+                                                                   self.COLLECTIVE_TIMEOUT_S)
+                                       for rank, a in enumerate(self.actors)], self)
+
+    def _wait_peers(self) -> None:
+        """Wait for the peers' parts of earlier collectives (a lost rank raises LearnerLost here)."""
+        refs, self._peer_refs = self._peer_refs, []
+        if refs:
+            self._manager.get_learner(refs, self)
+
+    def _rank0_ref(self, method):
+        """A ref to rank 0's answer to ``method(actor)()`` (sharded: every rank takes part, the peers' answers waited
+        for with the next call)."""
+        refs = [method(a).remote() for a in (self.actors if self.sharded else self.actors[:1])]
+        self._peer_refs.extend(refs[1:])
+        return refs[0]
+
+    def restart(self) -> None:
+        """Replace every learner actor by a fresh one in its bundle (its state: the caller loads a checkpoint)."""
+        ray = self._manager.ray
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        self._start(wait_s=180.0)
+
+    def _call(self, method, *args, keeps_version: bool = False, every_rank: bool = False):
+        """``method(learner)`` (the Learner's bound method, or the actor's) with ``args``, waited for: on rank 0, or
+        ``every_rank`` (what changes the training state; the arguments put in the object store once); rank 0's
+        answer. A call that may change the weights version forgets the known one (asked again when needed)."""
+        if self.is_local:
+            return method(self.local)(*args)
+        if not keeps_version:
+            self._version = None
+        self._wait_peers()
+        actors = self.actors if every_rank or self.sharded else self.actors[:1]
+        if len(actors) > 1:
+            args = tuple(self._manager.ray.put(a) for a in args)
+        return self._manager.get_learner([method(a).remote(*args) for a in actors], self)[0]
+
+    # -- stages, state, checkpoints -----------------------------------------------------------------
+    def start_stage(self, stage: str) -> None:
+        return self._call(lambda a: a.start_stage, stage, every_rank=True)
+
+    def state_dict(self) -> dict:
+        """Rank 0's training state, fetched (tests, diagnostics; checkpoints are written by :meth:`save`)."""
+        return self._call(lambda a: a.state_dict, keeps_version=True)
+
+    def save(self, location: str, stem: str) -> dict:
+        """The learners write their state into the run's checkpoints (``Learner.save``: rank 0, or with
+        ``learner.strategy=fsdp`` every rank its shards); returns the files written and their SHA-256, the only thing
+        that comes back."""
+        if self.is_local or not self.sharded:
+            return self._call(lambda a: a.save, location, stem, keeps_version=True)
+        self._wait_peers()
+        first, *others = self._manager.get_learner([a.save.remote(location, stem) for a in self.actors], self)
+        return {**first, "files": {**first["files"], **{k: v for o in others for k, v in o["files"].items()}}}
+
+    def whole_state(self) -> dict:
+        """``Learner.whole_state`` (tests, diagnostics)."""
+        return self._call(lambda a: a.whole_state, keeps_version=True)
+
+    def restore(self, path: str) -> None:
+        """Every rank loads its state from checkpoint ``path`` itself (``Learner.restore``)."""
+        return self._call(lambda a: a.restore, path, every_rank=True)
+
+    def load_state_dict(self, state: dict) -> None:
+        return self._call(lambda a: a.load_state_dict, state, every_rank=True)
+
+    def apply_config_lrs(self) -> dict:
+        return self._call(lambda a: a.apply_config_lrs, keeps_version=True, every_rank=True)
+
+    def init_from(self, path: str) -> dict:
+        """Every rank starts from another run's checkpoint ``path`` (``Learner.init_from``); what was there."""
+        return self._call(lambda a: a.init_from, path, every_rank=True)
+
+    def evaluate(self, split: str = "val") -> tuple[dict, dict]:
+        return self._call(lambda a: a.evaluate, split, keeps_version=True)
+
+    def placement(self) -> dict:
+        return self._call(lambda a: a.placement, keeps_version=True)
+
+    # -- weights ----------------------------------------------------------------------------------
+    def version(self) -> int:
+        """The generator's weights version (its update count): known from the last update, else asked."""
+        if self.is_local:
+            return self.local.get_version()
+        if self._version is None:
+            self._version = self._call(lambda a: a.get_version, keeps_version=True)
+        return self._version
+
+    def scorer_version(self) -> int:
+        """The version of what the scorers hold of the algorithm's (0: nothing)."""
+        return self._call(lambda a: a.scorer_version, keeps_version=True)
+
+    def get_weights(self) -> dict:
+        """The published state dicts (the generator's and what the algorithm publishes with it), fetched (tests,
+        diagnostics)."""
+        return self._call(lambda a: a.get_weights, keeps_version=True)
+
+    def weights_handle(self, version: int):
+        """What the rollout group sends its workers for weights ``version``: the state dicts in-process; under Ray
+        a FlatWeights ref, the one the last update returned when it is that version (no call), else fetched now."""
+        if self.is_local:
+            return self.local.get_weights()
+        published = self._published
+        if published is not None and published[0] == version:
+            return published[1]
+        self._wait_peers()
+        return self._rank0_ref(lambda a: a.get_flat_weights)
+
+    def scorer_weights_handle(self):
+        """What the scorers load of the algorithm's (``{name: state dict}``; under Ray a ref to it)."""
+        if self.is_local:
+            return self.local.get_scorer_weights()
+        self._wait_peers()
+        return self._rank0_ref(lambda a: a.get_scorer_weights)
+
+    # -- the algorithm's calls ----------------------------------------------------------------------
+    def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
+        """The request the learner's copy of the algorithm builds (state lives there: interpolation's λ)."""
+        return self._call(lambda a: a.rollout_request, iteration, max_len, temperature, seed, keeps_version=True)
+
+    def validate(self) -> dict:
+        """The validation reward handed to the learner's algorithm (interpolation: keep or undo, anneal λ)."""
+        return self._call(lambda a: a.validate, every_rank=True)
+
+    def _sent(self, prompts: PromptBatch) -> PromptBatch | PromptKeys:
+        """What the ranks get of ``prompts``: a keyed batch's keys when they are actors (their task reads the rows)."""
+        return prompts if self.is_local else prompts.compact()
+
+    def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
+        """A supervised update on ``batch`` (MLE pretraining, RAML, ...); its metrics."""
+        return self._call(lambda a: a.update, self._sent(batch), iteration, every_rank=True)
+
+    def aux_update(self, positives: PromptBatch, negatives: list, seed: int) -> dict:
+        """The algorithm's update of a model of its own on real ``positives`` against sampled ``negatives`` (shard
+        handles): ``Algorithm.aux_update``."""
+        return self._call(lambda a: a.aux_update, self._sent(positives), negatives, seed, every_rank=True)
+
+    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
+               rows=None) -> dict:
+        """The rollout algorithm's update on the shard handles (the learner fetches them), with ``scores`` (per-shard
+        handles the learner's algorithm gives the rollout, ``Algorithm.assign_scores``); returns its metrics (with
+        ``time/sample_s``, the slowest worker's sampling, read from the shards). ``rows``: (N,) int64, the rows of
+        the shards' concatenation to train on (dynamic sampling's kept groups); None: all.
+
+        Under Ray the updated weights come back as a second object, kept in the object store for the workers' next
+        calls; shards of ``sample(wait=False)`` may still be sampling (the learner starts on them as they arrive;
+        a crashed worker's shard is sampled again and the update re-sent: :meth:`ActorManager.retry_update`).
+
+        ``next_batch``: ``() -> (prompts, request)`` of the next iteration (the chained mode), drawn once the update
+        is on its way and sent to the workers with the update's weights ref (the version it will make): each worker
+        waits in the object store for the learner's weights and samples at once, with no round trip through the
+        driver; ``RolloutGroup.take_ahead`` hands its shards over. In-process: drawn after the update and sampled by
+        ``take_ahead`` with the weights published then."""
+        rollout = self.rollout
+        if self.is_local:
+            metrics = self.local.update_rollout(shards, iteration, scores, rows)
+            if next_batch is not None:
+                rollout.sample_ahead(*next_batch())
+            return metrics
+        self._wait_peers()
+        before = rollout.published() if next_batch is not None else None
+        after = self.version() + 1 if next_batch is not None else None  # the version this update makes
+        self._version = None
+        drawn: list = []
+        peers: list = []  # ranks 1..: the same update on their rows (their metrics are rank 0's)
+
+        def submit(shards):
+            metrics_ref, weights_ref = two(self.actor.update_and_publish).remote(shards, iteration, scores, rows)
+            peers[:] = [a.update_rollout.remote(shards, iteration, scores, rows) if not self.sharded else
+                        two(a.update_and_publish).remote(shards, iteration, scores, rows)[0]  # and the gathering
+                        for a in self.actors[1:]]
+            if next_batch is not None:
+                drawn[:] = drawn or [next_batch()]  # drawn once (a retried update sends the same batch)
+                rollout.publish(weights_ref, after)
+                rollout.sample_ahead(*drawn[0])
+            return metrics_ref, weights_ref
+
+        def on_failure():  # the next batch went out with weights that never came: dropped (sent again on retry)
+            if next_batch is not None:
+                rollout.drop_ahead()
+                rollout.publish(*before)
+
+        metrics, weights_ref, shards = self._manager.retry_update(submit, shards, on_failure, self)
+        self._manager.get_learner(peers, self)
+        self._manager.forget(shards)  # sampled (the learner has them; it read their timings)
+        self._manager.received(metrics)
+        self._version = int(metrics["learner/version"])
+        self._published = (self._version, weights_ref)
+        if after is not None and after != self._version:  # the next batch's rollouts carry that version
+            raise RuntimeError(f"the learner's update made weights version {self._version}, not {after}")
+        return metrics

@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from rayseq.algos.iteration import Groups, Step, pipelined_step, rollout_step
+from rayseq.algos.iteration import Groups, Step, ahead_step
 from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
 from rayseq.losses import discounted_returns, masked_mean
@@ -238,9 +238,9 @@ class Algorithm:
 
     # -- the iteration ------------------------------------------------------------------------------
     def training_step(self, groups: Groups, step: Step) -> dict:
-        """One iteration against the actor groups (:mod:`rayseq.algos.iteration`): sample → score → update, one
-        policy step on the task's reward; the next iteration's batch goes out with the update (chained, staleness
-        0), or with ``rollout.max_staleness`` = k ≥ 1 the workers sample up to k batches ahead (staleness ≤ k).
+        """One iteration against the actor groups (:mod:`rayseq.algos.iteration`): sample → update, one policy step
+        on the task's reward, with ``rollout.max_staleness`` = k batches sampling ahead of the learner (k = 0: the
+        next one goes out right behind the update, sampled with its weights); :func:`~.iteration.ahead_step`.
 
         Args:
             groups: the run's actor groups (:class:`rayseq.algos.iteration.Groups`).
@@ -249,9 +249,7 @@ class Algorithm:
         Returns:
             The iteration's metrics (the driver adds timing, counters and evaluation).
         """
-        if step.cfg.rollout.max_staleness:
-            return pipelined_step(self, groups, step)
-        return rollout_step(self, groups, step, chain=True)
+        return ahead_step(self, groups, step)
 
     @classmethod
     def pretrain_steps(cls, cfg) -> int:

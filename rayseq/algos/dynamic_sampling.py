@@ -26,8 +26,8 @@ rows=)``). Metrics: ``group/all_equal_frac`` (of every group sampled this iterat
 ``rollout/reward_mean`` is then the trained batch's, from which the all-correct groups were dropped); with
 ``reward.*`` each term's ``reward/<name>`` is also over every sampled reply (logged when no update is made too).
 
-Rounds are synchronous (each waits for its rewards), so the next iteration's batch is not sent with the update
-(``rollout_step``'s chained mode) and ``rollout.max_staleness`` ≥ 1 is refused. Round 0 samples with the seed the plain
+Rounds are synchronous (each waits for its rewards), so no batch is sampled ahead of the learner (the default
+iteration's queue, ``ahead_step``) and ``rollout.max_staleness`` ≥ 1 is refused. Round 0 samples with the seed the plain
 iteration would use; round r ≥ 1 with :func:`resample_seed`.
 """
 

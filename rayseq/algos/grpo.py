@@ -52,7 +52,7 @@ def check_groups(cls, cfg) -> None:
 
 def group_training_step(algo, groups, step) -> dict:
     """A group algorithm's iteration: with ``algo.dynamic_sampling`` DAPO's (rayseq.algos.dynamic_sampling), else
-    the default one (sample → update, chained or pipelined)."""
+    the default one (sample → update, with the batches sampled ahead)."""
     if algo.cfg.dynamic_sampling:
         return dynamic_sampling_step(algo, groups, step)
     return RolloutAlgo.training_step(algo, groups, step)

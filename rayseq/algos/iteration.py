@@ -12,8 +12,9 @@ actors, with one interface); the protocols below say what an algorithm may call:
   validation, requests built on the learner.
 
 ``step`` (:class:`Step`) is the driver's side: the task, the data RNG, the stage's position, the seeds, and the
-batch that went out ahead of this iteration (chained and pipelined modes, :func:`rollout_step` and
-:func:`pipelined_step`), which the driver keeps between iterations and checkpoints.
+batches sampling ahead of the learner (:class:`Carry`: one queue, ``rollout.max_staleness`` long, filled by
+:func:`ahead_step`), which the driver keeps between iterations and checkpoints. :func:`rollout_step` is the plain
+sample → score → update of an iteration that samples nothing ahead.
 
 Every handle these calls return (shards, scores) is opaque here: a Ray ObjectRef or the object itself; it goes on to
 another group, never into the algorithm's own hands.
@@ -59,10 +60,6 @@ class RolloutGroupLike(Protocol):
         Returns:
             (shard handles, each shard's rewards (B_i,), each shard's reward terms (B_i, K) or None).
         """
-
-    def take_ahead(self) -> list:
-        """The shard handles of the batch that went out with the last update (``LearnerGroupLike.update``'s
-        ``next_batch``)."""
 
     def run_on_shards(self, fn: Callable, shards: list, *args, seed: int) -> list:
         """Run ``fn`` on each shard where it was sampled, with the published weights.
@@ -110,20 +107,30 @@ class ScorerGroupLike(Protocol):
 class LearnerGroupLike(Protocol):
     """The learner ranks, as an algorithm's iteration calls them (:class:`rayseq.distributed.groups.LearnerGroup`)."""
 
-    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch: Callable | None = None,
-               rows: Any = None) -> dict:
+    def update(self, shards: list, iteration: int, scores: list | None = None, rows: Any = None) -> dict:
         """The algorithm's update on a sampled rollout.
 
         Args:
             shards: rollout shard handles (the learner fetches them).
             iteration: the iteration within the stage.
             scores: per-shard handles the learner's algorithm gives the rollout (``Algorithm.assign_scores``).
-            next_batch: ``() -> (prompts, request)`` of the next iteration, sent with the update's weights (chained
-                mode: no round trip through the driver).
             rows: the rows of the shards' concatenation to train on (None: all).
 
         Returns:
             The update's metrics.
+        """
+
+    def update_and_sample(self, shards: list, iteration: int, prompts: PromptBatch,
+                          request: RolloutRequest) -> tuple[dict, list]:
+        """:meth:`update`, and a batch sampled with the weights it makes, sent right behind it (no round trip
+        through the driver between the update and the sampling).
+
+        Args:
+            shards, iteration: as :meth:`update`'s.
+            prompts, request: the batch to sample.
+
+        Returns:
+            (the update's metrics, the batch's shard handles).
         """
 
     def update_batch(self, batch: PromptBatch, iteration: int) -> dict:
@@ -173,15 +180,26 @@ def rollout_seed(run_seed: int, k: int) -> int:
 
 
 @dataclass
-class Carry:
-    """What one iteration leaves for the next, kept by the driver: the batch sent ahead (with the last update,
-    ``ahead``; or the batches in flight with ``rollout.max_staleness``, ``next``: (data RNGs before it was drawn,
-    shard handles) each, oldest first) and the data RNGs from before the first of them was drawn (``rng_ahead``,
-    checkpointed in their place: a resumed run draws those batches again)."""
+class Ahead:
+    """A batch sampling ahead of the learner: the driver's data RNGs from before it was drawn, and its shard
+    handles."""
 
-    ahead: bool = False
-    next: list | None = None
-    rng_ahead: dict | None = None
+    rng: dict
+    shards: list
+
+
+@dataclass
+class Carry:
+    """What one iteration leaves for the next, kept by the driver: the batches sampling ahead (:func:`ahead_step`),
+    oldest first."""
+
+    ahead: list[Ahead] = field(default_factory=list)
+
+    @property
+    def rng_ahead(self) -> dict | None:
+        """The data RNGs from before the oldest batch in flight (None: none is), which a checkpoint keeps in their
+        place: a resumed run draws those batches again."""
+        return self.ahead[0].rng if self.ahead else None
 
 
 @dataclass
@@ -243,37 +261,28 @@ def counted(groups: Groups):
     counters["time/iter_s"] = time.perf_counter() - t0
 
 
-def rollout_step(algo, groups: Groups, step: Step, *, request=None, score=None, chain: bool = False, g: int = 0,
-                 steps: int = 1) -> dict:
-    """One sample → score → update step (policy step ``g`` of ``steps`` in this iteration):
+def rollout_step(algo, groups: Groups, step: Step, *, request=None, score=None, g: int = 0, steps: int = 1) -> dict:
+    """One sample → score → update step (policy step ``g`` of ``steps`` in this iteration), nothing sampled ahead:
+    what an iteration uses when something between two of its batches changes them (rewards from a model it trains,
+    several policy steps, a request built on the learner, a validation).
 
     1. publish the learner's weights to the rollout group;
-    2. sample ``step.prompts(algo)`` with ``request(seed)`` (default: the algorithm's driver copy builds it), or
-       take the batch that went out with the last update;
+    2. sample ``step.prompts(algo)`` with ``request(seed)`` (default: the algorithm's driver copy builds it);
     3. ``score(shards, seed) -> (per-shard score handles, timing metrics)`` (None: the task's reward, already
        computed where the rollout was sampled; the update is then sent right behind the sampling calls);
-    4. the learner's update; with ``chain`` (and not the stage's last iteration) the next iteration's batch goes out
-       with it, sampled with its weights by reference (no driver round trip; the same prompts, seeds and weights
-       as one call after the other: staleness 0). Chain only where nothing between two iterations changes them
-       (task rewards, one policy step, a request the driver copy builds, no validation).
+    4. the learner's update.
     """
     t0 = time.perf_counter()
     groups.rollout.sync_weights()
     t1 = time.perf_counter()
     seed = step.seed(step.iteration * steps + g)
-    if step.carry.ahead:  # sent with the last update, sampled with its weights
-        shards = groups.rollout.take_ahead()
-        step.carry.ahead, step.carry.rng_ahead = False, None
-    else:
-        prompts = step.prompts(algo)
-        req = step.request(algo, seed) if request is None else request(seed)
-        shards = groups.rollout.sample(prompts, req, wait=score is not None)
+    prompts = step.prompts(algo)
+    req = step.request(algo, seed) if request is None else request(seed)
+    shards = groups.rollout.sample(prompts, req, wait=score is not None)
     t2 = time.perf_counter()
     scores, timing = (None, {}) if score is None else score(shards, seed)
     t3 = time.perf_counter()
-    next_batch = _next_batch(algo, step) if chain and not step.last else None
-    m = groups.learner.update(shards, step.stage_iter, scores, next_batch=next_batch)
-    step.carry.ahead = next_batch is not None
+    m = groups.learner.update(shards, step.stage_iter, scores)
     t4 = time.perf_counter()
     m.update(timing)
     m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t4 - t3})
@@ -282,56 +291,52 @@ def rollout_step(algo, groups: Groups, step: Step, *, request=None, score=None, 
     return m
 
 
-def _next_batch(algo, step: Step):
-    """``() -> (prompts, request)`` of the next iteration (drawn when the update is on its way)."""
-    stage_iter, iteration = step.stage_iter + 1, step.iteration + 1
+def ahead_step(algo, groups: Groups, step: Step) -> dict:
+    """A rollout algorithm's default iteration: sample → update on the task's reward, with the batches sampled ahead
+    of the learner in one queue (``step.carry.ahead``, oldest first), ``rollout.max_staleness`` = k of them.
 
-    def draw() -> tuple:
-        step.carry.rng_ahead = step.rng_state()
-        return step.prompts(algo), step.request(algo, step.seed(iteration), stage_iter)
+    - k = 0: the next iteration's batch goes out right behind the update, its sampling calls carrying the update's
+      weights by reference: each worker starts the moment the learner has published them, with no round trip
+      through the driver, and samples with them (staleness 0: the same prompts, seeds and weights as one call after
+      the other).
+    - k ≥ 1: the learner updates on batch i while the workers sample batches i+1 … i+k, each with the weights
+      published when it went out, so batch i was sampled with the weights of up to k updates before
+      (``rollout/staleness``; ``rollout/in_flight``: the batches still out when the update goes). The algorithm's
+      ratio π_θ / π_behaviour uses the log-probs recorded at sampling (``Rollout.logp``), which corrects for the
+      older weights (``off_policy_ratio``; rayseq.config.check_pipeline refuses the others). Under Ray a worker's
+      calls queue on it, so it samples the next batch the moment it has finished one; in-process the same happens
+      one call after the other: the batches ahead are sampled before update i.
 
-    return draw
-
-
-def pipelined_step(algo, groups: Groups, step: Step) -> dict:
-    """``rollout.max_staleness`` = k ≥ 1: the learner updates on batch i while the workers sample batches i+1 … i+k,
-    each with the weights published when it went out, so batch i was sampled with the weights of up to k updates
-    before (``rollout/staleness``; ``rollout/in_flight``: the batches still out when the update goes). The
-    algorithm's ratio π_θ / π_behaviour uses the log-probs recorded at sampling (``Rollout.logp``), which corrects
-    for the older weights (``off_policy_ratio``; rayseq.config.check_pipeline refuses the others). Under Ray a
-    worker's calls queue on it, so it samples the next batch the moment it has finished one; in-process the same
-    happens one call after the other: the batches ahead are sampled before update i.
-
-    The stage's first batches (and the first after a resume or a learner's loss, where nothing is in flight) are
-    sampled with the current weights; prompts and seeds follow the synchronous loop's. What is in flight is not
+    The stage's first batch (and the first after a resume or a learner's loss, where nothing is in flight) is
+    sampled with the current weights; prompts and seeds follow :func:`rollout_step`'s. What is in flight is not
     checkpointed: the data RNGs from before the oldest batch ahead are (``Carry.rng_ahead``), so a resumed run draws
     those batches again."""
-    carry, k = step.carry, step.cfg.rollout.max_staleness
+    k, queue = step.cfg.rollout.max_staleness, step.carry.ahead
     t0 = time.perf_counter()
     groups.rollout.sync_weights()
     t1 = time.perf_counter()
-    queue = carry.next or []  # (the data RNGs before it was drawn, its shard handles) of each batch in flight
-    if not queue:
-        queue = [(step.rng_state(), _submit(algo, groups, step, step.stage_iter, step.iteration))]
-    (_, shards), queue = queue[0], queue[1:]
-    carry.rng_ahead = queue[0][0] if queue else None
-    for ahead in range(len(queue) + 1, k + 1):  # keep k batches out after this one, up to the stage's end
+    shards = queue.pop(0).shards if queue else groups.rollout.sample(*_draw(algo, step, 0), wait=False)
+    for ahead in range(len(queue) + 1, k + 1):  # k batches out after this one, up to the stage's end
         if step.stage_iter + ahead >= step.n_iters:
             break
         rng = step.rng_state()
-        carry.rng_ahead = carry.rng_ahead or rng
-        queue.append((rng, _submit(algo, groups, step, step.stage_iter + ahead, step.iteration + ahead)))
-    carry.next = queue or None
+        queue.append(Ahead(rng, groups.rollout.sample(*_draw(algo, step, ahead), wait=False)))
     t2 = time.perf_counter()
-    m = groups.learner.update(shards, step.stage_iter)
+    if k == 0 and not step.last:  # the next batch behind the update, sampled with the weights it makes
+        rng = step.rng_state()
+        m, after = groups.learner.update_and_sample(shards, step.stage_iter, *_draw(algo, step, 1))
+        queue.append(Ahead(rng, after))
+    else:
+        m = groups.learner.update(shards, step.stage_iter)
     t3 = time.perf_counter()
-    m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2,
-              "rollout/in_flight": float(len(queue))})
+    m.update({"time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2})
+    if k:
+        m["rollout/in_flight"] = float(len(queue))
     return m
 
 
-def _submit(algo, groups: Groups, step: Step, stage_iter: int, iteration: int) -> list:
-    """Start sampling the batch of ``iteration`` (``stage_iter`` of the stage): prompts, request and seed as the
-    synchronous loop draws them; its shard handles at once (under Ray, while it samples)."""
-    prompts = step.prompts(algo)
-    return groups.rollout.sample(prompts, step.request(algo, step.seed(iteration), stage_iter), wait=False)
+def _draw(algo, step: Step, ahead: int) -> tuple[PromptBatch, RolloutRequest]:
+    """The prompts and request of the batch ``ahead`` iterations after this one, drawn now from the data RNG as the
+    synchronous loop draws them."""
+    seed = step.seed(step.iteration + ahead)
+    return step.prompts(algo), step.request(algo, seed, step.stage_iter + ahead)

@@ -21,7 +21,6 @@ import numpy as np
 from gymnasium import spaces
 
 from rayseq.config import RewardConfig, RunConfig, TaskConfig, build_config, declared_task_keys
-from rayseq.registry import task_class
 
 
 def task_config(
@@ -64,11 +63,9 @@ def build_task(task, reward=None, **task_keys):
         if task_keys or reward is not None:
             raise ValueError("task is already built: pass its config (or name) to set task.* or reward.* keys")
         return task
-    from rayseq.tasks import make_task  # torch: imported when a task is built
+    from rayseq.tasks import prepared_task  # torch: imported when a task is built
 
-    cfg, reward_cfg = task_config(task, reward, **task_keys)
-    task_class(cfg.name).prepare_data(cfg)
-    return make_task(cfg, reward_cfg)
+    return prepared_task(*task_config(task, reward, **task_keys))
 
 
 class SeqEnv(gym.Env):

@@ -37,6 +37,13 @@ def make_task(task_cfg, reward_cfg=None):
     return task
 
 
+def prepared_task(task_cfg, reward_cfg=None):
+    """:func:`make_task`, its data prepared first (``prepare_data``: e.g. pairs' ``task.prepare``), as the driver
+    builds the run's task once before any actor does (the actors' :func:`make_task` then reads what is there)."""
+    task_class(task_cfg.name).prepare_data(task_cfg)
+    return make_task(task_cfg, reward_cfg)
+
+
 def metric_names(task_cfg, split: str) -> list[str]:
     """The ``<split>/*`` metrics (``split`` = ``val`` or ``test``) a task of this config reports."""
     return task_class(task_cfg.name).metric_names(task_cfg, split)

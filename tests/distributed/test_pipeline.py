@@ -73,7 +73,7 @@ def test_a_resumed_run_draws_the_batches_in_flight_again(tmp_path):
 
     def stop_after_3(row, trainer):  # stopped (as by SIGTERM) after the checkpoint of iteration 3, 2 batches out
         if row["stage"] == "train" and trainer.stage_iter == 3:
-            assert len(trainer.carry.next) == 2
+            assert len(trainer.carry.ahead) == 2
             trainer._stop = True
 
     with pytest.raises(Interrupted):
@@ -91,7 +91,7 @@ def test_the_last_iteration_samples_no_batch_that_nobody_uses(tmp_path):
     calls = []
 
     def report(row, trainer):
-        calls.append(trainer.carry.next is None)
+        calls.append(not trainer.carry.ahead)
 
     cfg = tiny_config("rollout.num_workers=0", "rollout.pipeline=true", *ONE_STEP, run_dir=tmp_path / "r")
     Trainer(cfg, report=report).run()

@@ -210,9 +210,9 @@ def test_pipelined_run_on_a_ray_worker_matches_the_in_process_pipeline(ray_sessi
 
 
 def test_the_next_batch_goes_out_with_the_update_and_is_sampled_with_its_weights(ray_session):
-    """``update(..., next_batch=...)``: the worker samples the next batch as soon as the learner publishes the
-    update's weights (no driver round trip): its rollouts carry the new version and equal what the in-process runtime
-    samples after that update, one call after the other."""
+    """``update_and_sample``: the worker samples the next batch as soon as the learner publishes the update's weights
+    (no driver round trip): its rollouts carry the new version and equal what the in-process runtime samples after
+    that update, one call after the other."""
     from rayseq.types import Rollout
 
     overrides = ("train.pretrain_iters=0", "train.batch_size=32", "algo.name=ppo", "algo.lr=0.05")
@@ -225,10 +225,9 @@ def test_the_next_batch_goes_out_with_the_update_and_is_sampled_with_its_weights
             rt.learner.start_stage("train")
             rt.rollout.sync_weights()
             shards = rt.rollout.sample(first, RolloutRequest(max_len=8, seed=5), wait=False)
-            m = rt.learner.update(shards, 0, None, next_batch=lambda: (second, RolloutRequest(max_len=8, seed=6)))
+            m, after = rt.learner.update_and_sample(shards, 0, second, RolloutRequest(max_len=8, seed=6))
             assert m["learner/version"] == 1.0
-            rt.rollout.sync_weights()  # the version the next batch went out with: nothing to send
-            out[n] = Rollout.concat(rt.fetch(rt.rollout.take_ahead()))
+            out[n] = Rollout.concat(rt.fetch(after))
             assert out[n].version == 1
         finally:
             rt.shutdown()
@@ -248,13 +247,13 @@ def test_a_run_stopped_while_its_next_batch_is_out_resumes_to_the_uninterrupted_
 
     def stop_in_rl(row, trainer):
         if row["iteration"] == 5:  # the RL stage's second iteration
-            pending.append(trainer.carry.ahead)
+            pending.append(len(trainer.carry.ahead))
             trainer._stop = True
 
     cfg = tiny_config(*common, run_dir=tmp_path / "cut")
     with pytest.raises(Interrupted):
         Trainer(cfg, report=stop_in_rl).run()
-    assert pending == [True]  # the next batch was out when the run stopped
+    assert pending == [1]  # the next batch was out when the run stopped
     resumed = Trainer(cfg, resume=True).run()
     a, b = (load_checkpoint(s["checkpoint"])["learner"]["generator"] for s in (full, resumed))
     for k in a:

@@ -11,14 +11,15 @@ the iteration (:func:`~rayseq.algos.iteration.counted`), adds the evaluation (``
 once per weights version), writes ``metrics.parquet``, checkpoints, keeps the best evaluation
 (:mod:`.best`), reports to Tune and draws the progress (:mod:`.progress`).
 
-The default iteration (:mod:`rayseq.algos.iteration`) sends the next iteration's batch right behind the update: its
-sampling calls carry the update's weights by reference, so the workers start the moment the learner has published
-them (still on-policy: staleness 0). That batch is drawn from the data RNG before this iteration ends: a checkpoint
-keeps the RNG from before it (``Carry.rng_ahead``), so a resumed run draws it again.
+The batches a rollout algorithm samples ahead of the learner (the next one right behind the update, or
+``rollout.max_staleness`` of them: :func:`~rayseq.algos.iteration.ahead_step`) are drawn from the data RNG before this
+iteration ends: a checkpoint keeps the RNG from before the oldest of them (``Carry.rng_ahead``), so a resumed run
+draws them again.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import signal
@@ -46,7 +47,7 @@ from rayseq.distributed.groups import ActorGroups
 from rayseq.distributed.groups.manager import LearnerLost
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
-from rayseq.tasks import make_task
+from rayseq.tasks import prepared_task
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,6 @@ class Trainer:
         self.resume = resume
         self.report = report
         self._placement_group = placement_group
-        cfg.task_class.prepare_data(cfg.task)  # e.g. pairs' task.prepare: once, before any actor reads the data
-        self.task = make_task(cfg.task, cfg.reward)
         self.rng = np.random.default_rng(cfg.seed)
         self.iteration = 0  # global iteration counter across stages (1-based after the first update)
         self.stage = "mle"
@@ -89,8 +88,14 @@ class Trainer:
         self.best = BestKeeper(cfg.train, self.store)
         self._evaluated: dict = {}  # split -> (learner version, metrics, details)
         self._stop = False
-        self.carry = Carry()  # the batch one iteration sent ahead for the next (chained, pipelined)
+        self.carry = Carry()  # the batches sampling ahead of the learner
         self.groups: ActorGroups | None = None
+
+    @functools.cached_property
+    def task(self):
+        """The run's task, its data prepared first (``Task.prepare_data``: e.g. pairs' ``task.prepare``): the run's
+        first step, before any actor starts and reads that data; the driver's copy draws the prompts."""
+        return prepared_task(self.cfg.task, self.cfg.reward)
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def plan(self) -> dict[str, int]:
@@ -159,9 +164,10 @@ class Trainer:
     def run(self) -> dict:
         cfg = self.cfg
         t_start = time.time()
+        task = self.task  # the data, prepared before the groups start
         # checked before anything is written or started
         ck = checkpoint_to_resume(self.store, cfg) if self.resume else None
-        init = checkpoint_to_start_from(cfg, self.task.spec()) if ck is None and cfg.train.init_from else None
+        init = checkpoint_to_start_from(cfg, task.spec()) if ck is None and cfg.train.init_from else None
         if ck is None and list_checkpoints(self.store):
             raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume or another run_dir")
         self.store.makedirs()

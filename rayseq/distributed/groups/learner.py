@@ -23,7 +23,7 @@ class LearnerGroup:
     def __init__(self, cfg_dict: dict, *, manager=None, actor_options: list[dict] | None = None):
         self.is_local = manager is None
         self._manager = manager
-        self.rollout = None  # the RolloutGroup, set by ActorGroups: the group a chained update samples on
+        self.rollout = None  # the RolloutGroup, set by ActorGroups: where update_and_sample samples
         self.actors: list = []
         self.sharded, self._peer_refs = False, []
         if self.is_local:
@@ -195,8 +195,7 @@ class LearnerGroup:
         handles): ``Algorithm.aux_update``."""
         return self._call(lambda a: a.aux_update, self._sent(positives), negatives, seed, every_rank=True)
 
-    def update(self, shards: list, iteration: int, scores: list | None = None, next_batch=None,
-               rows=None) -> dict:
+    def update(self, shards: list, iteration: int, scores: list | None = None, rows=None) -> dict:
         """The rollout algorithm's update on the shard handles (the learner fetches them), with ``scores`` (per-shard
         handles the learner's algorithm gives the rollout, ``Algorithm.assign_scores``); returns its metrics (with
         ``time/sample_s``, the slowest worker's sampling, read from the shards). ``rows``: (N,) int64, the rows of
@@ -204,24 +203,34 @@ class LearnerGroup:
 
         Under Ray the updated weights come back as a second object, kept in the object store for the workers' next
         calls; shards of ``sample(wait=False)`` may still be sampling (the learner starts on them as they arrive;
-        a crashed worker's shard is sampled again and the update re-sent: :meth:`ActorManager.retry_update`).
+        a crashed worker's shard is sampled again and the update re-sent: :meth:`ActorManager.retry_update`)."""
+        return self._update(shards, iteration, scores, rows)[0]
 
-        ``next_batch``: ``() -> (prompts, request)`` of the next iteration (the chained mode), drawn once the update
-        is on its way and sent to the workers with the update's weights ref (the version it will make): each worker
-        waits in the object store for the learner's weights and samples at once, with no round trip through the
-        driver; ``RolloutGroup.take_ahead`` hands its shards over. In-process: drawn after the update and sampled by
-        ``take_ahead`` with the weights published then."""
+    def update_and_sample(self, shards: list, iteration: int, prompts: PromptBatch,
+                          request: RolloutRequest) -> tuple[dict, list]:
+        """:meth:`update`, and ``prompts`` sampled with the weights it makes: (its metrics, the batch's shard handles).
+
+        Under Ray the sampling calls go out right behind the update, carrying the weights ref it will return (the
+        version it makes): each worker waits in the object store for the learner's weights and samples at once, with
+        no round trip through the driver. An update sent again (a worker lost its shard) sends the batch again with
+        the new update's weights. In-process: sampled after the update with its weights."""
+        return self._update(shards, iteration, None, None, then=(prompts, request))
+
+    def _update(self, shards: list, iteration: int, scores, rows, then: tuple | None = None) -> tuple[dict, list]:
+        """The update, and the batch ``then`` = (prompts, request) sampled with its weights (None: none); (metrics,
+        the batch's shard handles)."""
         rollout = self.rollout
         if self.is_local:
             metrics = self.local.update_rollout(shards, iteration, scores, rows)
-            if next_batch is not None:
-                rollout.sample_ahead(*next_batch())
-            return metrics
+            if then is None:
+                return metrics, []
+            rollout.sync_weights()
+            return metrics, rollout.sample(*then)
         self._wait_peers()
-        before = rollout.published() if next_batch is not None else None
-        after = self.version() + 1 if next_batch is not None else None  # the version this update makes
+        before = rollout.published()
+        after = None if then is None else self.version() + 1  # the version this update makes
         self._version = None
-        drawn: list = []
+        sent: list = []  # the handles of ``then``, sampling behind the update
         peers: list = []  # ranks 1..: the same update on their rows (their metrics are rank 0's)
 
         def submit(shards):
@@ -229,16 +238,15 @@ class LearnerGroup:
             peers[:] = [a.update_rollout.remote(shards, iteration, scores, rows) if not self.sharded else
                         two(a.update_and_publish).remote(shards, iteration, scores, rows)[0]  # and the gathering
                         for a in self.actors[1:]]
-            if next_batch is not None:
-                drawn[:] = drawn or [next_batch()]  # drawn once (a retried update sends the same batch)
+            if then is not None:
                 rollout.publish(weights_ref, after)
-                rollout.sample_ahead(*drawn[0])
+                sent[:] = rollout.sample(*then, wait=False)
             return metrics_ref, weights_ref
 
-        def on_failure():  # the next batch went out with weights that never came: dropped (sent again on retry)
-            if next_batch is not None:
-                rollout.drop_ahead()
-                rollout.publish(*before)
+        def on_failure():  # the batch behind went out with weights that never came: dropped (sent again on retry)
+            self._manager.forget(sent)
+            sent.clear()
+            rollout.publish(*before)
 
         metrics, weights_ref, shards = self._manager.retry_update(submit, shards, on_failure, self)
         self._manager.get_learner(peers, self)
@@ -246,6 +254,6 @@ class LearnerGroup:
         self._manager.received(metrics)
         self._version = int(metrics["learner/version"])
         self._published = (self._version, weights_ref)
-        if after is not None and after != self._version:  # the next batch's rollouts carry that version
+        if then is not None and after != self._version:  # the batch's rollouts carry that version
             raise RuntimeError(f"the learner's update made weights version {self._version}, not {after}")
-        return metrics
+        return metrics, list(sent)

@@ -157,11 +157,10 @@ class ActorManager:
     def recover_learner(self, groups) -> None:
         """A learner actor died: every learner actor of ``groups.learner`` is replaced by a fresh one in its bundle,
         the calls of the lost iterations are forgotten (their results unused), and the rollout and scorer groups
-        forget the weights they were sent and the batch that went out with the failed update. The caller (the
-        driver) loads the latest checkpoint into the new learners."""
+        forget the weights they were sent. The caller (the driver) drops the batches sampling ahead and loads the
+        latest checkpoint into the new learners."""
         groups.learner.restart()
         self.forget_all()
-        groups.rollout.drop_ahead()
         groups.rollout.forget_weights()
         groups.scorer.forget_weights()
 

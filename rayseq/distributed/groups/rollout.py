@@ -45,7 +45,6 @@ class RolloutGroup:
         self.grace_s = float(cfg_dict.get("rollout", {}).get("worker_grace_s", 30.0))
         self.version = -1
         self._weights_ref = None  # Ray: the FlatWeights ref of ``version``, carried by the next calls
-        self._ahead: list | tuple | None = None  # the batch sent ahead: its refs (Ray) or (prompts, request)
         self.collective = None  # rollout.weight_sync=collective: the learner → workers group (Ray)
         rollout_cfg = cfg_dict.get("rollout", {})
         if not self.is_local and rollout_cfg.get("weight_sync") == "collective":
@@ -173,23 +172,6 @@ class RolloutGroup:
             self._manager.track(pending.result, pending)
             refs.append(pending.result)
         return refs
-
-    def sample_ahead(self, prompts: PromptBatch, request: RolloutRequest) -> None:
-        """The next iteration's batch, sent ahead: under Ray its calls go out now (with the weights last
-        :meth:`publish`-ed); in-process it is kept and sampled by :meth:`take_ahead` with the weights then."""
-        self._ahead = (prompts, request) if self.is_local else self.sample(prompts, request, wait=False)
-
-    def take_ahead(self) -> list:
-        """The shard handles of the batch sent ahead (:meth:`sample_ahead`): under Ray sampling or sampled;
-        in-process sampled now."""
-        ahead, self._ahead = self._ahead, None
-        return self.sample(*ahead) if self.is_local else ahead
-
-    def drop_ahead(self) -> None:
-        """Forget the batch sent ahead (its weights never came: the update it went out with failed)."""
-        if not self.is_local:
-            self._manager.forget(self._ahead)
-        self._ahead = None
 
     def sample_scored(self, prompts: PromptBatch, request: RolloutRequest) -> tuple[list, list, list]:
         """:meth:`sample`, waited for, with each shard's rewards (B_i,) float32 (``Rollout.score``, the task's or the

@@ -9,12 +9,12 @@ engine's), and a group rebuilt after a lost worker must not reuse the old one's 
 gloo backend builds its groups on the process's default group, once per process and without its timeout: a rebuilt
 group then waits forever for the lost member.)
 
-Both sides lay the same state dict (the generator's ``state_dict()``: every weight, or a LoRA policy's adapters) out
-the same way (:func:`buckets`), so nothing but the bytes crosses: no spec, no pickling. The calls are queued, not
-waited for: the learner's broadcast behind its update, each worker's receive ahead of its next sampling call, so a
-chained iteration keeps its order with no driver round trip. The sampling calls still carry the object-store
-reference of the same version, which a worker reads only when it lacks that version: after a failed broadcast (a
-worker lost mid-broadcast: the others time out) the iteration completes from the object store, and the next
+Both sides lay the same state dict (the generator's ``state_dict()``: every weight, or a LoRA policy's adapters) out the
+same way (:func:`buckets`), so nothing but the bytes crosses: no spec, no pickling. The calls are queued, not waited
+for: the learner's broadcast behind its update, each worker's receive ahead of its next sampling call, so an iteration
+whose next batch goes out behind the update keeps its order with no driver round trip. The sampling calls still carry
+the object-store reference of the same version, which a worker reads only when it lacks that version: after a failed
+broadcast (a worker lost mid-broadcast: the others time out) the iteration completes from the object store, and the next
 broadcast goes to a group rebuilt with the re-created worker (:class:`CollectiveWeights`).
 
 References: OpenRLHF's and veRL's NCCL broadcast to the rollout engines (``_broadcast_to_vllm``; the checkpoint

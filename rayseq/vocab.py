@@ -1,7 +1,7 @@
 """Vocabulary: token <-> id, with the special tokens every task, model, checkpoint and the chat server share.
 
-A foundation module (DESIGN.md "Layers"): data preparation builds a :class:`Vocab`, tasks hold one, checkpoints
-store its spec and serving rebuilds it; it imports nothing from rayseq.
+A foundation module (the bottom layer, docs/concepts/index.md): data preparation builds a :class:`Vocab`, tasks hold
+one, checkpoints store its spec and serving rebuilds it; it imports nothing from rayseq.
 """
 
 from __future__ import annotations

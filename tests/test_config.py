@@ -1,4 +1,4 @@
-"""Typed, validated configuration (STYLE.md 7): defaults, ``key=value`` overrides parsed as YAML
+"""Typed, validated configuration: defaults, ``key=value`` overrides parsed as YAML
 scalars, and errors that name the offending key or file."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_defaults():
     assert cfg.algo.gamma == 1.0
     assert cfg.model.hidden_dim == 128
     assert cfg.seed == 0 and cfg.name is None and cfg.run_dir is None
-    # every leaf field is documented (STYLE.md 7); the sections document themselves by their fields
+    # every leaf field is documented; the sections document themselves by their fields
     sections = [cfg, cfg.task, cfg.model, cfg.algo, cfg.rollout, cfg.scorer, cfg.learner, cfg.train]
     # and every key an algorithm or a task declares beside its code, and the algorithms' own sections (disc:)
     sections += [algorithm_config_model(n)() for n in ALGOS] + [task_config_model(n)() for n in TASKS]

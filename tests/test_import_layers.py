@@ -1,4 +1,4 @@
-"""Imports point down the layers and nothing imports in a circle (DESIGN.md "Layers").
+"""Imports point down the layers and nothing imports in a circle (docs/concepts/index.md).
 
     entry points (train, tune, serve, __main__)
       -> tuning/, serving/, envs/

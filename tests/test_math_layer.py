@@ -1,4 +1,4 @@
-"""The math layer never imports Ray (DESIGN.md "Layers", STYLE.md 5): researchers read and change
+"""The math layer never imports Ray (docs/concepts/index.md): researchers read and change
 ``models/ losses/ rewards/ tasks/ data/ algos/`` with torch and numpy only."""
 
 from __future__ import annotations

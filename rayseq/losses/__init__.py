@@ -1,4 +1,5 @@
-"""Objectives as small pure functions of tensors returning ``(loss, stats)`` (DESIGN.md contract).
+"""Objectives as small pure functions of tensors returning ``(loss, stats)``: the contract every
+algorithm's update relies on.
 
 All inputs are float tensors (B, T); the mean is over unmasked tokens.
 """

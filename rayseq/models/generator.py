@@ -5,7 +5,7 @@ Sec. 4: G_θ(y_t | Y_1:t−1); its initial state is zero and ``src`` is ignored)
 The class follows the policy protocol of :mod:`rayseq.models.protocol`: it writes the building blocks
 (``encode``, ``advance``, ``output_logits``) and the teacher-forced :meth:`Seq2SeqGRU.logprobs` (one cuDNN/MKL
 pass); sampling, greedy decoding, serving's ``generate`` and ``first_step_logprobs`` come from
-:class:`rayseq.models.protocol.StepDecoding` (STYLE.md 4: phase methods).
+:class:`rayseq.models.protocol.StepDecoding` (phase methods: training, rollouts and serving each call their own).
 
 Shapes: B batch, S source length, T target length, H hidden, V vocabulary. Sources are right-padded;
 ``src_len`` gives lengths. Decoding starts from ``bos_id`` and a sequence ends at ``eos_id`` (kept

@@ -1,4 +1,5 @@
 """Serving: a Ray Serve + FastAPI chat endpoint over any rayseq checkpoint.
 
-Depends on models + checkpoint only (DESIGN.md), never on ``rayseq.distributed``.
+Depends on models + checkpoint only, never on ``rayseq.distributed`` (tests/test_import_layers.py forbids it): a
+served model is a checkpoint read, not a training run.
 """

@@ -1,5 +1,5 @@
 """`--resume` never damages a run: the run's own config is the base, a change a checkpoint cannot take is
-refused before a file is written, and a wrong run directory is an error at once (STYLE.md 13: the real CLI)."""
+refused before a file is written, and a wrong run directory is an error at once (the real CLI)."""
 
 from __future__ import annotations
 

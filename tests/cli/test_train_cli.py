@@ -1,4 +1,4 @@
-"""The training CLI and the run outputs, driven for real with tiny budgets (STYLE.md 13)."""
+"""The training CLI and the run outputs, driven for real with tiny budgets."""
 
 from __future__ import annotations
 

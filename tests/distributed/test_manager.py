@@ -31,10 +31,12 @@ class Answerer:
 
 
 class Group:
-    """What the manager asks of a group after a crash: its actors, its kind, its first bundle, restore."""
+    """What the manager asks of a group after a crash: its actors, its kind, its first bundle, whether another actor
+    may take a lost one's work, restore."""
 
     kind = "worker"
     first_bundle = 1
+    elastic = False
 
     def __init__(self, actors: list):
         self.actors = actors

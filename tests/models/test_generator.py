@@ -1,6 +1,6 @@
 """Seq2SeqGRU phase methods (``logprobs``, ``sample``, ``first_step_logprobs``) and ValueBaseline.
 
-Every batched routine is checked against a plain per-row loop (STYLE.md 12): padding must not leak
+Every batched routine is checked against a plain per-row loop: padding must not leak
 into the encoder, batched decoding must equal one-row decoding, and the log-probs a rollout records
 (π_old of Tuan et al. Eq. 3-4) must equal the teacher-forced ones the learner recomputes.
 """

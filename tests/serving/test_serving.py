@@ -1,4 +1,4 @@
-"""The HTTP chat endpoint against a real Ray Serve on loopback (STYLE.md 13: "the HTTP endpoint answers").
+"""The HTTP chat endpoint against a real Ray Serve on loopback.
 
 One tiny counting checkpoint is trained in the module (~5 s), Serve is started once on a free port and
 three applications of it are deployed side by side: ``/`` (batched, open), ``/secure`` (API key) and

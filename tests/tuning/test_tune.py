@@ -1,5 +1,5 @@
 """python -m rayseq.tune: the experiment-file language (fast, no Ray), then real Tune searches with tiny
-budgets (STYLE.md 13): ASHA through the CLI with Ctrl-C and --resume, PBT with an exploit that must
+budgets: ASHA through the CLI with Ctrl-C and --resume, PBT with an exploit that must
 carry the new learning rate into the restored optimizer, and a trial with Ray rollout workers in its
 PlacementGroupFactory."""
 

@@ -2,20 +2,20 @@
 whether its members run in this process (``rollout.num_workers=0``: debugging, unit tests) or as Ray actors in one
 placement group (``is_local``, as RLlib's ``LearnerGroup``):
 
-- :class:`RolloutGroup`: sample replies with behaviour log-probs (scored on the scorers when the reward is
-  expensive); what an algorithm runs on the shards (SeqGAN's Monte-Carlo continuations). Receives the learner's
-  weights.
-- :class:`ScorerGroup`: rewards, and what an algorithm scores with a model of its own (SeqGAN's Q, D(Y)). Receives
-  that model's weights.
-- :class:`LearnerGroup`: updates, weights, state, evaluation, checkpoints.
+- :class:`~.rollout.RolloutGroup`: sample replies with behaviour log-probs (scored on the scorers when the reward is
+  expensive); what an algorithm runs on the shards (a function of its own, e.g. continuations of every prefix).
+  Receives the learner's weights.
+- :class:`~.scorer.ScorerGroup`: rewards, and what an algorithm scores with a model of its own. Receives that
+  model's weights.
+- :class:`~.learner.LearnerGroup`: updates, weights, state, evaluation, checkpoints.
 
 :class:`ActorGroups` builds the three for a run (and its placement group) and is what ``training_step`` receives.
-Methods are called in code, never by name strings. Fault recovery lives in :class:`~rayseq.distributed.groups.manager.
-ActorManager`, shared by the groups.
+Methods are called in code, never by name strings. Fault recovery lives in :class:`~.manager.ActorManager`, shared
+by the groups.
 
-Data flows by reference (DESIGN.md "Data flow"): ``sample``, ``run_on_shards`` and ``run_on_pending`` return
-per-shard handles (:mod:`rayseq.distributed.handles`: ObjectRefs under Ray, the objects in-process); the
-learner fetches them. The driver holds references and metric dicts only (``recv_bytes`` counts what it fetches).
+Data flows by reference: ``sample``, ``run_on_shards`` and ``run_on_pending`` return per-shard handles
+(:mod:`rayseq.distributed.handles`: ObjectRefs under Ray, the objects in-process); the learner fetches them. The
+driver holds references and metric dicts only (``recv_bytes`` counts what it fetches).
 The protocols these classes meet, for the math layer's algorithms: :mod:`rayseq.algos.iteration`.
 """
 

@@ -175,11 +175,12 @@ class LearnerGroup:
 
     # -- the algorithm's calls ----------------------------------------------------------------------
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
-        """The request the learner's copy of the algorithm builds (state lives there: interpolation's λ)."""
+        """The request the learner's copy of the algorithm builds (an algorithm whose requests carry state of the
+        learner's: ``Algorithm.stateful_request``)."""
         return self._call(lambda a: a.rollout_request, iteration, max_len, temperature, seed, keeps_version=True)
 
     def validate(self) -> dict:
-        """The validation reward handed to the learner's algorithm (interpolation: keep or undo, anneal λ)."""
+        """The validation reward handed to the learner's algorithm (``Algorithm.on_validation``)."""
         return self._call(lambda a: a.validate, every_rank=True)
 
     def _sent(self, prompts: PromptBatch) -> PromptBatch | PromptKeys:

@@ -244,9 +244,10 @@ class ActorManager:
 
     def get(self, group, i: int, ref, resubmit, max_attempts: int = 6):
         """``ray.get(ref)``; if ``group``'s actor ``i`` died, wait for Ray to restart it, give it the group's
-        current weights (``group.restore(actor)``) and ``resubmit(i)`` its work. A group that can hand a lost
-        actor's work to another (``group.take_over``: the rollout workers) waits ``group.grace_s`` only: an actor not
-        back by then is left out of the group and its work ``resubmit(j)`` to actor j; the others wait for Ray."""
+        current weights (``group.restore(actor)``) and ``resubmit(i)`` its work. An ``elastic`` group, which can hand a
+        lost actor's work to another (``group.take_over``: the rollout workers), waits ``group.grace_s`` only: an
+        actor not back by then is left out of the group and its work ``resubmit(j)`` to actor j; the others wait for
+        Ray."""
         ray = self.ray
         kind = group.kind
         for _ in range(max_attempts):
@@ -261,7 +262,7 @@ class ActorManager:
                 self.restarts += 1
                 log.warning("%s %d failed (%s); re-dispatching its work", kind, i, type(exc).__name__)
                 actor = group.actors[i]
-                if hasattr(group, "take_over") and not self._back_within(actor, group.grace_s):
+                if group.elastic and not self._back_within(actor, group.grace_s):
                     j = group.take_over(i, actor.pid.remote())
                     if j is not None:
                         i = j

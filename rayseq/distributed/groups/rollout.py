@@ -27,6 +27,7 @@ class RolloutGroup:
     by another at once (:meth:`take_over`); it takes shards again from the first sampling after Ray re-created it."""
 
     kind = "worker"
+    elastic = True  # a failed worker not back within grace_s is left out, its shard taken by another (take_over)
 
     def __init__(self, cfg_dict: dict, learner: LearnerGroup, scorer: ScorerGroup | None = None, *, manager=None,
                  actors=None):

@@ -17,6 +17,7 @@ class ScorerGroup:
     weights the learner publishes for them."""
 
     kind = "scorer"
+    elastic = False  # a failed scorer's call waits for Ray to re-create it
 
     def __init__(self, cfg: RunConfig, cfg_dict: dict, learner: LearnerGroup, *, manager=None, actors=None):
         self.is_local = manager is None

@@ -1,4 +1,7 @@
-"""Models (math layer: torch only)."""
+"""Models (math layer: torch only): the policies behind one protocol (:mod:`.protocol`: teacher-forced log-probs,
+sampling with log-probs, per-step state) — the GRU/LSTM seq2seq (:mod:`.generator`), the built-in Transformer
+(:mod:`.transformer`), a local Hugging Face causal LM (:mod:`.hf`) —, the value baseline, the critic, the CNN
+discriminator, the inverse-CDF sampler (:mod:`.sampling`) and a run's models from its config (:mod:`.factory`)."""
 
 from rayseq.models.baseline import ValueBaseline
 from rayseq.models.critic import Critic

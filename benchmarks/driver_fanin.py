@@ -131,16 +131,24 @@ class NoPlacement:
         return None
 
 
+def stand_in_config(n: int, scored_remotely: bool) -> SimpleNamespace:
+    """What the rollout and scorer groups read of a run's config, for ``n`` stand-in members (no algorithm, no
+    task)."""
+    from rayseq.config import RolloutConfig
+
+    return SimpleNamespace(rollout=RolloutConfig(num_workers=n), algorithm=SimpleNamespace(own_reward=True),
+                           rollouts_scored_remotely=scored_remotely)
+
+
 def build_groups(ray, manager, actors: list, k: int):
     """A RolloutGroup and a ScorerGroup of N·k members (``actors`` repeated k times) on ``manager``, the scorers
     scoring the rollouts, with a published weights ref that every sampling call carries."""
     from rayseq.distributed.groups import RolloutGroup, ScorerGroup
 
     members = list(actors) * k
-    cfg = SimpleNamespace(rollout=SimpleNamespace(num_workers=len(members)), algorithm=SimpleNamespace(own_reward=True),
-                          rollouts_scored_remotely=True)
-    scorer = ScorerGroup(cfg, {}, None, manager=manager, actors=members)
-    rollout = RolloutGroup({}, None, scorer, manager=manager, actors=members)
+    cfg = stand_in_config(len(members), scored_remotely=True)
+    scorer = ScorerGroup(cfg, None, manager=manager, actors=members)
+    rollout = RolloutGroup(cfg, None, scorer, manager=manager, actors=members)
     rollout.publish(ray.put({"w": 0}), 1)
     return rollout, scorer
 

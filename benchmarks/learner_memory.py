@@ -116,7 +116,7 @@ def ranks(path: Path, strategy: str, n: int, updates: int) -> dict:
     import numpy as np
     import ray
 
-    from rayseq.config import build_config, config_to_dict
+    from rayseq.config import build_config
     from rayseq.distributed.actors.worker import RolloutWorker
     from rayseq.distributed.groups import LearnerGroup
     from rayseq.distributed.groups.manager import ActorManager
@@ -127,11 +127,10 @@ def ranks(path: Path, strategy: str, n: int, updates: int) -> dict:
                               "task.test_size=100", "task.val_size=10", "algo.name=ppo", "algo.minibatch_size=32",
                               "train.batch_size=64", "rollout.num_workers=1", f"learner.num_learners={n}",
                               f"learner.strategy={strategy}", "learner.micro_batch_size=16"])
-    d = config_to_dict(cfg)
-    group = LearnerGroup(d, manager=ActorManager(ray, None), actor_options=[{"num_cpus": 0.5}] * n)
+    group = LearnerGroup(cfg, manager=ActorManager(ray, None), actor_options=[{"num_cpus": 0.5}] * n)
     try:
         group.start_stage("train")
-        worker = RolloutWorker(d, 0)
+        worker = RolloutWorker(cfg, 0)
         worker.set_weights(group.get_weights(), 0)
         prompts = worker.task.sample_prompts(np.random.default_rng(0), 64)
         rollout = worker.sample(prompts, RolloutRequest(max_len=16, seed=1))

@@ -37,13 +37,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.driver_fanin import NoPlacement, StandIn  # noqa: E402  (after the path set-up)
+from benchmarks.driver_fanin import NoPlacement, StandIn, stand_in_config  # noqa: E402  (after the path set-up)
 
 
 def row_table(rows: int, width: int, seed: int = 0) -> dict:
@@ -86,9 +85,8 @@ def rollout_group(ray, manager, actors: list):
     """The real RolloutGroup over ``actors`` (no scorers: the workers score), with a published weights ref."""
     from rayseq.distributed.groups import RolloutGroup, ScorerGroup
 
-    cfg = SimpleNamespace(rollout=SimpleNamespace(num_workers=len(actors)), algorithm=SimpleNamespace(own_reward=True),
-                          rollouts_scored_remotely=False)
-    group = RolloutGroup({}, None, ScorerGroup(cfg, {}, None, manager=manager, actors=[]), manager=manager,
+    cfg = stand_in_config(len(actors), scored_remotely=False)
+    group = RolloutGroup(cfg, None, ScorerGroup(cfg, None, manager=manager, actors=[]), manager=manager,
                          actors=actors)
     group.publish(ray.put({"w": 0}), 1)
     return group

@@ -205,12 +205,11 @@ def hop_floor(iters: int = 200) -> dict:
     import numpy as np
     import ray
 
-    from rayseq.config import config_to_dict
     from rayseq.distributed.actors.learner import Learner
     from rayseq.distributed.runtime import init_ray
 
     cfg = build_config(None, ["rollout.num_workers=2"])
-    nbytes = Learner(config_to_dict(cfg)).get_flat_weights().data.nbytes
+    nbytes = Learner(cfg).get_flat_weights().data.nbytes
     started = init_ray(min_cpus=cfg.learner.num_cpus + 2 * cfg.rollout.num_cpus_per_worker)
 
     class Worker:

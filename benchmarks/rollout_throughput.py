@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import write_report  # noqa: E402
 from rayseq.algos.seqgan import concat_columns, mc_continuations, score_continuations  # noqa: E402
-from rayseq.config import build_config, config_to_dict  # noqa: E402
+from rayseq.config import build_config  # noqa: E402
 from rayseq.distributed.actors.learner import Learner  # noqa: E402
 from rayseq.distributed.actors.worker import RolloutWorker  # noqa: E402
 from rayseq.models.sampling import sample_projected  # noqa: E402
@@ -117,9 +117,8 @@ class InProcess:
     """G, D and the rollout in this process, and the in-process rows' functions."""
 
     def __init__(self, cfg, s: dict):
-        d = config_to_dict(cfg)
-        learner = Learner(d)  # seeds torch with cfg.seed: the same G and D weights as the Ray runtimes' learners
-        worker = RolloutWorker(d, 0)
+        learner = Learner(cfg)  # seeds torch with cfg.seed: the same G and D weights as the Ray runtimes' learners
+        worker = RolloutWorker(cfg, 0)
         worker.set_weights(learner.get_weights(), 0)
         self.rollout = worker.sample(learner.task.sample_prompts(np.random.default_rng(SEED), s["B"]),
                                      RolloutRequest(max_len=s["T"], seed=SEED))

@@ -386,7 +386,7 @@ def disc_study(checkpoint: str, steps: int, n_probe: int, seed: int = 0, setting
 
     from rayseq.algos.seqgan import d_step
     from rayseq.checkpoint import load_checkpoint
-    from rayseq.config import RunConfig, build_config, config_to_dict
+    from rayseq.config import RunConfig, build_config
     from rayseq.distributed.actors.worker import RolloutWorker
     from rayseq.models import make_discriminator
     from rayseq.tasks import make_task
@@ -395,7 +395,7 @@ def disc_study(checkpoint: str, steps: int, n_probe: int, seed: int = 0, setting
     ck = load_checkpoint(checkpoint)
     base = RunConfig.model_validate(ck["config"])
     task = make_task(base.task, base.reward)
-    worker = RolloutWorker(config_to_dict(base), 0)
+    worker = RolloutWorker(base, 0)
     worker.set_weights({"generator": ck["learner"]["generator"], "rollout_policy": None}, 1)
     src, src_len = (a[:n_probe] for a in task.split("val"))
     probe_rollout = worker.sample(PromptBatch(src, src_len), RolloutRequest(max_len=3, temperature=1.0, seed=seed))

@@ -339,10 +339,10 @@ def test_cuda_learner_without_a_reserved_gpu_is_a_config_error():
     from rayseq.distributed.actors.learner import Learner
 
     if torch.cuda.is_available():
-        assert Learner(config_to_dict(cfg)).device.type == "cuda"
+        assert Learner(cfg).device.type == "cuda"
     else:  # in-process without a GPU: a clear error, not a CPU run that says it is on the GPU
         with pytest.raises(RuntimeError, match="no CUDA device is visible"):
-            Learner(config_to_dict(cfg))
+            Learner(cfg)
 
 
 def test_custom_resources_and_placement_strategy_are_checked():

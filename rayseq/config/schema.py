@@ -612,6 +612,17 @@ class RunConfig(_Section):
         """Iterations of stage ``train``: ``train.iters``, and what the algorithm adds (a warm-up of its own)."""
         return self.algorithm.train_iters(self)
 
+    def __reduce__(self):
+        """Pickled (to a Ray actor) as its resolved dict, validated again where it is loaded: the chosen algorithm's
+        and task's sections are classes made at validation time, which pickle cannot name, and the actor's process
+        makes its own."""
+        return _validated, (config_to_dict(self),)
+
+
+def _validated(data: dict) -> RunConfig:
+    """A RunConfig from :func:`config_to_dict`'s dict (how a pickled one comes back)."""
+    return RunConfig.model_validate(data)
+
 
 def _known_keys(loc: tuple) -> list[str]:
     """The keys of the config section at ``loc`` (``("algo",)``): its fields, and for ``algo`` (``task``) every

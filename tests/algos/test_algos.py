@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from rayseq.algos import make_algo
-from rayseq.config import config_to_dict
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.registry import ALGORITHMS, algorithm_class
@@ -19,8 +18,7 @@ from tests.conftest import tiny_config
 
 def make_pair(*overrides, pretrain_steps: int = 0):
     cfg = tiny_config(*overrides)
-    d = config_to_dict(cfg)
-    learner, worker = Learner(d), RolloutWorker(d)
+    learner, worker = Learner(cfg), RolloutWorker(cfg)
     rng = np.random.default_rng(1)
     for i in range(pretrain_steps):  # stage "mle"
         learner.update(learner.task.sample_prompts(rng, 64, with_targets=True), i)
@@ -159,8 +157,7 @@ def test_mixer_forces_len_minus_delta_tokens_of_each_reference(corpus, delta):
     from rayseq.types import RolloutRequest
 
     cfg = tiny_config("task.name=chitchat", f"task.data={corpus}", "algo.name=mixer", "task.test_size=100")
-    d = config_to_dict(cfg)
-    learner, worker = Learner(d), RolloutWorker(d)
+    learner, worker = Learner(cfg), RolloutWorker(cfg)
     worker.set_weights(learner.get_weights(), 0)
     prompts = learner.task.sample_prompts(np.random.default_rng(0), 64, with_targets=True)
     assert len(set(prompts.tgt_len.tolist())) >= 3  # references of different lengths

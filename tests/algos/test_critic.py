@@ -11,7 +11,6 @@ import torch
 
 from rayseq.algos import make_algo
 from rayseq.algos.scst import self_critical_advantages
-from rayseq.config import config_to_dict
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.losses import gae
@@ -70,8 +69,7 @@ def test_self_critical_advantage_by_hand():
 
 def _pair(*overrides):
     cfg = tiny_config(*overrides)
-    d = config_to_dict(cfg)
-    learner, worker = Learner(d), RolloutWorker(d)
+    learner, worker = Learner(cfg), RolloutWorker(cfg)
     learner.start_stage("train")
     worker.set_weights(learner.get_weights(), learner.version)
     return cfg, learner, worker

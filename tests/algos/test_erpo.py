@@ -130,9 +130,8 @@ def test_annealing_schedule_by_hand():
 def test_a_drop_in_validation_reward_restores_the_weights_and_anneals(corpus):
     cfg = build_config(None, ["task.name=chitchat", f"task.data={corpus}", "task.test_size=100",
                               "model.emb_dim=16", "model.hidden_dim=32", "algo.name=erpo_interpolation"])
-    from rayseq.config import config_to_dict
 
-    learner = Learner(config_to_dict(cfg))
+    learner = Learner(cfg)
     learner.start_stage("train")
     a, s = learner.algo, learner.state
     m = a.on_validation(s, 0.30)  # first validation: kept, snapshot taken
@@ -155,7 +154,7 @@ def test_a_drop_in_validation_reward_restores_the_weights_and_anneals(corpus):
     assert m["interp/restored"] == 0.0
     # the λ state and the saved weights survive a checkpoint
     state = learner.state_dict()
-    fresh = Learner(config_to_dict(cfg))
+    fresh = Learner(cfg)
     fresh.load_state_dict(state)
     assert fresh.algo.lambdas == a.lambdas and fresh.algo.last_reward == 0.10
     assert 0.0 <= learner.validate()["interp/val_reward"] <= 1.0

@@ -65,7 +65,7 @@ def test_grpo_dynamic_uses_the_group_advantage_and_dynamic_bounds():
     params = {}
     for name in ("grpo", "grpo_dynamic"):
         cfg = tiny_config(f"algo.name={name}", "algo.group_size=4", "train.batch_size=16", "algo.minibatch_size=null")
-        learner, worker = Learner(cfg.model_dump()), RolloutWorker(cfg.model_dump())
+        learner, worker = Learner(cfg), RolloutWorker(cfg)
         learner.start_stage("train")
         worker.set_weights(learner.get_weights(), 0)
         prompts = learner.task.sample_prompts(np.random.default_rng(0), 4).repeat(4)
@@ -109,7 +109,7 @@ def test_grpo_raises_the_reward_of_the_better_half_of_a_group():
 
     cfg = tiny_config("algo.name=grpo", "algo.group_size=8", "algo.lr=0.05", "train.batch_size=8",
                       "algo.minibatch_size=8")
-    learner, worker = Learner(cfg.model_dump()), RolloutWorker(cfg.model_dump())
+    learner, worker = Learner(cfg), RolloutWorker(cfg)
     learner.start_stage("train")
     worker.set_weights(learner.get_weights(), 0)
     algo = make_algo(cfg.algo, cfg.seed)

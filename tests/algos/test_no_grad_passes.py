@@ -11,7 +11,6 @@ import torch
 from benchmarks.learner_memory import allocations
 from rayseq.algos.common import LearnerState, policy_pass, rollout_tensors, without_grad
 from rayseq.algos.parallel import rows_without_grad
-from rayseq.config import config_to_dict
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.models.protocol import lean_logprobs
@@ -36,8 +35,7 @@ def test_rows_without_grad_by_hand():
 
 def _learner_and_rollout(*overrides, n=24):
     cfg = tiny_config(*overrides)
-    d = config_to_dict(cfg)
-    learner, worker = Learner(d), RolloutWorker(d)
+    learner, worker = Learner(cfg), RolloutWorker(cfg)
     learner.start_stage("train")
     worker.set_weights(learner.get_weights(), learner.version)
     prompts = learner.task.sample_prompts(np.random.default_rng(0), n)

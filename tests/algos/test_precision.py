@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from rayseq.config import config_to_dict
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.distributed.weights.flat import FlatWeights
@@ -17,8 +16,8 @@ from tests.conftest import tiny_config
 
 
 def _pair(*overrides):
-    d = config_to_dict(tiny_config(*overrides))
-    learner, worker = Learner(d), RolloutWorker(d)
+    cfg = tiny_config(*overrides)
+    learner, worker = Learner(cfg), RolloutWorker(cfg)
     learner.start_stage("train")
     worker.set_weights(learner.get_flat_weights(), learner.version)
     return learner, worker

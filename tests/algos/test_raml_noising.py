@@ -21,7 +21,7 @@ from rayseq.algos.raml import (
     raml_pool,
     sample_exponentiated,
 )
-from rayseq.config import build_config, config_to_dict
+from rayseq.config import build_config
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch
 from rayseq.vocab import Specials
@@ -378,7 +378,7 @@ def test_update_on_learner_state(counting, algo_cls):
     overrides = ["task.name=counting", "task.test_size=200", "model.hidden_dim=16", "model.emb_dim=8",
                  "algo.raml.raml_pool=8", "algo.raml.raml_samples=4", "algo.data_noising.noise_gamma=0.5"]
     cfg = build_config(None, [*overrides, "algo.name=" + ("raml" if algo_cls is RAML else "data_noising")])
-    learner = Learner(config_to_dict(cfg))
+    learner = Learner(cfg)
     algo = algo_cls(learner.cfg.algo)
     assert algo.kind == "supervised" and algo.needs_targets
     batch = learner.task.sample_prompts(np.random.default_rng(0), 16, with_targets=True)

@@ -67,7 +67,7 @@ def test_entropy_bonus_equals_a_loop_and_ignores_banned_ids():
 
 def _learner(*overrides):
     cfg = tiny_config("algo.name=ppo", "algo.minibatch_size=32", *overrides)
-    learner, worker = Learner(config_to_dict(cfg)), RolloutWorker(config_to_dict(cfg))
+    learner, worker = Learner(cfg), RolloutWorker(cfg)
     rng = np.random.default_rng(1)
     for i in range(20):
         learner.update(learner.task.sample_prompts(rng, 64, with_targets=True), i)

@@ -166,12 +166,12 @@ def test_gradients_flow_through_loss_not_samples():
 
 # -- 5. the learner update --------------------------------------------------------------------------------
 def make_learner():
-    from rayseq.config import build_config, config_to_dict
+    from rayseq.config import build_config
     from rayseq.distributed.actors.learner import Learner
 
-    return Learner(config_to_dict(build_config(
+    return Learner(build_config(
         None, ["task.name=counting", "algo.name=scheduled_sampling", "model.hidden_dim=16", "model.emb_dim=8"]
-    )))
+    ))
 
 
 def test_update_on_learner_state():

@@ -48,9 +48,9 @@ def oracle_config(*overrides: str, run_dir=None):
 def test_seqgan_objective_is_q_weighted_log_likelihood():
     # SeqGAN Eq. 8 without a baseline: loss = −Σ_t Q_t log G(y_t | Y_1:t−1) / (number of tokens)
     cfg = oracle_config("rollout.num_workers=0")
-    learner = Learner(cfg.model_dump())
+    learner = Learner(cfg)
     learner.start_stage("train")
-    worker = RolloutWorker(cfg.model_dump())
+    worker = RolloutWorker(cfg)
     worker.set_weights(learner.get_weights(), 0)
     prompts = learner.task.sample_prompts(np.random.default_rng(0), 4)
     rollout = worker.sample(prompts, RolloutRequest(max_len=6, seed=1))
@@ -74,8 +74,8 @@ def test_scorer_q_from_worker_continuations_equals_d_on_each_continuation():
     from rayseq.rewards.mc_search import q_values
 
     cfg = oracle_config("rollout.num_workers=0", "disc.filter_sizes=[1,2,3,5,8]", "disc.num_filters=[4,4,4,3,3]")
-    learner = Learner(cfg.model_dump())
-    worker, scorer = RolloutWorker(cfg.model_dump()), ScorerActor(cfg.model_dump())
+    learner = Learner(cfg)
+    worker, scorer = RolloutWorker(cfg), ScorerActor(cfg)
     worker.set_weights(learner.get_weights(), 0)
     assert scorer.modules == {}  # nothing until the learner's D arrives
     scorer.set_weights(learner.get_scorer_weights(), learner.scorer_version())
@@ -127,13 +127,13 @@ def test_seqgan_ppo_dynamic_bounds_reach_the_loss_on_ray_actors(ray_session, tmp
 
 def test_rollout_policy_is_a_moving_average_of_the_generator():
     cfg = oracle_config("rollout.num_workers=0", "algo.rollout_update_rate=0.8")
-    learner = Learner(cfg.model_dump())
+    learner = Learner(cfg)
     assert "rollout_policy" not in learner.get_weights()  # G_β is published once training starts
     learner.start_stage("train")
     beta = learner.algo.modules["rollout_policy"]
     beta0 = {k: v.clone() for k, v in beta.state_dict().items()}
     assert all(torch.equal(v, learner.state.generator.state_dict()[k]) for k, v in beta0.items())  # G_β ← G_θ
-    worker = RolloutWorker(cfg.model_dump())
+    worker = RolloutWorker(cfg)
     worker.set_weights(learner.get_weights(), 0)
     assert worker.modules["rollout_policy"] is not worker.generator  # the worker searches with its G_β copy
     rollout = worker.sample(learner.task.sample_prompts(np.random.default_rng(0), 8), RolloutRequest(6, seed=0))
@@ -144,7 +144,7 @@ def test_rollout_policy_is_a_moving_average_of_the_generator():
         torch.testing.assert_close(b, 0.8 * beta0[k] + 0.2 * theta1[k])
     assert not torch.equal(beta0["out.bias"], theta1["out.bias"])  # the update did move θ
     # r = 0: no copy, the workers search with G_θ itself
-    learner0 = Learner(oracle_config("rollout.num_workers=0", "algo.rollout_update_rate=0").model_dump())
+    learner0 = Learner(oracle_config("rollout.num_workers=0", "algo.rollout_update_rate=0"))
     learner0.start_stage("train")
     assert "rollout_policy" not in learner0.algo.modules and "rollout_policy" not in learner0.get_weights()
 
@@ -152,10 +152,10 @@ def test_rollout_policy_is_a_moving_average_of_the_generator():
 def test_d_steps_learn_to_tell_real_counting_outputs_from_random_ones():
     # conditional D on (input, output) pairs: correct counting outputs vs uniformly random digits
     cfg = tiny_config("algo.name=seqgan", "rollout.num_workers=0", *SMALL_D, "disc.epochs=3", "disc.lr=1e-2")
-    learner = Learner(cfg.model_dump())
+    learner = Learner(cfg)
     task = learner.task
     rng = np.random.default_rng(0)
-    worker = RolloutWorker(cfg.model_dump())
+    worker = RolloutWorker(cfg)
     worker.set_weights(learner.get_weights(), 0)  # an untrained generator: random outputs
     history = []
     for step in range(6):

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from rayseq.checkpoint import load_checkpoint
-from rayseq.config import config_to_dict, resume_config
+from rayseq.config import resume_config
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.distributed.driver import Trainer
@@ -83,16 +83,15 @@ def assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case
     sharded = ("learner.strategy=fsdp",) if strategy else ()
     cfg = tiny_config("rollout.num_workers=1", "learner.num_learners=2", "train.batch_size=16", *extra, *sharded,
                       *overrides)
-    d = config_to_dict(cfg)
-    group = LearnerGroup(d, manager=ActorManager(ray_session, None),
+    group = LearnerGroup(cfg, manager=ActorManager(ray_session, None),
                          actor_options=[actor_options or {"num_cpus": 0.5}] * 2)
-    one = Learner(d)  # the reference: one learner, in this process
+    one = Learner(cfg)  # the reference: one learner, in this process
     rng = np.random.default_rng(0)
     mle_batch = one.task.sample_prompts(rng, 16, with_targets=True)
     m1, m2 = one.update(mle_batch, 0), group.update_batch(mle_batch, 0)
     assert_same_metrics(m1, m2, ["loss/nll", "policy/grad_norm"])
 
-    worker = RolloutWorker(d, 0)
+    worker = RolloutWorker(cfg, 0)
     worker.set_weights(one.get_weights(), one.get_version())
     request = RolloutRequest(max_len=one.task.max_tgt_len, temperature=1.0, seed=3)
     if case == "seqgan_ppo":  # the d-step: real pairs against the generator's samples

@@ -133,10 +133,9 @@ def test_lora_trains_adapters_only(corpus, hf_dir, tmp_path):
     are model.path's), and the KL reference is the base model (no copy of it in the checkpoint)."""
     cfg = hf_config(corpus, hf_dir, "algo.name=grpo", "algo.kl_coef=0.05", "model.lora_r=4",
                     "model.lora_target_modules=[c_attn]", "algo.lr=0.01", run_dir=tmp_path / "lora")
-    from rayseq.config import config_to_dict
     from rayseq.distributed.actors.learner import Learner
 
-    published = Learner(config_to_dict(cfg)).get_weights()["generator"]  # what goes to the rollout workers
+    published = Learner(cfg).get_weights()["generator"]  # what goes to the rollout workers
     assert published and all("lora_" in k for k in published)
     summary = Trainer(cfg).run()
     ck = load_checkpoint(summary["checkpoint"])

@@ -36,10 +36,10 @@ def algorithm_entries(state: dict) -> dict:
 
 
 class Learner:
-    """One learner rank. ``cfg``: the run's config as a dict (validated here)."""
+    """One learner rank. ``cfg``: the run's config."""
 
-    def __init__(self, cfg: dict):
-        self.cfg = RunConfig.model_validate(cfg)
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
         c = self.cfg
         torch.set_num_threads(c.learner.torch_threads)
         set_deterministic(c.deterministic)

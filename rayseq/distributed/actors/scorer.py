@@ -23,12 +23,12 @@ from rayseq.types import Rollout
 
 
 class ScorerActor:
-    """One scorer (``index`` of the group); ``cfg``: the run's config as a dict. What an algorithm runs here
+    """One scorer (``index`` of the group); ``cfg``: the run's config. What an algorithm runs here
     (:meth:`run_shard`) reads ``cfg``, ``task``, ``device``, ``index`` and ``modules`` (the copies of the algorithm's
     that have received weights)."""
 
-    def __init__(self, cfg: dict, index: int = 0):
-        self.cfg = RunConfig.model_validate(cfg)
+    def __init__(self, cfg: RunConfig, index: int = 0):
+        self.cfg = cfg
         self.index = index
         torch.set_num_threads(self.cfg.scorer.torch_threads)
         set_deterministic(self.cfg.deterministic)

@@ -21,7 +21,7 @@ The protocols these classes meet, for the math layer's algorithms: :mod:`rayseq.
 
 from __future__ import annotations
 
-from rayseq.config import RunConfig, config_to_dict
+from rayseq.config import RunConfig
 from rayseq.distributed.actors.scorer import ScorerActor
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.distributed.groups.learner import LearnerGroup
@@ -46,22 +46,21 @@ class ActorGroups:
     :class:`~rayseq.distributed.groups.placement.NodeLost` naming it."""
 
     def __init__(self, cfg: RunConfig, placement_group=None):
-        d = config_to_dict(cfg)
         self.is_local = cfg.rollout.num_workers == 0
         self.manager = None
         if self.is_local:
-            self.learner = LearnerGroup(d)
-            self.rollout = RolloutGroup(d, self.learner)  # built before the scorer: the global RNG draws as before
-            self.scorer = self.rollout.scorer = ScorerGroup(cfg, d, self.learner)
+            self.learner = LearnerGroup(cfg)
+            self.rollout = RolloutGroup(cfg, self.learner)  # built before the scorer: the global RNG draws as before
+            self.scorer = self.rollout.scorer = ScorerGroup(cfg, self.learner)
             # one process: every constructor set the process-wide thread count; the learner's applies
             import torch
 
             torch.set_num_threads(cfg.learner.torch_threads)
         else:
-            self._start_ray_actors(cfg, d, placement_group)
+            self._start_ray_actors(cfg, placement_group)
         self.learner.rollout = self.rollout
 
-    def _start_ray_actors(self, cfg: RunConfig, d: dict, placement_group) -> None:
+    def _start_ray_actors(self, cfg: RunConfig, placement_group) -> None:
         import ray
         from ray.util.placement_group import placement_group as make_pg
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -96,7 +95,7 @@ class ActorGroups:
             """Workers / scorers: restarted by Ray after a crash, their calls re-sent by the manager."""
             return [
                 ray.remote(cls).options(num_cpus=cpus, num_gpus=gpus, max_restarts=r.max_restarts, max_task_retries=0,
-                                        scheduling_strategy=strategy(first_bundle + i)).remote(d, i)
+                                        scheduling_strategy=strategy(first_bundle + i)).remote(cfg, i)
                 for i in range(count)
             ]
 
@@ -104,13 +103,13 @@ class ActorGroups:
         n, m = r.num_workers, cfg.num_scorers
         # rank 0 in bundle 0, ranks 1.. after the scorers' bundles (bundles())
         learner_bundles = [0, *range(1 + n + m, n + m + lc.num_learners)]
-        self.learner = LearnerGroup(d, manager=manager, actor_options=[
+        self.learner = LearnerGroup(cfg, manager=manager, actor_options=[
             {"num_cpus": lc.num_cpus, "num_gpus": lc.num_gpus, "scheduling_strategy": strategy(i)}
             for i in learner_bundles])
         workers = stateless_actors(RolloutWorker, n, 1, r.num_cpus_per_worker, r.num_gpus_per_worker)
         scorers = stateless_actors(ScorerActor, m, 1 + n, sc.num_cpus_per_scorer, sc.num_gpus_per_scorer)
-        self.scorer = ScorerGroup(cfg, d, self.learner, manager=manager, actors=scorers)
-        self.rollout = RolloutGroup(d, self.learner, self.scorer, manager=manager, actors=workers)
+        self.scorer = ScorerGroup(cfg, self.learner, manager=manager, actors=scorers)
+        self.rollout = RolloutGroup(cfg, self.learner, self.scorer, manager=manager, actors=workers)
 
     @property
     def remote(self) -> bool:

@@ -3,6 +3,7 @@ process group (:class:`LearnerGroup`)."""
 
 from __future__ import annotations
 
+from rayseq.config import RunConfig
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.groups.calls import two
 from rayseq.types import PromptBatch, PromptKeys, RolloutRequest
@@ -20,16 +21,16 @@ class LearnerGroup:
     kind = "learner"
     COLLECTIVE_TIMEOUT_S = 300.0  # how long a rank waits in a collective for the others (then its call fails)
 
-    def __init__(self, cfg_dict: dict, *, manager=None, actor_options: list[dict] | None = None):
+    def __init__(self, cfg: RunConfig, *, manager=None, actor_options: list[dict] | None = None):
         self.is_local = manager is None
         self._manager = manager
         self.rollout = None  # the RolloutGroup, set by ActorGroups: where update_and_sample samples
         self.actors: list = []
         self.sharded, self._peer_refs = False, []
         if self.is_local:
-            self.local = Learner(cfg_dict)
+            self.local = Learner(cfg)
         else:
-            self._cfg_dict, self._actor_options = cfg_dict, actor_options
+            self._cfg, self._actor_options = cfg, actor_options
             self._start()
 
     def _start(self, wait_s: float | None = None) -> None:
@@ -38,7 +39,7 @@ class LearnerGroup:
         for Ray to re-place it); None: as long as it takes (the placement group is ready)."""
         import ray
 
-        self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg_dict) for opts in self._actor_options]
+        self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg) for opts in self._actor_options]
         if wait_s is not None:
             try:
                 ray.get([a.get_version.remote() for a in self.actors], timeout=wait_s)
@@ -50,7 +51,7 @@ class LearnerGroup:
         self._manager.learner_ids = [a.actor_id.remote() for a in self.actors]  # tells their failures apart
         # sharded (learner.strategy=fsdp, several ranks): whatever reads the model is a collective, so every call goes
         # to every rank (rank 0's answer is the group's)
-        self.sharded = len(self.actors) > 1 and self._cfg_dict["learner"]["strategy"] == "fsdp"
+        self.sharded = len(self.actors) > 1 and self._cfg.learner.strategy == "fsdp"
         self._peer_refs: list = []  # peers' parts of collectives whose answers only rank 0's counts (waited for later)
         self._version: int | None = None  # known from the last update (Ray); None: ask the learner
         self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update (Ray)
@@ -228,8 +229,8 @@ class LearnerGroup:
             rollout.sync_weights()
             return metrics, rollout.sample(*then)
         self._wait_peers()
-        before = rollout.published()
-        after = None if then is None else self.version() + 1  # the version this update makes
+        # what the rollout group published before, and the version this update makes (for the batch behind it)
+        before, after = (None, None) if then is None else (rollout.published(), self.version() + 1)
         self._version = None
         sent: list = []  # the handles of ``then``, sampling behind the update
         peers: list = []  # ranks 1..: the same update on their rows (their metrics are rank 0's)
@@ -245,9 +246,10 @@ class LearnerGroup:
             return metrics_ref, weights_ref
 
         def on_failure():  # the batch behind went out with weights that never came: dropped (sent again on retry)
-            self._manager.forget(sent)
-            sent.clear()
-            rollout.publish(*before)
+            if then is not None:
+                self._manager.forget(sent)
+                sent.clear()
+                rollout.publish(*before)
 
         metrics, weights_ref, shards = self._manager.retry_update(submit, shards, on_failure, self)
         self._manager.get_learner(peers, self)

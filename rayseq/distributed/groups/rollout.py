@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from rayseq.config import RunConfig
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.distributed.groups.calls import send_run, send_sample, send_score, shard_request, shard_seed
 from rayseq.distributed.groups.learner import LearnerGroup
@@ -29,7 +30,7 @@ class RolloutGroup:
     kind = "worker"
     elastic = True  # a failed worker not back within grace_s is left out, its shard taken by another (take_over)
 
-    def __init__(self, cfg_dict: dict, learner: LearnerGroup, scorer: ScorerGroup | None = None, *, manager=None,
+    def __init__(self, cfg: RunConfig, learner: LearnerGroup, scorer: ScorerGroup | None = None, *, manager=None,
                  actors=None):
         self.is_local = manager is None
         self._manager = manager
@@ -37,23 +38,21 @@ class RolloutGroup:
         self.scorer = scorer  # where sampled rollouts are scored when the reward is expensive
         self.first_bundle = 1
         if self.is_local:
-            self.local = RolloutWorker(cfg_dict, 0)
+            self.local = RolloutWorker(cfg, 0)
             self.actors = []
         else:
             self.actors = actors
         self.live = list(range(len(self.actors)))  # the workers that take shards, in shard order
         self._out: dict[int, Any] = {}  # a worker left out -> its ping (answered once Ray has re-created it)
-        self.grace_s = float(cfg_dict.get("rollout", {}).get("worker_grace_s", 30.0))
+        self.grace_s = cfg.rollout.worker_grace_s
         self.version = -1
         self._weights_ref = None  # Ray: the FlatWeights ref of ``version``, carried by the next calls
         self.collective = None  # rollout.weight_sync=collective: the learner → workers group (Ray)
-        rollout_cfg = cfg_dict.get("rollout", {})
-        if not self.is_local and rollout_cfg.get("weight_sync") == "collective":
+        if not self.is_local and cfg.rollout.weight_sync == "collective":
             from rayseq.distributed.weights.collective import CollectiveWeights
 
-            self.collective = CollectiveWeights(self._manager.ray,
-                                                int(float(rollout_cfg.get("weight_bucket_mb", 64.0)) * (1 << 20)),
-                                                float(rollout_cfg.get("weight_sync_timeout_s", 60.0)))
+            self.collective = CollectiveWeights(self._manager.ray, int(cfg.rollout.weight_bucket_mb * (1 << 20)),
+                                                cfg.rollout.weight_sync_timeout_s)
 
     # -- weights ----------------------------------------------------------------------------------
     def sync_weights(self) -> None:

@@ -19,12 +19,12 @@ class ScorerGroup:
     kind = "scorer"
     elastic = False  # a failed scorer's call waits for Ray to re-create it
 
-    def __init__(self, cfg: RunConfig, cfg_dict: dict, learner: LearnerGroup, *, manager=None, actors=None):
+    def __init__(self, cfg: RunConfig, learner: LearnerGroup, *, manager=None, actors=None):
         self.is_local = manager is None
         self._manager = manager
         self._learner = learner
         self.first_bundle = 1 + cfg.rollout.num_workers
-        self.local = ScorerActor(cfg_dict, 0) if self.is_local and cfg.algorithm.own_reward else None
+        self.local = ScorerActor(cfg, 0) if self.is_local and cfg.algorithm.own_reward else None
         self.actors = [] if self.is_local else actors
         # sampled rollouts go to the scorers for their reward (else the workers score them)
         self.scores_rollouts = cfg.rollouts_scored_remotely and len(self.actors) > 0

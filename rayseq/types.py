@@ -162,19 +162,6 @@ class Rollout:
         return Rollout(**out)
 
 
-@dataclass
-class MCBatch:
-    """Monte-Carlo continuations of a shard of rollouts (SeqGAN Eq. 4), from a worker to a scorer."""
-
-    src: np.ndarray  # (B, S) int64 inputs (conditional tasks; (B, 0) otherwise)
-    src_len: np.ndarray  # (B,) int64
-    tokens: np.ndarray  # (B, T) int64 the sampled sequences Y_1:T
-    lengths: np.ndarray  # (B,) int64 their lengths
-    cont: np.ndarray  # (B, T−1, N, T) int32 prefix Y_1:t + G_β's continuation, pad after the end
-    cont_len: np.ndarray  # (B, T−1, N) int64
-    info: dict = field(default_factory=dict)  # worker id, timings
-
-
 def to_torch(a: np.ndarray, device="cpu"):
     import torch
 

@@ -123,6 +123,9 @@ class Rollout:
     # (B, T) float32 truncated importance weights min(π_policy / π_engine, C) of the sampled tokens, which the ratio
     # algorithms put on their advantages (rollout.logp_correction); None: 1
     is_weights: np.ndarray | None = None
+    # per-row arrays a sampler added (RolloutRequest.sampler) and scored, name -> (B,) or (B, T', ...): cut, split
+    # and concatenated with the rollout's other per-row fields
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -133,16 +136,18 @@ class Rollout:
         return [self.rows(slice(a, b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
     def rows(self, index) -> Rollout:
-        """The rows ``index`` (a slice or an int array into B) of every per-row field; the rest as it is."""
+        """The rows ``index`` (a slice or an int array into B) of every per-row field and extra; the rest as it is."""
         kw = {f.name: getattr(self, f.name) for f in fields(Rollout)}
         for k, v in kw.items():
             if isinstance(v, np.ndarray):
                 kw[k] = v[index]
+        kw["extras"] = {k: v[index] for k, v in self.extras.items()}
         return Rollout(**kw)
 
     @staticmethod
     def concat(parts: list[Rollout]) -> Rollout:
-        """Concatenate along B, padding T (and S) to the widest part."""
+        """Concatenate along B, padding T (and S) to the widest part; the extras likewise, name by name (every part
+        has the same names: they were sampled with one request)."""
         if len(parts) == 1:
             return parts[0]
         out = {}
@@ -152,14 +157,25 @@ class Rollout:
                 out[f.name] = min(vals)
             elif f.name == "info":
                 out[f.name] = {"parts": [p.info for p in parts]}
-            elif vals[0] is None:
-                out[f.name] = None
-            elif vals[0].ndim == 1:
-                out[f.name] = np.concatenate(vals)
+            elif f.name == "extras":
+                names = [sorted(v) for v in vals]
+                if any(n != names[0] for n in names):
+                    raise ValueError(f"Rollout.concat: the parts carry different extras {names}")
+                out[f.name] = {k: _rows_joined([v[k] for v in vals]) for k in vals[0]}
             else:
-                width = max(v.shape[1] for v in vals)
-                out[f.name] = np.concatenate([_pad_to(v, width) for v in vals])
+                out[f.name] = _rows_joined(vals)
         return Rollout(**out)
+
+
+def _rows_joined(vals: list) -> np.ndarray | None:
+    """One per-row field of several parts, concatenated along B: (B_i,) as they are, (B_i, T_i, ...) right-padded with
+    0 to the widest T_i; None where the first part has none."""
+    if vals[0] is None:
+        return None
+    if vals[0].ndim == 1:
+        return np.concatenate(vals)
+    width = max(v.shape[1] for v in vals)
+    return np.concatenate([_pad_to(v, width) for v in vals])
 
 
 def to_torch(a: np.ndarray, device="cpu"):

@@ -8,6 +8,7 @@ the learner turns them into torch tensors with :func:`to_torch`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ class PromptBatch:
 
     src: np.ndarray  # (B, S) int64 source tokens, right-padded with pad id
     src_len: np.ndarray  # (B,) int64 source lengths (>= 1)
-    tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, MIXER prefixes), right-padded
+    tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, forced prefixes), right-padded
     tgt_len: np.ndarray | None = None  # (B,) int64 reference lengths
     key: np.ndarray | None = None  # (B,) int64 the task's id of the input (pairs, chitchat: its row)
     # every array is the task's rows of ``key`` (``Task.prompt_rows``): an actor that holds the task rebuilds the
@@ -90,10 +91,10 @@ class RolloutRequest:
 
     max_len: int  # T, generation length cap
     temperature: float = 1.0
-    mixer_delta: int | None = None  # MIXER: force each row's first max(tgt_len − δ, 0) tokens from PromptBatch.tgt
     seed: int | None = None  # per-call sampling seed (reproducible rollouts)
-    greedy_baseline: bool = False  # SCST: also decode greedily and score that reply (Rollout.baseline_score)
-    erpo: dict | None = None  # SPG / interpolation: sample from ERPO's q instead of π_θ (rayseq.algos.erpo)
+    # how the replies are drawn: an object of the algorithm's (rayseq.algos.sampling.Sampler); None: π_θ through the
+    # rollout engine
+    sampler: Any = None
 
 
 @dataclass
@@ -108,14 +109,11 @@ class Rollout:
     logp: np.ndarray  # (B, T) float32 log π_old(y_t | x, y_<t) at temperature 1, 0 where token_mask=0
     rewards: np.ndarray  # (B, T) float32 per-token reward r_t (terminal reward on the last real token)
     score: np.ndarray  # (B,) float32 sequence-level reward (logging)
-    tgt: np.ndarray | None = None  # (B, T') int64 reference, when the prompt had one (MIXER CE part)
+    tgt: np.ndarray | None = None  # (B, T') int64 reference, when the prompt had one
     version: int = 0  # weights version the rollout was sampled with
     info: dict = field(default_factory=dict)  # worker id, timings
-    returns: np.ndarray | None = None  # (B, T) float32 R_t given directly (SeqGAN's Q); else Σ γ^k r_{t+k}
+    returns: np.ndarray | None = None  # (B, T) float32 R_t given directly (action values Q); else Σ γ^k r_{t+k}
     key: np.ndarray | None = None  # (B,) int64 PromptBatch.key (the task's id of each input)
-    greedy_tokens: np.ndarray | None = None  # (B, T') int64 SCST: the greedy reply to the same input
-    greedy_mask: np.ndarray | None = None  # (B, T') float32 its real tokens
-    baseline_score: np.ndarray | None = None  # (B,) float32 SCST: the greedy reply's reward r(ŷ^g)
     term_scores: np.ndarray | None = None  # (B, K) float32 each term f_k of a configured reward, unweighted
     # (B, T) float32 log π_engine(y_t | …) as the engine computed it, where its kernels are not the policy's
     # (rollout.engine=vllm); ``logp`` is then the policy's own recomputation on the same weights

@@ -84,7 +84,7 @@ class StandIn:
                      report_score: bool = False) -> tuple:
         return prompts.src_len, {"rows": len(prompts), "sample_s": 0.0}
 
-    def score_rollout_shard(self, rollout, report_score: bool = False) -> tuple:
+    def score_rollout_shard(self, rollout, sampler=None, report_score: bool = False) -> tuple:
         return rollout, {"rows": len(rollout)}
 
     def run_shard(self, fn, *args, weights=None, version: int = -1, **kwargs) -> tuple:

@@ -8,6 +8,7 @@ the learner turns them into torch tensors with :func:`to_torch`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ class PromptBatch:
 
     src: np.ndarray  # (B, S) int64 source tokens, right-padded with pad id
     src_len: np.ndarray  # (B,) int64 source lengths (>= 1)
-    tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, MIXER prefixes), right-padded
+    tgt: np.ndarray | None = None  # (B, T) int64 reference target (MLE, forced prefixes), right-padded
     tgt_len: np.ndarray | None = None  # (B,) int64 reference lengths
     key: np.ndarray | None = None  # (B,) int64 the task's id of the input (pairs, chitchat: its row)
     # every array is the task's rows of ``key`` (``Task.prompt_rows``): an actor that holds the task rebuilds the
@@ -90,10 +91,10 @@ class RolloutRequest:
 
     max_len: int  # T, generation length cap
     temperature: float = 1.0
-    mixer_delta: int | None = None  # MIXER: force each row's first max(tgt_len − δ, 0) tokens from PromptBatch.tgt
     seed: int | None = None  # per-call sampling seed (reproducible rollouts)
-    greedy_baseline: bool = False  # SCST: also decode greedily and score that reply (Rollout.baseline_score)
-    erpo: dict | None = None  # SPG / interpolation: sample from ERPO's q instead of π_θ (rayseq.algos.erpo)
+    # how the replies are drawn: an object of the algorithm's (rayseq.algos.sampling.Sampler); None: π_θ through the
+    # rollout engine
+    sampler: Any = None
 
 
 @dataclass
@@ -108,14 +109,11 @@ class Rollout:
     logp: np.ndarray  # (B, T) float32 log π_old(y_t | x, y_<t) at temperature 1, 0 where token_mask=0
     rewards: np.ndarray  # (B, T) float32 per-token reward r_t (terminal reward on the last real token)
     score: np.ndarray  # (B,) float32 sequence-level reward (logging)
-    tgt: np.ndarray | None = None  # (B, T') int64 reference, when the prompt had one (MIXER CE part)
+    tgt: np.ndarray | None = None  # (B, T') int64 reference, when the prompt had one
     version: int = 0  # weights version the rollout was sampled with
     info: dict = field(default_factory=dict)  # worker id, timings
-    returns: np.ndarray | None = None  # (B, T) float32 R_t given directly (SeqGAN's Q); else Σ γ^k r_{t+k}
+    returns: np.ndarray | None = None  # (B, T) float32 R_t given directly (action values Q); else Σ γ^k r_{t+k}
     key: np.ndarray | None = None  # (B,) int64 PromptBatch.key (the task's id of each input)
-    greedy_tokens: np.ndarray | None = None  # (B, T') int64 SCST: the greedy reply to the same input
-    greedy_mask: np.ndarray | None = None  # (B, T') float32 its real tokens
-    baseline_score: np.ndarray | None = None  # (B,) float32 SCST: the greedy reply's reward r(ŷ^g)
     term_scores: np.ndarray | None = None  # (B, K) float32 each term f_k of a configured reward, unweighted
     # (B, T) float32 log π_engine(y_t | …) as the engine computed it, where its kernels are not the policy's
     # (rollout.engine=vllm); ``logp`` is then the policy's own recomputation on the same weights
@@ -123,6 +121,9 @@ class Rollout:
     # (B, T) float32 truncated importance weights min(π_policy / π_engine, C) of the sampled tokens, which the ratio
     # algorithms put on their advantages (rollout.logp_correction); None: 1
     is_weights: np.ndarray | None = None
+    # per-row arrays a sampler added (RolloutRequest.sampler) and scored, name -> (B,) or (B, T', ...): cut, split
+    # and concatenated with the rollout's other per-row fields
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -133,16 +134,18 @@ class Rollout:
         return [self.rows(slice(a, b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
     def rows(self, index) -> Rollout:
-        """The rows ``index`` (a slice or an int array into B) of every per-row field; the rest as it is."""
+        """The rows ``index`` (a slice or an int array into B) of every per-row field and extra; the rest as it is."""
         kw = {f.name: getattr(self, f.name) for f in fields(Rollout)}
         for k, v in kw.items():
             if isinstance(v, np.ndarray):
                 kw[k] = v[index]
+        kw["extras"] = {k: v[index] for k, v in self.extras.items()}
         return Rollout(**kw)
 
     @staticmethod
     def concat(parts: list[Rollout]) -> Rollout:
-        """Concatenate along B, padding T (and S) to the widest part."""
+        """Concatenate along B, padding T (and S) to the widest part; the extras likewise, name by name (every part
+        has the same names: they were sampled with one request)."""
         if len(parts) == 1:
             return parts[0]
         out = {}
@@ -152,27 +155,25 @@ class Rollout:
                 out[f.name] = min(vals)
             elif f.name == "info":
                 out[f.name] = {"parts": [p.info for p in parts]}
-            elif vals[0] is None:
-                out[f.name] = None
-            elif vals[0].ndim == 1:
-                out[f.name] = np.concatenate(vals)
+            elif f.name == "extras":
+                names = [sorted(v) for v in vals]
+                if any(n != names[0] for n in names):
+                    raise ValueError(f"Rollout.concat: the parts carry different extras {names}")
+                out[f.name] = {k: _rows_joined([v[k] for v in vals]) for k in vals[0]}
             else:
-                width = max(v.shape[1] for v in vals)
-                out[f.name] = np.concatenate([_pad_to(v, width) for v in vals])
+                out[f.name] = _rows_joined(vals)
         return Rollout(**out)
 
 
-@dataclass
-class MCBatch:
-    """Monte-Carlo continuations of a shard of rollouts (SeqGAN Eq. 4), from a worker to a scorer."""
-
-    src: np.ndarray  # (B, S) int64 inputs (conditional tasks; (B, 0) otherwise)
-    src_len: np.ndarray  # (B,) int64
-    tokens: np.ndarray  # (B, T) int64 the sampled sequences Y_1:T
-    lengths: np.ndarray  # (B,) int64 their lengths
-    cont: np.ndarray  # (B, T−1, N, T) int32 prefix Y_1:t + G_β's continuation, pad after the end
-    cont_len: np.ndarray  # (B, T−1, N) int64
-    info: dict = field(default_factory=dict)  # worker id, timings
+def _rows_joined(vals: list) -> np.ndarray | None:
+    """One per-row field of several parts, concatenated along B: (B_i,) as they are, (B_i, T_i, ...) right-padded with
+    0 to the widest T_i; None where the first part has none."""
+    if vals[0] is None:
+        return None
+    if vals[0].ndim == 1:
+        return np.concatenate(vals)
+    width = max(v.shape[1] for v in vals)
+    return np.concatenate([_pad_to(v, width) for v in vals])
 
 
 def to_torch(a: np.ndarray, device="cpu"):

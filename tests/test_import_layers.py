@@ -15,7 +15,9 @@ validate names through it without importing torch-heavy modules.
 A module may import any module of a lower layer, any module of its own package (subpackage of ``rayseq``, or
 top-level module) as long as the modules form no cycle, and across packages of one layer only the edges listed in
 :data:`SIDEWAYS`. :data:`FORBIDDEN` rules out downward edges the design excludes. A new package or top-level
-module fails until it is given a layer in :data:`LAYERS`. The checker's own tests run it on small fake trees.
+module fails until it is given a layer in :data:`LAYERS`. The orchestration layer uses the algorithms only through
+their generic protocols: of ``rayseq.algos`` it imports the package and :data:`GENERIC_ALGOS`, never one
+algorithm's module (:func:`single_algorithm_imports`). The checker's own tests run it on small fake trees.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ SIDEWAYS = {
 # read-only (models, vocab, tokenisation), never the training machinery
 FORBIDDEN = {("rayseq.serving", p) for p in ("rayseq.distributed", "rayseq.algos", "rayseq.tasks", "rayseq.rewards",
                                              "rayseq.losses")}
+
+# the modules of rayseq.algos that name no single algorithm: what rayseq.distributed may import of the algorithms (with
+# the package itself, whose make_algo builds the configured one); one algorithm's module is reached only through them
+GENERIC_ALGOS = {"rayseq.algos.common", "rayseq.algos.iteration", "rayseq.algos.parallel", "rayseq.algos.regularizers",
+                 "rayseq.algos.sampling"}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -150,6 +157,20 @@ def violations(graph: dict[str, set[str]], layers: dict[str, int], sideways=froz
     return found
 
 
+def single_algorithm_imports(graph: dict[str, set[str]], importer: str = "rayseq.distributed",
+                             algos: str = "rayseq.algos", generic=frozenset(GENERIC_ALGOS)) -> list[str]:
+    """Every import by ``importer`` (a package: it and its modules) of a module of ``algos`` other than the package
+    itself and its ``generic`` modules (or their submodules)."""
+    found = []
+    for mod in sorted(graph):
+        if mod != importer and not mod.startswith(importer + "."):
+            continue
+        for dep in sorted(graph[mod]):
+            if dep.startswith(algos + ".") and not any(dep == g or dep.startswith(g + ".") for g in generic):
+                found.append(f"{mod} imports {dep}: {importer} uses {algos} only through its generic modules")
+    return found
+
+
 def package_graph(graph: dict[str, set[str]], layers: dict[str, int]) -> dict[str, set[str]]:
     """The module graph collapsed onto packages (keys of ``layers``), without self edges."""
     out: dict[str, set[str]] = {}
@@ -205,6 +226,14 @@ def test_the_scan_sees_the_package():
 
 def test_imports_point_down_the_layers():
     assert violations(static_imports(ROOT), LAYERS, SIDEWAYS, FORBIDDEN) == []
+
+
+def test_the_orchestration_imports_no_single_algorithm():
+    """rayseq.distributed reaches an algorithm through its generic protocols only (DESIGN.md "Where it is heading":
+    the rollout path names no algorithm); every generic module named is one that exists."""
+    graph = static_imports(ROOT)
+    assert GENERIC_ALGOS <= set(graph)
+    assert single_algorithm_imports(graph) == []
 
 
 def test_no_import_cycles_between_modules():
@@ -299,3 +328,26 @@ def test_checker_finds_cycles_between_modules_and_between_packages(tmp_path):
     both = {("pkg.math", "pkg.other"), ("pkg.other", "pkg.math")}
     assert violations(graph, FAKE_LAYERS, sideways=both) == []
     assert cycles({"x": {"y"}, "y": {"z"}, "z": set()}) == []
+
+
+def test_checker_finds_single_algorithm_imports_of_the_orchestration(tmp_path):
+    root = _tree(tmp_path, {
+        "pkg/algos/__init__.py": "from pkg.algos.one import One\n",
+        "pkg/algos/common.py": "",
+        "pkg/algos/one.py": "from pkg.algos.common import x\n",
+        "pkg/algos/two/__init__.py": "",
+        "pkg/algos/two/part.py": "",
+        "pkg/dist/__init__.py": "from pkg.algos import One\n",  # the package: fine
+        "pkg/dist/worker.py": "from pkg.algos.common import x\ndef f():\n    from pkg.algos.one import y\n",
+        "pkg/dist/group.py": "import pkg.algos.two.part\n",  # a module inside one algorithm's package
+        "pkg/math.py": "from pkg.algos.one import z\n",  # not the importer the rule is about
+    })
+    graph = static_imports(root, "pkg")
+    found = single_algorithm_imports(graph, "pkg.dist", "pkg.algos", {"pkg.algos.common"})
+    assert found == [
+        "pkg.dist.group imports pkg.algos.two.part: pkg.dist uses pkg.algos only through its generic modules",
+        "pkg.dist.worker imports pkg.algos.one: pkg.dist uses pkg.algos only through its generic modules",
+    ]
+    # the same tree with every algorithm module declared generic: nothing
+    assert single_algorithm_imports(graph, "pkg.dist", "pkg.algos", {"pkg.algos.common", "pkg.algos.one",
+                                                                     "pkg.algos.two"}) == []

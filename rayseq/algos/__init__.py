@@ -19,7 +19,9 @@ and optionally
 - ``assign_scores(rollout, parts)`` (on the learner: the scores its iteration computed on the scorers),
 - ``pretrain_steps(cfg)`` / ``pretrain_step(groups, step)`` (a stage of its own before ``train``: SeqGAN's D),
   ``train_iters(cfg)`` (the ``train`` stage's length: a critic's warm-up),
-- ``rollout_request(iteration, max_len, temperature, seed)`` (rollout algorithms), ``prompt_copies()``,
+- ``rollout_request(iteration, max_len, temperature, seed)`` (rollout algorithms; a request carries the algorithm's
+  own sampler where it draws otherwise than π_θ through the engine: :mod:`rayseq.algos.sampling`),
+  ``prompt_copies()``,
 - ``augment(task, batch, rng, iteration) -> (batch, metrics)`` (supervised: driver-side data change,
   RAML's reward-weighted samples, data noising),
 - ``stateful_request`` (the learner's copy builds the rollout requests: interpolation's λ),

@@ -18,11 +18,13 @@ computes ΔR for every candidate token at once). The end token adds no reply tok
   slab): z = 1 draws v ∝ exp{c · log p_θ(v)}, z = 2 draws v ∝ exp{c · ΔR(v)}, z = 3 takes the reference
   token y*_t (the end token once the reference is used up).
 
-Sampling runs on the rollout workers (the model and the references are there); one uniform per row and
-step picks the token by inverse CDF, another picks z.
+Sampling runs on the rollout workers (the model and the references are there), as the algorithms' requests ask
+(:class:`QSampler`); one uniform per row and step picks the token by inverse CDF, another picks z.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -30,6 +32,7 @@ from pydantic import Field
 
 from rayseq.algos.common import LearnerState
 from rayseq.algos.mle import MLE
+from rayseq.algos.sampling import Sampled, SamplingCall
 from rayseq.models.generator import SampleOutput
 from rayseq.models.sampling import sample_with_logp
 from rayseq.rewards.bleu_delta import bleu_increments
@@ -137,6 +140,27 @@ def erpo_sample(
     stats = {} if mode == "spg" else {"erpo/z_model": float(counts[0]) / total,
                                       "erpo/z_reward": float(counts[1]) / total, "erpo/z_ref": float(counts[2]) / total}
     return SampleOutput(torch.stack(tokens, 1), mask, mask.clone(), torch.stack(logps, 1)), stats
+
+
+@dataclass(frozen=True)
+class QSampler:
+    """The rollout workers' draw for SPG and the interpolation algorithm: one reply per input from ERPO's q
+    (Eq. 4; the module docstring), in place of π_θ, with the request's random stream. ``mode`` ``"spg"``:
+    q_t(v) ∝ p_θ(v) · exp(c · ΔR(v)); ``"interpolation"``: per token z ~ Cat(``lambdas``) picks the model
+    (∝ exp{c · log p_θ}), the reward (∝ exp{c · ΔR}) or the reference token. The replies carry log π_θ; the info
+    the share of tokens each source chose (interpolation). Nothing beside the replies is scored."""
+
+    mode: str
+    c: float = 1.0
+    lambdas: tuple[float, float, float] = (0.0, 0.0, 1.0)  # (λ1 model, λ2 reward, λ3 reference): interpolation
+
+    def sample(self, call: SamplingCall) -> Sampled:
+        out, stats = erpo_sample(call.policy, call.src, call.src_len, call.max_len, prompts=call.prompts,
+                                 task=call.task, mode=self.mode, c=self.c, lambdas=self.lambdas, generator_rng=call.rng)
+        return Sampled(out, info=stats)
+
+    def score(self, task, rollout: Rollout) -> None:
+        """Nothing beside the replies to score."""
 
 
 def mle_on_samples(state: LearnerState, rollout: Rollout, max_grad_norm: float | None) -> dict:

@@ -4,7 +4,8 @@ Supplement C.2).
 Per token a categorical z ~ (λ1, λ2, λ3) (spike and slab) picks the source of y_t:
 z = 1 the model, y_t ∝ exp{c · log p_θ(y_t | y_1:t−1, x)}; z = 2 the reward, y_t ∝ exp{c · ΔR(y_t | y_1:t−1, y*)}
 (ΔR for every candidate token, vectorised); z = 3 the reference, y_t = y*_t. The M-step maximises
-log p_θ(y|x) of the sequences so built (:mod:`rayseq.algos.erpo`; sampled on the rollout workers).
+log p_θ(y|x) of the sequences so built (:mod:`rayseq.algos.erpo`; sampled on the rollout workers by the requests'
+:class:`rayseq.algos.erpo.QSampler`, built on the learner, where λ lives).
 
 Annealing (C.2): λ starts at (0.04, 0, 0.96). Every ``interp_val_every`` iterations the validation-set
 reward (mean sentence BLEU-2 of greedy replies to validation inputs) is measured; when it is lower than at
@@ -23,7 +24,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from rayseq.algos.common import Algorithm, LearnerState
-from rayseq.algos.erpo import ERPO_C_FIELD, mle_on_samples
+from rayseq.algos.erpo import ERPO_C_FIELD, QSampler, mle_on_samples
 from rayseq.algos.iteration import rollout_step
 from rayseq.types import Rollout, RolloutRequest
 
@@ -90,7 +91,7 @@ class ERPOInterpolation(Algorithm):
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         return RolloutRequest(max_len=max_len, temperature=1.0, seed=seed,
-                              erpo={"mode": "interpolation", "c": self.cfg.erpo_c, "lambdas": tuple(self.lambdas)})
+                              sampler=QSampler("interpolation", c=self.cfg.erpo_c, lambdas=tuple(self.lambdas)))
 
     def anneal(self) -> str:
         """One annealing step; returns which weight grew ("model" = λ1 or "reward" = λ2)."""

@@ -7,8 +7,9 @@ sampled tokens. len(y*) counts the reference's end token, so with δ = 1 the pol
 a reference shorter than δ is sampled whole (the prefix is clamped at 0). δ starts at ``mixer_delta_start``
 and grows by ``mixer_delta_step`` every ``mixer_delta_every`` iterations, until every reference is sampled
 whole (then MIXER is REINFORCE). The forced prefix is per row (the rollout workers compute it from each
-reference's length): a fixed ``max_len − δ`` prefix would force the padding of short references and, on
-chit-chat's 21-token cap, sample almost nothing.
+reference's length: :class:`ReferencePrefix`, the sampler of MIXER's requests): a fixed ``max_len − δ`` prefix would
+force the padding of short references and, on chit-chat's 21-token cap, sample almost nothing. The prefix is forced
+by the policy's own decoding loop, so MIXER samples with ``rollout.engine=builtin``.
 
 - ``mixer``: one REINFORCE step per batch (:func:`rayseq.losses.mixer_loss`),
 - ``mixer_ppo``: PPO's clipped surrogate (Tuan et al. Eq. 3) on the sampled tokens, cross-entropy on the
@@ -18,6 +19,7 @@ chit-chat's 21-token cap, sample almost nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 from pydantic import Field
@@ -34,8 +36,9 @@ from rayseq.algos.common import (
 )
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
+from rayseq.algos.sampling import Sampled, SamplingCall
 from rayseq.losses import mixer_loss, ppo_clip_loss, value_loss
-from rayseq.types import Rollout, RolloutRequest
+from rayseq.types import Rollout, RolloutRequest, to_torch
 
 # δ's schedule (Mixer.delta)
 MIXER_FIELDS = {
@@ -43,6 +46,25 @@ MIXER_FIELDS = {
     "mixer_delta_step": (int, Field(1, ge=1, description="MIXER: δ grows by this much ...")),
     "mixer_delta_every": (int, Field(50, ge=1, description="MIXER: ... every this many iterations.")),
 }
+
+
+@dataclass(frozen=True)
+class ReferencePrefix:
+    """MIXER's draw (Ranzato et al. 2016): row b's first max(len(y*_b) − δ, 0) tokens are its reference's
+    (``PromptBatch.tgt``, forced: action_mask 0, log π_θ of the forced token recorded), the rest sampled from π_θ by
+    the policy's own decoding loop (``sample(..., prefix=, prefix_len=)``) with the request's temperature and random
+    stream. Nothing beside the replies is scored."""
+
+    delta: int  # δ: the number of final reference tokens the policy samples
+
+    def sample(self, call: SamplingCall) -> Sampled:
+        prefix = to_torch(call.prompts.tgt, call.src.device)
+        prefix_len = (to_torch(call.prompts.tgt_len, call.src.device) - self.delta).clamp(min=0)
+        return Sampled(call.policy.sample(call.src, call.src_len, call.max_len, temperature=call.temperature,
+                                          prefix=prefix, prefix_len=prefix_len, generator=call.rng))
+
+    def score(self, task, rollout: Rollout) -> None:
+        """Nothing beside the replies to score."""
 
 
 class Mixer(RolloutAlgo):
@@ -56,7 +78,14 @@ class Mixer(RolloutAlgo):
         return c.mixer_delta_start + c.mixer_delta_step * (iteration // c.mixer_delta_every)
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
-        return RolloutRequest(max_len=max_len, temperature=temperature, mixer_delta=self.delta(iteration), seed=seed)
+        return RolloutRequest(max_len=max_len, temperature=temperature, seed=seed,
+                              sampler=ReferencePrefix(self.delta(iteration)))
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        if cfg.rollout.engine != "builtin":  # ReferencePrefix forces the prefix in the policy's own decoding loop
+            raise ValueError(f"algo.name={cfg.algo.name} forces reference prefixes in the policy's own decoding loop, "
+                             f"which rollout.engine={cfg.rollout.engine} does not run; use rollout.engine=builtin")
 
     def schedule_metrics(self, rollout: Rollout, iteration: int) -> dict:
         real = float(rollout.token_mask.sum())

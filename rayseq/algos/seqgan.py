@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass, field
 from functools import partial
 from typing import ClassVar
 
@@ -52,7 +53,7 @@ from rayseq.config.base import Section
 from rayseq.losses import discriminator_loss, ppo_clip_loss
 from rayseq.models import make_discriminator, make_generator
 from rayseq.rewards.mc_search import mc_search, q_values
-from rayseq.types import MCBatch, PromptBatch, Rollout, RolloutRequest, to_torch
+from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
 
 class DiscConfig(Section):
@@ -361,6 +362,19 @@ def _cpu(module) -> dict:
 
 
 # -- what Algorithm 1 runs on the actors: Monte-Carlo continuations on a rollout worker, Q from D on a scorer ---------
+@dataclass
+class MCBatch:
+    """Monte-Carlo continuations of a shard of rollouts (SeqGAN Eq. 4), from a worker to a scorer."""
+
+    src: np.ndarray  # (B, S) int64 inputs (conditional tasks; (B, 0) otherwise)
+    src_len: np.ndarray  # (B,) int64
+    tokens: np.ndarray  # (B, T) int64 the sampled sequences Y_1:T
+    lengths: np.ndarray  # (B,) int64 their lengths
+    cont: np.ndarray  # (B, T−1, N, T) int32 prefix Y_1:t + G_β's continuation, pad after the end
+    cont_len: np.ndarray  # (B, T−1, N) int64
+    info: dict = field(default_factory=dict)  # worker id, timings
+
+
 def mc_continuations(worker, rollout: Rollout, n_rollouts: int, temperature: float, *, seed: int) -> tuple:
     """On a rollout worker: SeqGAN Eq. 4's continuations of every prefix of the shard ``rollout`` by G_β (the
     generator while the worker holds no G_β of its own: ``algo.rollout_update_rate=0``), batched from cached states

@@ -54,9 +54,9 @@ class GenerationEngine(Protocol):
 
 
 class BuiltinEngine:
-    """The policy's own decoding loop (:meth:`rayseq.models.protocol.StepDecoding.sample`): every architecture, MIXER's
-    forced prefixes, reproducible per call with ``seed``. It samples the worker's generator itself, so the weights it
-    takes are the ones the worker loaded."""
+    """The policy's own decoding loop (:meth:`rayseq.models.protocol.StepDecoding.sample`): every architecture,
+    reproducible per call with ``seed``. It samples the worker's generator itself, so the weights it takes are the ones
+    the worker loaded."""
 
     name = "builtin"
     exact = True
@@ -65,17 +65,13 @@ class BuiltinEngine:
         self.generator, self.device = generator, device
         self.version = -1
 
-    def generate(self, src, src_len, max_len, *, n=1, temperature=1.0, top_p=1.0, seed=None, prefix=None,
-                 prefix_len=None) -> SampleOutput:
-        """As the protocol's, and MIXER's ``prefix`` (B, P) / ``prefix_len`` (B,): row b's first ``prefix_len[b]``
-        tokens forced (action_mask 0)."""
+    def generate(self, src, src_len, max_len, *, n=1, temperature=1.0, top_p=1.0, seed=None) -> SampleOutput:
         if top_p != 1.0:
             raise ValueError("rollout.engine=builtin samples from the whole distribution (top_p 1)")
         if n > 1:
             src, src_len = src.repeat_interleave(n, 0), src_len.repeat_interleave(n, 0)
         gen = None if seed is None else torch.Generator(device=self.device).manual_seed(int(seed))
-        return self.generator.sample(src, src_len, max_len, temperature=temperature, prefix=prefix,
-                                     prefix_len=prefix_len, generator=gen)
+        return self.generator.sample(src, src_len, max_len, temperature=temperature, generator=gen)
 
     def load_weights(self, weights, version: int) -> None:
         self.version = version  # the worker loaded them into the generator this engine samples

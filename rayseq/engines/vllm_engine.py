@@ -213,9 +213,9 @@ class VLLMEngine:
                           repetition_penalty=None, presence_penalty=None, frequency_penalty=None,
                           no_repeat_ngram_size=None, banned_ids=()) -> SampleOutput:
         """Serving's decoding (the arguments of :meth:`rayseq.models.protocol.StepDecoding.generate`, one row per
-        reply): each row its own length cap, temperature (0 = greedy), top-k, top-p, repetition, presence and
-        frequency penalties, and seed (its generator's ``initial_seed``). vLLM has no n-gram ban: a row asking for
-        one is an error."""
+        reply): each row its own length cap, temperature (0: the most likely token), top-k, top-p, repetition,
+        presence and frequency penalties, and seed (its generator's ``initial_seed``). vLLM has no n-gram ban: a row
+        asking for one is an error."""
         from vllm.inputs import TokensPrompt
 
         if no_repeat_ngram_size is not None and bool((no_repeat_ngram_size > 0).any()):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rayseq.algos import make_algo
+from rayseq.algos.mixer import ReferencePrefix
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.registry import ALGORITHMS, algorithm_class
@@ -104,7 +105,7 @@ def test_mixer_schedule_and_forced_prefix():
     algo = make_algo(cfg.algo)
     T = learner.task.max_tgt_len  # 3: counting's references are 3 tokens, no EOS
     assert [algo.delta(i) for i in (0, 9, 10, 19, 20, 1000)] == [1, 1, 2, 2, 3, 101]
-    assert algo.rollout_request(0, T, 1.0, 0).mixer_delta == 1
+    assert algo.rollout_request(0, T, 1.0, 0).sampler == ReferencePrefix(delta=1)
     r = rollout_for(cfg, learner, worker, iteration=0)
     # the first len(y*) − δ = 2 tokens are the reference's, not sampled
     np.testing.assert_array_equal(r.tokens[:, :2], r.tgt[:, :2])
@@ -161,7 +162,7 @@ def test_mixer_forces_len_minus_delta_tokens_of_each_reference(corpus, delta):
     worker.set_weights(learner.get_weights(), 0)
     prompts = learner.task.sample_prompts(np.random.default_rng(0), 64, with_targets=True)
     assert len(set(prompts.tgt_len.tolist())) >= 3  # references of different lengths
-    r = worker.sample(prompts, RolloutRequest(max_len=learner.task.max_tgt_len, mixer_delta=delta, seed=1))
+    r = worker.sample(prompts, RolloutRequest(max_len=learner.task.max_tgt_len, seed=1, sampler=ReferencePrefix(delta)))
     forced = np.maximum(prompts.tgt_len - delta, 0)
     for b in range(len(r)):
         p = int(forced[b])

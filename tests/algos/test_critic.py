@@ -86,14 +86,14 @@ def test_scst_rollouts_carry_the_greedy_reply_and_its_reward():
     r = _rollout(cfg, learner, worker)
     greedy = worker.generator.sample(torch.from_numpy(r.src), torch.from_numpy(r.src_len), learner.task.max_tgt_len,
                                      greedy=True)
-    np.testing.assert_array_equal(r.greedy_tokens, greedy.tokens.numpy())
-    _, expect = learner.task.rewards(r.src, r.src_len, r.greedy_tokens, r.greedy_mask)
-    np.testing.assert_array_equal(r.baseline_score, expect)
+    np.testing.assert_array_equal(r.extras["greedy_tokens"], greedy.tokens.numpy())
+    _, expect = learner.task.rewards(r.src, r.src_len, r.extras["greedy_tokens"], r.extras["greedy_mask"])
+    np.testing.assert_array_equal(r.extras["greedy_score"], expect)
     r.score = (np.arange(len(r)) % 2).astype(np.float32)
     before = copy.deepcopy(learner.state.generator.state_dict())
     m = learner.update(r, 0)
     assert np.isfinite(m["loss/policy"]) and m["scst/better_than_greedy"] == pytest.approx(
-        float((r.score > r.baseline_score).mean()))
+        float((r.score > r.extras["greedy_score"]).mean()))
     assert any(not torch.equal(before[k], v) for k, v in learner.state.generator.state_dict().items())
 
 

@@ -57,22 +57,23 @@ class ScorerActor:
             self.loads += 1
         return self.weights_version
 
-    def score_rollout(self, rollout: Rollout) -> Rollout:
+    def score_rollout(self, rollout: Rollout, sampler=None) -> Rollout:
         """The reward (the task's, e.g. BLEU-2 against the input's references, or the configured one) of sampled
-        rollouts."""
+        rollouts, and what their ``sampler`` (the request's, :class:`rayseq.algos.sampling.Sampler`; None: π_θ's)
+        scores of the extras it added."""
         t0 = time.perf_counter()
-        out = score_rollout(self.task, rollout)
+        out = score_rollout(self.task, rollout, sampler)
         out.info = {**out.info, "score_s": time.perf_counter() - t0}
         return out
 
-    def score_rollout_shard(self, rollout: Rollout, report_score: bool = False) -> tuple[Rollout, dict]:
+    def score_rollout_shard(self, rollout: Rollout, sampler=None, report_score: bool = False) -> tuple[Rollout, dict]:
         """:meth:`score_rollout`, and its info (the Ray groups' two return objects: data by reference, info to the
         driver; with ``report_score`` the rewards ``score`` (B,) and ``term_scores`` (B, K) too)."""
-        out = self.score_rollout(rollout)
+        out = self.score_rollout(rollout, sampler)
         report = {"score": out.score, "term_scores": out.term_scores} if report_score else {}
         return out, {"score_s": out.info["score_s"], "rows": len(out), **report}
 
     def run_shard(self, fn, *args, **kwargs) -> tuple:
-        """``fn(self, *args, **kwargs) -> (data, info)``: what an algorithm scores here with a model of its own
-        (e.g. :func:`rayseq.algos.seqgan.score_continuations`)."""
+        """``fn(self, *args, **kwargs) -> (data, info)``: what an algorithm scores here with a model of its own (a
+        module-level function of the algorithm's, e.g. action values of a worker's continuations)."""
         return fn(self, *args, **kwargs)

@@ -1,20 +1,22 @@
-"""RolloutWorker: samples responses with the current weights and scores them with the task reward; runs what an
-algorithm asks of a shard (:meth:`RolloutWorker.run_shard`, e.g. continuations of every prefix) with the copies the
-algorithm declared (``Algorithm.worker_modules``)."""
+"""RolloutWorker: samples responses with the current weights, as the request's sampler draws them (π_θ through the
+rollout engine unless the algorithm's request carries a sampler of its own: :mod:`rayseq.algos.sampling`), and scores
+them with the task reward; runs what an algorithm asks of a shard (:meth:`RolloutWorker.run_shard`, e.g.
+continuations of every prefix) with the copies the algorithm declared (``Algorithm.worker_modules``)."""
 
 from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 import numpy as np
 import torch
 
-from rayseq.algos.erpo import erpo_sample
+from rayseq.algos.sampling import POLICY, Sampled, SamplingCall
 from rayseq.config import RunConfig
 from rayseq.distributed.runtime import placement_group_id
 from rayseq.distributed.weights.flat import as_state_dicts
-from rayseq.engines import BuiltinEngine, make_engine
+from rayseq.engines import make_engine
 from rayseq.losses.mismatch import truncated_is_weights
 from rayseq.models import make_generator
 from rayseq.rewards.terminal import terminal_rewards
@@ -119,66 +121,59 @@ class RolloutWorker:
 
     def run_shard(self, fn, *args, weights=None, version: int = -1, **kwargs) -> tuple:
         """``fn(self, *args, **kwargs) -> (data, info)`` with the weights ``version``: what an algorithm runs on a shard
-        here (e.g. :func:`rayseq.algos.seqgan.mc_continuations`)."""
+        here (a module-level function of the algorithm's, e.g. continuations of every prefix of the shard)."""
         if weights is not None:
             self.set_weights(weights, version)
         return fn(self, *args, **kwargs)
 
     def sample(self, prompts: PromptBatch, request: RolloutRequest, score: bool = True) -> Rollout:
-        """Sample one response per prompt; ``score`` computes the task reward here (cheap rewards),
-        otherwise a ScorerActor does (:func:`score_rollout`). ``request.erpo`` samples from ERPO's q
-        (SPG, interpolation) instead of π_θ; ``request.greedy_baseline`` adds the greedy reply (SCST)."""
+        """Sample one response per prompt, drawn by the request's sampler (``request.sampler``; None: π_θ through the
+        rollout engine); ``score`` computes the task reward here (cheap rewards), otherwise a ScorerActor does
+        (:func:`score_rollout`)."""
         t0 = time.perf_counter()
         dev = self.device
-        gen = None
-        if request.seed is not None:
-            gen = torch.Generator(device=dev).manual_seed(int(request.seed))
+        rng = None if request.seed is None else torch.Generator(device=dev).manual_seed(int(request.seed))
         src, src_len = to_torch(prompts.src, dev), to_torch(prompts.src_len, dev)
-        info = {"worker": self.index, "pid": os.getpid()}
-        engine_logp = None  # the engine's own log-probs, where they are not the policy's (rollout.engine=vllm)
-        if request.erpo is not None:
-            out, stats = erpo_sample(self.generator, src, src_len, request.max_len, prompts=prompts, task=self.task,
-                                     generator_rng=gen, **request.erpo)
-            info.update(stats)
-        else:
-            prefix = prefix_len = None
-            if request.mixer_delta is not None:  # MIXER: len(y*) − δ reference tokens forced, per row
-                prefix = to_torch(prompts.tgt, dev)
-                prefix_len = (to_torch(prompts.tgt_len, dev) - request.mixer_delta).clamp(min=0)
-            if prefix is not None and not isinstance(self.engine, BuiltinEngine):
-                raise ValueError(f"MIXER's forced prefixes are sampled by rollout.engine=builtin, not "
-                                 f"{self.engine.name}")
-            extra = {} if prefix is None else {"prefix": prefix, "prefix_len": prefix_len}
-            out = self.engine.generate(src, src_len, request.max_len, temperature=request.temperature,
-                                       seed=request.seed, **extra)
-            if not self.engine.exact:  # the policy's own log-probs beside the engine's (the learner's are these)
-                info["engine_checksum_diff"] = self.engine.checksum_diff  # of its last weights load
-                engine_logp = out.logp
-                with torch.no_grad():
-                    out = out._replace(logp=self.generator.logprobs(src, src_len, out.tokens).logp * out.token_mask)
+        sampler = request.sampler or POLICY
+        drawn = sampler.sample(SamplingCall(
+            policy=self.generator, task=self.task, prompts=prompts, src=src, src_len=src_len, max_len=request.max_len,
+            temperature=request.temperature, rng=rng, engine=partial(self._engine_sample, src, src_len, request)))
+        out = drawn.sample
         tokens = out.tokens.cpu().numpy()
         rollout = Rollout(
             src=prompts.src, src_len=prompts.src_len, tokens=tokens, token_mask=out.token_mask.cpu().numpy(),
             action_mask=out.action_mask.cpu().numpy(), logp=out.logp.cpu().numpy(),
             rewards=np.zeros(tokens.shape, np.float32), score=np.zeros(len(tokens), np.float32),
-            tgt=prompts.tgt, version=self.version, key=prompts.key, info=info,
+            tgt=prompts.tgt, version=self.version, key=prompts.key,
+            info={"worker": self.index, "pid": os.getpid(), **drawn.info}, extras=dict(drawn.extras),
         )
-        if engine_logp is not None:
-            rollout.engine_logp = engine_logp.cpu().numpy()
+        if drawn.engine_logp is not None:
+            rollout.engine_logp = drawn.engine_logp.cpu().numpy()
             if self.cfg.rollout.logp_correction == "tis":
-                rollout.is_weights = truncated_is_weights(out.logp, engine_logp, out.action_mask,
+                rollout.is_weights = truncated_is_weights(out.logp, drawn.engine_logp, out.action_mask,
                                                           self.cfg.rollout.tis_cap).cpu().numpy()
-        if request.greedy_baseline:
-            g = self.generator.sample(src, src_len, request.max_len, greedy=True)
-            rollout.greedy_tokens, rollout.greedy_mask = g.tokens.cpu().numpy(), g.token_mask.cpu().numpy()
-        info["sample_s"] = time.perf_counter() - t0
-        return score_rollout(self.task, rollout) if score else rollout
+        rollout.info["sample_s"] = time.perf_counter() - t0
+        return score_rollout(self.task, rollout, sampler) if score else rollout
+
+    def _engine_sample(self, src: torch.Tensor, src_len: torch.Tensor, request: RolloutRequest) -> Sampled:
+        """π_θ's replies to ``src`` (B, S) through the rollout engine, with the request's length, temperature and
+        seed; where the engine's log-probs are not the policy's (``engine.exact`` False), the policy's own beside
+        them (the learner's are these)."""
+        out = self.engine.generate(src, src_len, request.max_len, temperature=request.temperature, seed=request.seed)
+        if self.engine.exact:
+            return Sampled(out)
+        with torch.no_grad():
+            logp = self.generator.logprobs(src, src_len, out.tokens).logp * out.token_mask
+        # engine_checksum_diff: of the engine's last weights load against the policy's (0: the same weights)
+        return Sampled(out._replace(logp=logp), info={"engine_checksum_diff": self.engine.checksum_diff},
+                       engine_logp=out.logp)
 
 
-def score_rollout(task, rollout: Rollout) -> Rollout:
+def score_rollout(task, rollout: Rollout, sampler=None) -> Rollout:
     """Fill ``rewards`` (B, T) and ``score`` (B,) with the task's reward (in place; returns it), ``term_scores``
-    (B, K) with each term of a configured reward (``task.reward``, see :func:`rayseq.tasks.make_task`), and SCST's
-    ``baseline_score`` (the greedy reply's reward) when the rollout carries greedy replies."""
+    (B, K) with each term of a configured reward (``task.reward``, see :func:`rayseq.tasks.make_task`), and what the
+    rollout's sampler scores of its extras (``sampler``: the request's, :meth:`rayseq.algos.sampling.Sampler.score`;
+    None: nothing)."""
     if task.reward is not None:
         rollout.score, rollout.term_scores = task.reward.scores(rollout.src, rollout.src_len, rollout.tokens,
                                                            rollout.token_mask, key=rollout.key)
@@ -186,7 +181,5 @@ def score_rollout(task, rollout: Rollout) -> Rollout:
     else:
         rollout.rewards, rollout.score = task.rewards(rollout.src, rollout.src_len, rollout.tokens,
                                                       rollout.token_mask, key=rollout.key)
-    if rollout.greedy_tokens is not None:
-        _, rollout.baseline_score = task.rewards(rollout.src, rollout.src_len, rollout.greedy_tokens,
-                                                 rollout.greedy_mask, key=rollout.key)
+    (sampler or POLICY).score(task, rollout)
     return rollout

@@ -34,9 +34,9 @@ def send_sample(prompts: PromptBatch | PromptKeys, request: RolloutRequest, scor
     return two(worker.sample_shard).remote(prompts, request, score_here, **weights, **report)
 
 
-def send_score(report: dict, rollout, scorer):
-    """Score a sampled shard (its ref) on ``scorer``."""
-    return two(scorer.score_rollout_shard).remote(rollout, **report)
+def send_score(sampler, report: dict, rollout, scorer):
+    """Score a sampled shard (its ref) on ``scorer``, with what the request's ``sampler`` scores of its extras."""
+    return two(scorer.score_rollout_shard).remote(rollout, sampler, **report)
 
 
 def send_run(fn, args: tuple, kwargs: dict, actor):

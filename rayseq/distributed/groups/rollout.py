@@ -193,7 +193,7 @@ class RolloutGroup:
         weights = self._weights()
         samples = [partial(send_sample, shard.compact(), shard_request(request, i), not scorers, weights,
                            {} if scorers else report) for i, shard in enumerate(shards)]
-        return samples, partial(partial, send_score, report), scorers
+        return samples, partial(partial, send_score, request.sampler, report), scorers
 
     def _sample_waited(self, prompts: PromptBatch, request: RolloutRequest, report_score: bool = False) -> tuple:
         """Ray: (shard refs, each shard's final info), every call waited for (a crashed actor's re-sent); a shard goes

@@ -15,7 +15,7 @@ from rayseq.algos.erpo import QSampler, erpo_sample
 from rayseq.algos.mixer import ReferencePrefix
 from rayseq.algos.sampling import POLICY, Sampler
 from rayseq.algos.scst import GreedyBaseline
-from rayseq.config import ConfigError, build_config, config_to_dict
+from rayseq.config import ConfigError, build_config
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.scorer import ScorerActor
 from rayseq.distributed.actors.worker import RolloutWorker
@@ -24,13 +24,13 @@ from tests.conftest import tiny_config
 
 
 def _worker(*overrides, pretrain_steps: int = 0):
-    d = config_to_dict(tiny_config(*overrides))
-    learner, worker = Learner(d), RolloutWorker(d)
+    cfg = tiny_config(*overrides)
+    learner, worker = Learner(cfg), RolloutWorker(cfg)
     rng = np.random.default_rng(1)
     for i in range(pretrain_steps):  # stage "mle"
         learner.update(learner.task.sample_prompts(rng, 64, with_targets=True), i)
     worker.set_weights(learner.get_weights(), 0)
-    return d, learner.task, worker
+    return cfg, learner.task, worker
 
 
 def _assert_same_sample(rollout, out):
@@ -92,7 +92,7 @@ def test_reference_prefix_samples_what_the_builtin_engine_sampled(delta, tempera
 
 def test_greedy_baseline_adds_the_greedy_reply_and_scores_it_on_the_worker_and_on_a_scorer():
     # pretrained on counting until some greedy replies and samples are right (rewards 1), not the same ones
-    d, task, worker = _worker("algo.name=scst", "train.pretrain_lr=1e-2", pretrain_steps=100)
+    cfg, task, worker = _worker("algo.name=scst", "train.pretrain_lr=1e-2", pretrain_steps=100)
     prompts = task.sample_prompts(np.random.default_rng(0), 32)
     request = RolloutRequest(max_len=task.max_tgt_len, seed=4, sampler=GreedyBaseline())
     here = worker.sample(prompts, request)
@@ -113,7 +113,7 @@ def test_greedy_baseline_adds_the_greedy_reply_and_scores_it_on_the_worker_and_o
     # unscored on the worker, scored on a scorer actor with the request's sampler: the same numbers
     there = worker.sample(prompts, request, score=False)
     assert "greedy_score" not in there.extras
-    there = ScorerActor(d).score_rollout(there, request.sampler)
+    there = ScorerActor(cfg).score_rollout(there, request.sampler)
     np.testing.assert_array_equal(there.extras["greedy_score"], expect)
     np.testing.assert_array_equal(there.score, here.score)
 

@@ -14,6 +14,7 @@ from rayseq.algos import MLE, LearnerState, make_algo
 from rayseq.algos.common import baseline_lr, policy_pass, without_grad
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
+from rayseq.checkpoint import algorithm_entries
 from rayseq.config import RunConfig
 from rayseq.distributed.handles import as_rollout, resolve
 from rayseq.distributed.runtime import placement_group_id
@@ -22,17 +23,6 @@ from rayseq.models import ValueBaseline, make_generator, reference_policy
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays, to_torch
-
-# the learner state's own entries; any other top-level entry of a checkpoint written before algorithms owned their
-# modules (those modules, their optimizers and counters) is the algorithm's
-_LEARNER_KEYS = {"generator", "baseline", "gen_opt", "base_opt", "stage", "version", "torch_rng", "cuda_rng",
-                 "ref_policy", "kl_coef", "algo", "dcp"}
-
-
-def algorithm_entries(state: dict) -> dict:
-    """The algorithm's entries of a learner checkpoint (``Algorithm.state_dict``), wherever it keeps them: under
-    ``algo``, or at the top level in a checkpoint written before algorithms owned their modules."""
-    return {**{k: v for k, v in state.items() if k not in _LEARNER_KEYS}, **state.get("algo", {})}
 
 
 class Learner:

@@ -6,13 +6,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import Field
 from torch import nn
 
 from rayseq.algos.iteration import Groups, Step, pipelined_step, rollout_step
 from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
-from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
+from rayseq.algos.regularizers import REGULARIZER_FIELDS, KLController, entropy_bonus, kl_penalty
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.losses.mismatch import logp_mismatch
 from rayseq.models.protocol import lean_logprobs
@@ -85,6 +86,19 @@ def without_grad(state: LearnerState, fn, src: torch.Tensor, src_len: torch.Tens
         return fn(src[idx], src_len[idx], tokens[idx], True)
 
     return rows_without_grad(rows, len(tokens), state.micro_batch, state.dp)
+
+
+def reference_logp(state: LearnerState, policy, rollout: Rollout) -> np.ndarray:
+    """(B, T) log-probs under ``policy`` (π_ref of the KL penalty) of the rollout's tokens, without gradients
+    (:func:`without_grad`: micro-batched, the rows shared by the learner ranks)."""
+    dev = state.device
+
+    def logp(src, src_len, tokens, lean):
+        return (policy_pass(policy, src, src_len, tokens, lean)[0],)
+
+    (out,) = without_grad(state, logp, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
+                          to_torch(rollout.tokens, dev))
+    return out.cpu().numpy()
 
 
 def advantages(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:
@@ -223,11 +237,14 @@ class Algorithm:
         self.cfg = cfg
         self.seed = int(seed)
         self.modules: dict = {}  # what build_modules returned (on the learner; empty elsewhere)
+        # β of the KL penalty (algos/regularizers.py): fixed, or adapted towards algo.kl_target
+        self.kl = KLController(cfg.kl_coef, cfg.kl_target) if self.regularized else None
 
     @classmethod
     def config_fields(cls) -> dict:
         """Every ``algo.*`` key it reads besides name, lr and max_grad_norm: its ``fields``, then the KL and entropy
-        keys when ``regularized`` (the learner applies those to every such algorithm: algos/regularizers.py)."""
+        keys when ``regularized`` (the KL penalty applied by :meth:`learn`, the entropy bonus by the updates:
+        algos/regularizers.py)."""
         return {**cls.fields, **(REGULARIZER_FIELDS if cls.regularized else {})}
 
     @classmethod
@@ -262,6 +279,18 @@ class Algorithm:
     def pretrain_step(self, groups, step) -> dict:
         """One iteration of that stage (arguments and result as :meth:`training_step`'s)."""
         raise NotImplementedError(f"algo.name={self.name} has no pretraining stage of its own")
+
+    def learn(self, state: LearnerState, batch: Rollout | PromptBatch, iteration: int) -> dict:
+        """What the learner runs on a batch: :meth:`update`; while it holds π_ref (a regularized algorithm with
+        ``algo.kl_coef`` > 0, in its ``train`` stage) the rollout is first penalised by its KL to π_ref
+        (:func:`rayseq.algos.regularizers.kl_penalty`), whose metrics join the update's.
+
+        Args and result: as :meth:`update`'s.
+        """
+        if "ref_policy" not in self.modules:
+            return self.update(state, batch, iteration)
+        penalty = kl_penalty(batch, reference_logp(state, self.modules["ref_policy"], batch), self.kl)
+        return {**self.update(state, batch, iteration), **penalty}
 
     def update(self, state: LearnerState, batch: Rollout | PromptBatch, iteration: int) -> dict:
         """The update on the learner.
@@ -321,6 +350,12 @@ class Algorithm:
         """
         return {}
 
+    def frozen_copies(self) -> tuple[str, ...]:
+        """Names of the frozen copies of the generator it reads, taken as the ``train`` stage starts and kept in
+        ``modules``: the learner builds them (its strategy: a sharded learner's sharded the same way). A regularized
+        algorithm with ``algo.kl_coef`` > 0 reads π_ref, ``ref_policy``, in :meth:`learn`."""
+        return ("ref_policy",) if self.kl is not None and self.kl.coef > 0 else ()
+
     @classmethod
     def worker_modules(cls, run_cfg, task, device) -> dict:
         """Copies a rollout worker holds besides the generator (SeqGAN's G_β), loaded from :meth:`worker_weights`:
@@ -350,15 +385,23 @@ class Algorithm:
         """The ``train`` stage starts on the learner (the generator is pretrained): e.g. SeqGAN's G_β ← G_θ."""
 
     def state_dict(self) -> dict:
-        """What checkpoints keep of it: each module's and optimizer's state dict under its name, and its own state
-        (:meth:`own_state_dict`)."""
-        return {**{k: module.state_dict() for k, module in self.modules.items()}, **self.own_state_dict()}
+        """What checkpoints keep of it: each module's and optimizer's state dict under its name, and what it keeps
+        beside them (:meth:`state_beside_modules`)."""
+        return {**{k: module.state_dict() for k, module in self.modules.items()}, **self.state_beside_modules()}
+
+    def state_beside_modules(self) -> dict:
+        """What it keeps beside its modules' state dicts (what a sharded checkpoint writes beside their shards): β of
+        the KL penalty while it holds π_ref (``kl_coef``), and its own state (:meth:`own_state_dict`)."""
+        kl = {"kl_coef": self.kl.coef} if "ref_policy" in self.modules else {}
+        return {**kl, **self.own_state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` (a module missing from ``state`` keeps its own)."""
         for k, module in self.modules.items():
             if k in state:
                 module.load_state_dict(state[k])
+        if "ref_policy" in self.modules and "kl_coef" in state:
+            self.kl.coef = float(state["kl_coef"])
         self.load_own_state_dict(state)
 
     def own_state_dict(self) -> dict:

@@ -11,9 +11,8 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo
-from rayseq.algos.common import baseline_lr, policy_pass, without_grad
+from rayseq.algos.common import baseline_lr
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
-from rayseq.algos.regularizers import KLController, apply_kl_penalty, sampled_kl
 from rayseq.checkpoint import algorithm_entries
 from rayseq.config import RunConfig
 from rayseq.distributed.handles import as_rollout, resolve
@@ -22,7 +21,7 @@ from rayseq.distributed.weights.flat import FlatWeights
 from rayseq.models import ValueBaseline, make_generator, reference_policy
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
-from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays, to_torch
+from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays
 
 
 class Learner:
@@ -55,11 +54,8 @@ class Learner:
         # the configured algorithm, with what it trains besides the generator (built once, here)
         self.algo = make_algo(c.algo, c.seed)
         self.algo.modules = self.algo.build_modules(c, generator, self.task, self.device)
-        # KL to the pretrained policy (in the reward) and the entropy bonus, for regularized (rollout) algorithms
-        regularized = c.algorithm.regularized
-        self.kl = KLController(c.algo.kl_coef, c.algo.kl_target) if regularized else None
-        self.state.entropy_coef = c.algo.entropy_coef if regularized else 0.0
-        self.ref_policy = None  # π_ref: the generator as the algorithm stage starts, frozen
+        # the entropy bonus of regularized (rollout) algorithms (their KL penalty is the algorithm's: Algorithm.learn)
+        self.state.entropy_coef = c.algo.entropy_coef if c.algorithm.regularized else 0.0
         self.stage = "mle"
         self.pretrainer = MLE(c.algo, c.seed)  # the update of MLE pretraining (and of the algorithm's own stage)
         self.version = 0
@@ -171,8 +167,8 @@ class Learner:
         if stage == "train":
             self.state.gen_opt = torch.optim.Adam(self.state.generator.parameters(), lr=self.cfg.algo.lr)
             self.algo.start(self.state)
-            if self.kl is not None and self.kl.coef > 0:
-                self.ref_policy = self._reference()
+            for name in self.algo.frozen_copies():  # π_ref of the KL penalty: the generator now, frozen
+                self.algo.modules[name] = self._reference()
 
     def _whole(self, state: dict, publish: bool = True) -> dict:
         """``{module: state dict}`` on the CPU, whole: sharded tensors gathered (every rank takes part), rank 0's;
@@ -247,11 +243,9 @@ class Learner:
         keys: :class:`~rayseq.types.PromptKeys`, read here); its metrics."""
         batch = prompt_arrays(batch, self.task)
         self.state.generator.train()
-        rollout = self.updater.kind == "rollout"
         with self._compute():
-            kl_metrics = self._kl_penalty(batch) if self.ref_policy is not None and rollout else {}
-            metrics = {**self.updater.update(self.state, batch, iteration), **kl_metrics}
-        if rollout:
+            metrics = self.updater.learn(self.state, batch, iteration)
+        if self.updater.kind == "rollout":
             metrics["rollout/staleness"] = float(self.version - batch.version)
         self.version += 1
         metrics["learner/version"] = float(self.version)
@@ -294,25 +288,6 @@ class Learner:
         metrics["time/publish_s"] = time.perf_counter() - t0
         return metrics, weights
 
-    @torch.no_grad()
-    def _kl_penalty(self, rollout: Rollout) -> dict:
-        """r_t − β·(log π_old − log π_ref) on the rollout (rayseq.algos.regularizers); then β's controller step."""
-        dev = self.device
-
-        def reference(src, src_len, tokens, lean):  # log π_ref (B, T), without gradients
-            return (policy_pass(self.ref_policy, src, src_len, tokens, lean)[0],)
-
-        (ref,) = without_grad(self.state, reference, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
-                              to_torch(rollout.tokens, dev))
-        ref = ref.cpu().numpy()
-        kl = sampled_kl(rollout.logp, ref, rollout.action_mask)
-        coef = self.kl.coef
-        apply_kl_penalty(rollout, kl, coef)
-        per_reply = float(kl.sum(1).mean())
-        self.kl.update(per_reply)
-        return {"kl/per_reply": per_reply, "kl/per_token": float(kl.sum() / max(rollout.action_mask.sum(), 1.0)),
-                "kl/coef": coef}
-
     def aux_update(self, positives: PromptBatch | PromptKeys, negatives: Rollout | list, seed: int) -> dict:
         """The algorithm's update of a model of its own on real ``positives`` (or their keys) against sampled
         ``negatives`` (a Rollout, or the shard handles of one, fetched here): ``Algorithm.aux_update``."""
@@ -326,9 +301,9 @@ class Learner:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self, modules: bool = True) -> dict:
-        """The training state: generator, baseline, their optimizers, stage, version, RNG, the KL reference and the
-        algorithm's own state (``Algorithm.state_dict``, under ``algo``). ``modules=False``: without the modules and
-        optimizers (what a sharded checkpoint keeps beside their shards)."""
+        """The training state: generator, baseline, their optimizers, stage, version, RNG and the algorithm's state (its
+        modules, the KL reference among them, and the rest: ``Algorithm.state_dict``, under ``algo``).
+        ``modules=False``: without the modules and optimizers (what a sharded checkpoint keeps beside their shards)."""
         s = self.state
         out = {
             "generator": s.generator.state_dict(),
@@ -341,10 +316,7 @@ class Learner:
         } if modules else {"stage": self.stage, "version": self.version, "torch_rng": torch.get_rng_state()}
         if self.device.type == "cuda":  # dropout and anything else drawn on the GPU
             out["cuda_rng"] = torch.cuda.get_rng_state_all()
-        if self.ref_policy is not None:
-            out |= {"ref_policy": self.ref_policy.state_dict(), "kl_coef": self.kl.coef} if modules else \
-                {"kl_coef": self.kl.coef}
-        algo_state = self.algo.state_dict() if modules else self.algo.own_state_dict()
+        algo_state = self.algo.state_dict() if modules else self.algo.state_beside_modules()
         if algo_state:
             out["algo"] = algo_state
         return out
@@ -379,8 +351,8 @@ class Learner:
         return {**written, "files": {**written["files"], **files}}
 
     def _module_pairs(self) -> dict:
-        """What a sharded checkpoint holds: each trained module with its optimizer (None for one the learner does not
-        step: a moving average the algorithm keeps), and the KL reference."""
+        """What a sharded checkpoint holds: each module with its optimizer (None for one the learner does not step: a
+        moving average the algorithm keeps, the KL reference)."""
         s = self.state
         optimizers = [o for o in self.algo.modules.values() if isinstance(o, torch.optim.Optimizer)]
 
@@ -391,8 +363,6 @@ class Learner:
 
         pairs = {"generator": (s.generator, s.gen_opt), "baseline": (s.baseline, s.base_opt)}
         pairs.update({k: (m, owner(m)) for k, m in self.algo.modules.items() if isinstance(m, torch.nn.Module)})
-        if isinstance(self.ref_policy, torch.nn.Module):
-            pairs["ref_policy"] = (self.ref_policy, None)
         return pairs
 
     def whole_state(self) -> dict:
@@ -447,10 +417,6 @@ class Learner:
         torch.set_rng_state(state["torch_rng"])
         if self.device.type == "cuda" and "cuda_rng" in state:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
-        if self.ref_policy is not None and "ref_policy" in state:
-            self.ref_policy.load_state_dict(state["ref_policy"])
-        if self.ref_policy is not None and "kl_coef" in state:
-            self.kl.coef = float(state["kl_coef"])
         self.algo.load_state_dict(algorithm_entries(state))
 
     def _load_dcp(self, location: str, pairs: dict, optimizers: bool = True) -> None:

@@ -89,9 +89,8 @@ def _to_cpu(value):
 
 # the learner's own entries of its state (``Learner.state_dict``). Any other top-level entry is the algorithm's: a
 # checkpoint written before algorithms owned their modules keeps them there (its modules, their optimizers and
-# counters, the KL reference and β), where the current layout keeps them under ``algo``
-_LEARNER_KEYS = {"generator", "baseline", "gen_opt", "base_opt", "stage", "version", "torch_rng", "cuda_rng", "algo",
-                 "dcp"}
+# counters, the value baseline, the KL reference and β), where the current layout keeps them under ``algo``
+_LEARNER_KEYS = {"generator", "gen_opt", "stage", "version", "torch_rng", "cuda_rng", "algo", "dcp"}
 
 
 def algorithm_entries(learner_state: dict) -> dict:

@@ -1,4 +1,5 @@
-"""Pieces every algorithm uses: the learner's state, tensors from a Rollout, advantages, a step."""
+"""Pieces every algorithm uses: the learner's state, tensors from a Rollout, the value baseline, advantages, a
+step."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, KLController, entropy_bonus, kl_penalty
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.losses.mismatch import logp_mismatch
+from rayseq.models.baseline import ValueBaseline
 from rayseq.models.protocol import lean_logprobs
 from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
@@ -23,9 +25,7 @@ from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 @dataclass
 class LearnerState:
     generator: nn.Module
-    baseline: nn.Module  # value baseline b(s_t) (Ranzato et al.)
     gen_opt: torch.optim.Optimizer
-    base_opt: torch.optim.Optimizer
     device: torch.device
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
     micro_batch: int | None = None  # rows per pass without gradients (learner.micro_batch_size; None: all at once)
@@ -163,7 +163,7 @@ def rollout_metrics(rollout: Rollout) -> dict:
 
 
 # algo.* keys of the algorithms that subtract a learned value baseline b(s_t) from the returns (Ranzato et al.):
-# read here (rollout_tensors, advantages, RolloutAlgo.baseline_on) and by the learner (the baseline's optimizer).
+# read here (rollout_tensors, advantages, RolloutAlgo.baseline_on, value_baseline).
 # An algorithm's ``fields`` holds every algo.* key it reads besides name, lr and max_grad_norm (rayseq.config)
 BASELINE_FIELDS = {
     "gamma": (float, Field(1.0, ge=0.0, le=1.0, description="Discount factor of returns.")),
@@ -183,6 +183,14 @@ def baseline_lr(cfg) -> float:
     """The value baseline's Adam learning rate: ``algo.baseline_lr``, or its default for an algorithm that reads none
     (the learner keeps a baseline for every algorithm; such an algorithm never steps it)."""
     return getattr(cfg, "baseline_lr", BASELINE_FIELDS["baseline_lr"][1].default)
+
+
+def value_baseline(run_cfg, generator: nn.Module, device: torch.device) -> dict:
+    """The value baseline b(s_t) on the generator's per-step states (Ranzato et al.; zero at the start) and its Adam
+    (``algo.baseline_lr``): ``{"baseline": ..., "base_opt": ...}``, first among the modules of an algorithm that
+    reads it (:meth:`Algorithm.build_modules`)."""
+    baseline = ValueBaseline(generator.state_dim).to(device)
+    return {"baseline": baseline, "base_opt": torch.optim.Adam(baseline.parameters(), lr=baseline_lr(run_cfg.algo))}
 
 
 class Algorithm:
@@ -296,7 +304,8 @@ class Algorithm:
         """The update on the learner.
 
         Args:
-            state: the learner's generator, baseline, their optimizers, device and data-parallel rank.
+            state: the learner's generator, its optimizer, device and data-parallel rank (what the algorithm trains
+                besides the generator is in ``self.modules``).
             batch: a :class:`rayseq.types.Rollout` (``kind="rollout"``) or a :class:`rayseq.types.PromptBatch` with
                 targets (``kind="supervised"``).
             iteration: the iteration within the stage (0-based).
@@ -378,8 +387,9 @@ class Algorithm:
 
     def config_lrs(self, run_cfg) -> dict:
         """``{optimizer name in modules: learning rate}`` from the config (re-applied after a checkpoint is loaded:
-        a resumed run or a Tune PBT exploit uses its own rates)."""
-        return {}
+        a resumed run or a Tune PBT exploit uses its own rates): the value baseline's, when it holds one (an
+        algorithm that declares more optimizers adds theirs to this)."""
+        return {"base_opt": baseline_lr(run_cfg.algo)} if "base_opt" in self.modules else {}
 
     def start(self, state: LearnerState) -> None:
         """The ``train`` stage starts on the learner (the generator is pretrained): e.g. SeqGAN's G_β ← G_θ."""

@@ -67,7 +67,7 @@ class Mixer(RolloutAlgo):
         cfg = self.cfg
         b = rollout_tensors(rollout, state.device, cfg.gamma)
         out = state.generator.logprobs(b.src, b.src_len, b.tokens)
-        values = state.baseline(out.states)
+        values = self.modules["baseline"](out.states)
         adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
         xent_mask = b.token_mask - b.action_mask
         loss, stats = mixer_loss(out.logp, adv, xent_mask, b.action_mask)
@@ -75,7 +75,7 @@ class Mixer(RolloutAlgo):
         loss = with_entropy(state, loss, out.logits, b.action_mask, extra)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
-        optimizer_step(state.base_opt, v_loss, state.baseline.parameters(), None)
+        optimizer_step(self.modules["base_opt"], v_loss, self.modules["baseline"].parameters(), None)
         return {
             **rollout_metrics(rollout),
             "loss/policy": loss.item(),
@@ -96,7 +96,7 @@ class MixerPPO(Mixer):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       use_baseline=self.baseline_on, mixer=True)
+                       modules=self.modules, use_baseline=self.baseline_on, mixer=True)
         return {**m, **self.schedule_metrics(rollout, iteration)}
 
 
@@ -108,5 +108,5 @@ class MixerPPODynamic(Mixer):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       use_baseline=self.baseline_on, mixer=True)
+                       modules=self.modules, use_baseline=self.baseline_on, mixer=True)
         return {**m, **bounds, **self.schedule_metrics(rollout, iteration)}

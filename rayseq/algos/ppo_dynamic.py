@@ -43,5 +43,5 @@ class PPODynamic(RolloutAlgo):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       use_baseline=self.baseline_on)
+                       modules=self.modules, use_baseline=self.baseline_on)
         return {**m, **bounds}

@@ -27,14 +27,14 @@ class Reinforce(RolloutAlgo):
         cfg = self.cfg
         b = rollout_tensors(rollout, state.device, returns_gamma(cfg))  # SeqGAN's update too: Q given
         out = state.generator.logprobs(b.src, b.src_len, b.tokens)
-        values = state.baseline(out.states)
+        values = self.modules["baseline"](out.states)
         adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
         loss, stats = reinforce_loss(out.logp, adv, b.action_mask)
         extra: dict = {}
         loss = with_entropy(state, loss, out.logits, b.action_mask, extra)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
-        optimizer_step(state.base_opt, v_loss, state.baseline.parameters(), None)
+        optimizer_step(self.modules["base_opt"], v_loss, self.modules["baseline"].parameters(), None)
         return {
             **rollout_metrics(rollout),
             "loss/policy": loss.item(),

@@ -221,7 +221,7 @@ class Adversarial:
         return self.disc_version, {"disc": _cpu(self.modules["disc"])}
 
     def config_lrs(self, run_cfg) -> dict:
-        return {"disc_opt": run_cfg.disc.lr}
+        return {**super().config_lrs(run_cfg), "disc_opt": run_cfg.disc.lr}
 
     def start(self, state: LearnerState) -> None:
         """G_β ← G_θ: the rollout policy starts as the pretrained generator."""
@@ -431,7 +431,7 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                          use_baseline=self.baseline_on)
+                          modules=self.modules, use_baseline=self.baseline_on)
 
 
 class SeqGANPPODynamic(Adversarial, RolloutAlgo):
@@ -444,5 +444,5 @@ class SeqGANPPODynamic(Adversarial, RolloutAlgo):
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)  # Supplement C's SeqGAN values unless given
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       use_baseline=self.baseline_on)
+                       modules=self.modules, use_baseline=self.baseline_on)
         return {**m, **bounds}

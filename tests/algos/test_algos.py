@@ -128,7 +128,9 @@ def _update_with_algo_seed(name: str, algo_seed: int, *overrides: str) -> dict:
     cfg, learner, worker = make_pair(f"algo.name={name}", *overrides, pretrain_steps=5)
     batch = (learner.task.sample_prompts(np.random.default_rng(0), 64, with_targets=True)
              if learner.algo.kind == "supervised" else half_rewarded(rollout_for(cfg, learner, worker)))
-    learner.algo = make_algo(cfg.algo, seed=algo_seed)
+    algo = make_algo(cfg.algo, seed=algo_seed)
+    algo.modules = learner.algo.modules  # what the learner built for it (PPO: its value baseline)
+    learner.algo = algo
     learner.update(batch, 7)
     return {k: v.clone() for k, v in learner.state.generator.state_dict().items()}
 

@@ -73,7 +73,7 @@ class _Recorded(RolloutAlgo):
 
 
 def test_a_regularized_algorithm_penalises_its_rollout_before_its_update_while_it_holds_the_reference():
-    state = LearnerState(generator=None, baseline=None, gen_opt=None, base_opt=None, device=torch.device("cpu"))
+    state = LearnerState(generator=None, gen_opt=None, device=torch.device("cpu"))
     algo = _Recorded(SimpleNamespace(kl_coef=0.1, kl_target=None))
     assert algo.frozen_copies() == ("ref_policy",)
     assert _Recorded(SimpleNamespace(kl_coef=0.0, kl_target=None)).frozen_copies() == ()

@@ -1,6 +1,6 @@
-"""Learner: holds the generator, the value baseline, their optimizers, the frozen KL reference and the configured
-algorithm with the modules it declared (``Algorithm.build_modules``); applies the stage's update (MLE pretraining,
-then the algorithm's) and the algorithm's other updates."""
+"""Learner: holds the generator, its optimizer and the configured algorithm with the modules it declared
+(``Algorithm.build_modules``: the value baseline, a critic, a discriminator, ...; the frozen KL reference); applies the
+stage's update (MLE pretraining, then the algorithm's) and the algorithm's other updates."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo
-from rayseq.algos.common import baseline_lr
+from rayseq.algos.common import value_baseline
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.checkpoint import algorithm_entries
 from rayseq.config import RunConfig
 from rayseq.distributed.handles import as_rollout, resolve
 from rayseq.distributed.runtime import placement_group_id
 from rayseq.distributed.weights.flat import FlatWeights
-from rayseq.models import ValueBaseline, make_generator, reference_policy
+from rayseq.models import make_generator, reference_policy
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays
@@ -42,18 +42,17 @@ class Learner:
         self.device = torch.device("cuda" if use_cuda else "cpu")
         self.task = make_task(c.task, c.reward)
         generator = make_generator(c, self.task).to(self.device)
-        baseline = ValueBaseline(generator.state_dim).to(self.device)
         self.state = LearnerState(
             generator=generator,
-            baseline=baseline,
             gen_opt=torch.optim.Adam(generator.parameters(), lr=c.train.pretrain_lr),
-            base_opt=torch.optim.Adam(baseline.parameters(), lr=baseline_lr(c.algo)),
             device=self.device,
             micro_batch=c.learner.micro_batch_size,
         )
-        # the configured algorithm, with what it trains besides the generator (built once, here)
+        # the configured algorithm, with what it trains besides the generator (built once, here): the value baseline
+        # first, for every algorithm, then what it declares
         self.algo = make_algo(c.algo, c.seed)
-        self.algo.modules = self.algo.build_modules(c, generator, self.task, self.device)
+        self.algo.modules = {**value_baseline(c, generator, self.device),
+                             **self.algo.build_modules(c, generator, self.task, self.device)}
         # the entropy bonus of regularized (rollout) algorithms (their KL penalty is the algorithm's: Algorithm.learn)
         self.state.entropy_coef = c.algo.entropy_coef if c.algorithm.regularized else 0.0
         self.stage = "mle"
@@ -111,9 +110,8 @@ class Learner:
         return backend
 
     def _trained_modules(self) -> dict:
-        """Every module this learner trains, by name: the generator, the baseline, the algorithm's."""
-        s = self.state
-        return {"generator": s.generator, "baseline": s.baseline,
+        """Every module this learner holds, by name: the generator and the algorithm's."""
+        return {"generator": self.state.generator,
                 **{k: m for k, m in self.algo.modules.items() if isinstance(m, torch.nn.Module)}}
 
     def _shard(self, world: int) -> None:
@@ -125,8 +123,7 @@ class Learner:
         names = {id(p): f"{m}.{n}" for m, module in modules.items() for n, p in module.named_parameters()}
         shard_modules(modules, world, self.device, dtype=self.dtype, cpu_offload=self.cfg.learner.cpu_offload)
         params = {f"{m}.{n}": p for m, module in modules.items() for n, p in module.named_parameters()}
-        s = self.state
-        s.gen_opt, s.base_opt = (rebuild_optimizer(o, names, params) for o in (s.gen_opt, s.base_opt))
+        self.state.gen_opt = rebuild_optimizer(self.state.gen_opt, names, params)
         for k, opt in self.algo.modules.items():
             if isinstance(opt, torch.optim.Optimizer):
                 self.algo.modules[k] = rebuild_optimizer(opt, names, params)
@@ -301,15 +298,13 @@ class Learner:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self, modules: bool = True) -> dict:
-        """The training state: generator, baseline, their optimizers, stage, version, RNG and the algorithm's state (its
-        modules, the KL reference among them, and the rest: ``Algorithm.state_dict``, under ``algo``).
+        """The training state: generator, its optimizer, stage, version, RNG and the algorithm's state (its modules, the
+        value baseline and the KL reference among them, and the rest: ``Algorithm.state_dict``, under ``algo``).
         ``modules=False``: without the modules and optimizers (what a sharded checkpoint keeps beside their shards)."""
         s = self.state
         out = {
             "generator": s.generator.state_dict(),
-            "baseline": s.baseline.state_dict(),
             "gen_opt": s.gen_opt.state_dict(),
-            "base_opt": s.base_opt.state_dict(),
             "stage": self.stage,
             "version": self.version,
             "torch_rng": torch.get_rng_state(),
@@ -361,13 +356,13 @@ class Learner:
             return next((o for o in optimizers if any(id(p) in ids for g in o.param_groups for p in g["params"])),
                         None)
 
-        pairs = {"generator": (s.generator, s.gen_opt), "baseline": (s.baseline, s.base_opt)}
+        pairs = {"generator": (s.generator, s.gen_opt)}
         pairs.update({k: (m, owner(m)) for k, m in self.algo.modules.items() if isinstance(m, torch.nn.Module)})
         return pairs
 
     def whole_state(self) -> dict:
-        """The generator's and the baseline's weights and their optimizers' states, whole and keyed by parameter names
-        (sharded: gathered, every rank calls it, rank 0's answer): what compares learners of any strategy."""
+        """The generator's and the value baseline's weights and their optimizers' states, whole and keyed by parameter
+        names (sharded: gathered, every rank calls it, rank 0's answer): what compares learners of any strategy."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         out = {}
@@ -388,7 +383,7 @@ class Learner:
             return t.to_local().numel() if is_dtensor(t) else t.numel()
 
         params = [p for m in self._trained_modules().values() for p in m.parameters()]
-        optims = [self.state.gen_opt, self.state.base_opt]
+        optims = [self.state.gen_opt, self.algo.modules["base_opt"]]
         states = [t for o in optims for st in o.state.values() for t in st.values()
                   if isinstance(t, torch.Tensor) and t.dim() > 0]
         return {"params": (sum(held(p) for p in params), sum(p.numel() for p in params)),
@@ -409,10 +404,8 @@ class Learner:
             self._load_dcp(state["dcp"], self._module_pairs())
         else:
             s.generator.load_state_dict(state["generator"])
-            s.baseline.load_state_dict(state["baseline"])
             self.start_stage(state["stage"])
             s.gen_opt.load_state_dict(state["gen_opt"])
-            s.base_opt.load_state_dict(state["base_opt"])
         self.version = int(state["version"])
         torch.set_rng_state(state["torch_rng"])
         if self.device.type == "cuda" and "cuda_rng" in state:
@@ -436,10 +429,9 @@ class Learner:
         """Set the optimizers' learning rates from the config: ``load_state_dict`` restores the saved ones,
         and a resumed run (a Tune PBT exploit: another trial's checkpoint, a mutated ``algo.lr``) must use
         its own. Returns the rates now in use, by optimizer."""
-        c, s = self.cfg, self.state
-        lrs = {"gen_opt": c.algo.lr if self.stage == "train" else c.train.pretrain_lr, "base_opt": baseline_lr(c.algo),
-               **self.algo.config_lrs(c)}
-        opts = {"gen_opt": s.gen_opt, "base_opt": s.base_opt, **self.algo.modules}
+        c = self.cfg
+        lrs = {"gen_opt": c.algo.lr if self.stage == "train" else c.train.pretrain_lr, **self.algo.config_lrs(c)}
+        opts = {"gen_opt": self.state.gen_opt, **self.algo.modules}
         for name, lr in lrs.items():
             for g in opts[name].param_groups:
                 g["lr"] = lr
@@ -453,13 +445,13 @@ class Learner:
 
         state = load_checkpoint(path, map_location=self.device)["learner"]
         if "dcp" in state:  # a sharded learner's: its modules (not its optimizers) read from its shards
-            s = self.state
-            pairs = {"generator": (s.generator, None), "baseline": (s.baseline, None)}
+            pairs = {"generator": (self.state.generator, None), "baseline": (self.algo.modules["baseline"], None)}
             self._load_dcp(state["dcp"], pairs, optimizers=False)
             return {"generator": True, **self.algo.init_from({})}
+        entries = algorithm_entries(state)
         self._load_full("generator", state["generator"])
-        self._load_full("baseline", state["baseline"])
-        return {"generator": True, **self.algo.init_from(algorithm_entries(state))}
+        self._load_full("baseline", entries["baseline"])
+        return {"generator": True, **self.algo.init_from(entries)}
 
     def _load_full(self, name: str, full: dict) -> None:
         """Whole tensors into the trained module ``name`` (sharded: each distributed as the module's own)."""

@@ -241,6 +241,10 @@ class Algorithm:
     # the figures its iterations show in the progress line: metric name -> label (those its metrics have)
     progress_metrics = {"rollout/reward_mean": "reward", "loss/nll": "nll"}
 
+    # of its modules, those ``train.init_from`` takes from another run's checkpoint when that run holds them too (the
+    # learner reads them, whole or from shards); what it pretrains itself it takes in init_from
+    carried: tuple = ("baseline",)
+
     def __init__(self, cfg: Any, seed: int = 0):
         self.cfg = cfg
         self.seed = int(seed)

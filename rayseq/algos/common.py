@@ -180,8 +180,8 @@ def returns_gamma(cfg) -> float:
 
 
 def baseline_lr(cfg) -> float:
-    """The value baseline's Adam learning rate: ``algo.baseline_lr``, or its default for an algorithm that reads none
-    (the learner keeps a baseline for every algorithm; such an algorithm never steps it)."""
+    """The value baseline's Adam learning rate: ``algo.baseline_lr``, or its default for an algorithm whose keys leave
+    it out."""
     return getattr(cfg, "baseline_lr", BASELINE_FIELDS["baseline_lr"][1].default)
 
 
@@ -348,9 +348,10 @@ class Algorithm:
 
     # -- what it holds ------------------------------------------------------------------------------
     def build_modules(self, run_cfg: Any, generator: nn.Module, task: Any, device: torch.device) -> dict:
-        """The modules and optimizers it trains besides the generator and the value baseline, built once by the
-        learner, which keeps them in ``self.modules``: saved by :meth:`state_dict`, given their learning rates
-        by :meth:`config_lrs`.
+        """The modules and optimizers it trains besides the generator, built once by the learner, which keeps them in
+        ``self.modules``: saved by :meth:`state_dict`, given their learning rates by :meth:`config_lrs`. An algorithm
+        whose update reads the value baseline b(s_t) returns :func:`value_baseline`'s first; one that does not holds
+        none.
 
         Args:
             run_cfg: the whole run config (:class:`rayseq.config.RunConfig`).

@@ -30,6 +30,7 @@ from rayseq.algos.common import (
     optimizer_step,
     rollout_metrics,
     rollout_tensors,
+    value_baseline,
     with_entropy,
 )
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
@@ -49,6 +50,10 @@ class Mixer(RolloutAlgo):
     name = "mixer"
     fields = {**BASELINE_FIELDS, **MIXER_FIELDS}
     needs_targets = True
+
+    def build_modules(self, run_cfg, generator, task, device) -> dict:
+        """b(s_t) and its Adam (trained every update, its PPO versions' too)."""
+        return value_baseline(run_cfg, generator, device)
 
     def delta(self, iteration: int) -> int:
         """δ at ``iteration``: the number of final reference tokens the policy samples."""

@@ -24,6 +24,7 @@ from rayseq.algos.common import (
     returns_gamma,
     rollout_metrics,
     rollout_tensors,
+    value_baseline,
     with_entropy,
     without_grad,
 )
@@ -152,6 +153,10 @@ class PPO(RolloutAlgo):
     data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     fields = {**BASELINE_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
+
+    def build_modules(self, run_cfg, generator, task, device) -> dict:
+        """b(s_t) and its Adam (:func:`ppo_update` trains it)."""
+        return value_baseline(run_cfg, generator, device)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)

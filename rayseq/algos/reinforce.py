@@ -14,6 +14,7 @@ from rayseq.algos.common import (
     returns_gamma,
     rollout_metrics,
     rollout_tensors,
+    value_baseline,
     with_entropy,
 )
 from rayseq.losses import reinforce_loss, value_loss
@@ -22,6 +23,10 @@ from rayseq.types import Rollout
 
 class Reinforce(RolloutAlgo):
     name = "reinforce"
+
+    def build_modules(self, run_cfg, generator, task, device) -> dict:
+        """b(s_t) and its Adam (trained every update, subtracted with ``algo.use_baseline``)."""
+        return value_baseline(run_cfg, generator, device)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo
+from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo, value_baseline
 from rayseq.algos.parallel import DataParallel
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
@@ -416,9 +416,17 @@ SEQGAN_FIELDS = {
 SEQGAN_BASELINE_FIELDS = {k: v for k, v in BASELINE_FIELDS.items() if k != "gamma"}
 
 
+def with_value_baseline(algo, run_cfg, generator, task, device) -> dict:
+    """The modules of SeqGAN with a policy update that trains the value baseline whether or not
+    ``algo.use_baseline`` subtracts it (REINFORCE's, PPO's): b(s_t) and its Adam, then D, its Adam and G_β."""
+    return {**value_baseline(run_cfg, generator, device),
+            **Adversarial.build_modules(algo, run_cfg, generator, task, device)}
+
+
 class SeqGAN(Adversarial, Reinforce):
     name = "seqgan"
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS}
+    build_modules = with_value_baseline
     policy_update = Reinforce.update  # one gradient step on Eq. 8
 
 
@@ -427,6 +435,7 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
     data_parallel = True
     off_policy_ratio = True
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
+    build_modules = with_value_baseline
 
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
@@ -440,6 +449,7 @@ class SeqGANPPODynamic(Adversarial, RolloutAlgo):
     off_policy_ratio = True
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
     defaults = {"use_baseline": False, **SEQGAN_DYNAMIC_BOUNDS}
+    build_modules = with_value_baseline
 
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)  # Supplement C's SeqGAN values unless given

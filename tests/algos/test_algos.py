@@ -61,6 +61,19 @@ def test_every_algorithm_updates_the_generator(name):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert all(np.isfinite(v) for k, v in metrics.items() if not k.startswith("ppo_dynamic/"))  # bounds may be ∞
     assert learner.version == 1
+    # the value baseline b(s_t) (zero at the start): held, first among its modules, and trained by the algorithms
+    # whose update reads it (the SeqGAN family's with algo.use_baseline=false too); the others hold none
+    held = learner.algo.modules
+    if name in READS_BASELINE:
+        assert list(held)[:2] == ["baseline", "base_opt"]
+        assert float(held["baseline"].linear.weight.detach().abs().sum()) > 0
+    else:
+        assert not {"baseline", "base_opt"} & set(held)
+        assert not {"baseline", "base_opt"} & set(learner.state_dict().get("algo", {}))
+
+
+READS_BASELINE = {"reinforce", "mixer", "mixer_ppo", "mixer_ppo_dynamic", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo",
+                  "seqgan_ppo_dynamic"}
 
 
 def test_ppo_and_ppo_dynamic_equal_reinforce_at_ratio_one():

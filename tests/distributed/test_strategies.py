@@ -109,3 +109,23 @@ def test_init_from_carries_the_generator_and_the_value_baseline_from_either_form
     assert_equal(source.algo.modules["baseline"].state_dict(), target.algo.modules["baseline"].state_dict(),
                  "baseline")
     assert target.stage == "mle" and target.version == 0  # the stage and the optimizers start fresh
+
+
+GRPO = ("algo.name=grpo", "algo.group_size=4", "algo.minibatch_size=8", "algo.kl_coef=0.1", "train.batch_size=16")
+
+
+@pytest.mark.parametrize("strategy", ["replicated", "fsdp"])
+@pytest.mark.parametrize("source, target", [(GRPO, PPO), (PPO, GRPO)], ids=["grpo-to-ppo", "ppo-to-grpo"])
+def test_init_from_between_runs_with_and_without_a_value_baseline(tmp_path, strategy, source, target):
+    """GRPO holds no value baseline: PPO started from a GRPO run keeps its own (zero) one, GRPO started from a PPO run
+    takes the generator alone; whole files and shards alike."""
+    trained = _learner(*source, f"learner.strategy={strategy}")
+    _trained(trained)
+    path = _checkpoint(trained, tmp_path / "source")
+    fresh, started = _learner(*target), _learner(*target)
+    assert started.init_from(path) == {"generator": True}
+    assert_equal(trained.state.generator.state_dict(), started.state.generator.state_dict(), "generator")
+    assert ("baseline" in started.algo.modules) == (target == PPO)
+    if target == PPO:
+        assert_equal(fresh.algo.modules["baseline"].state_dict(), started.algo.modules["baseline"].state_dict(),
+                     "baseline")

@@ -11,7 +11,6 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo
-from rayseq.algos.common import value_baseline
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.checkpoint import algorithm_entries
 from rayseq.config import RunConfig
@@ -49,11 +48,9 @@ class Learner:
             device=self.device,
             micro_batch=c.learner.micro_batch_size,
         )
-        # the configured algorithm, with what it trains besides the generator (built once, here): the value baseline
-        # first, for every algorithm, then what it declares
+        # the configured algorithm, with what it trains besides the generator (built once, here)
         self.algo = make_algo(c.algo, c.seed)
-        self.algo.modules = {**value_baseline(c, generator, self.device),
-                             **self.algo.build_modules(c, generator, self.task, self.device)}
+        self.algo.modules = self.algo.build_modules(c, generator, self.task, self.device)
         # the entropy bonus of regularized (rollout) algorithms (their KL penalty is the algorithm's: Algorithm.learn)
         self.state.entropy_coef = c.algo.entropy_coef if c.algorithm.regularized else 0.0
         self.stage = "mle"

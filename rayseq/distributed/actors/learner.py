@@ -1,6 +1,7 @@
 """Learner: holds the generator, its optimizer and the configured algorithm with the modules it declared
-(``Algorithm.build_modules``: the value baseline, a critic, a discriminator, ...; the frozen KL reference); applies the
-stage's update (MLE pretraining, then the algorithm's) and the algorithm's other updates."""
+(``Algorithm.build_modules``: the value baseline, a critic, a discriminator, ...; the frozen KL reference), the way its
+strategy holds them (:mod:`.strategies`: replicated or FSDP2); applies the stage's update (MLE pretraining, then the
+algorithm's) and the algorithm's other updates."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays
 
 
 class Learner:
-    """One learner rank. ``cfg``: the run's config as a dict (validated here)."""
+    """One learner rank: build (the generator, the algorithm's modules) → wrap (its strategy, once the ranks have
+    joined their process group) → update → publish (whole weights) → save (in its strategy's format). ``cfg``: the
+    run's config as a dict (validated here)."""
 
     def __init__(self, cfg: dict):
         self.cfg = RunConfig.model_validate(cfg)
@@ -145,19 +148,21 @@ class Learner:
         """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
         return FlatWeights.pack(self.get_weights())
 
+    # -- the learner's end of rollout.weight_sync=collective (rayseq.distributed.weights.transport) -------------
     def send_weights(self, spec, bucket_bytes: int) -> None:
         """Broadcast the generator's weights to the rollout workers over the group ``spec`` (a
-        :class:`~rayseq.distributed.weights.collective.GroupSpec`: rank 0, its store here;
-        ``rollout.weight_sync=collective``)."""
+        :class:`~rayseq.distributed.weights.collective.GroupSpec`: rank 0, its store here)."""
         from rayseq.distributed.weights import collective as weight_sync
 
         weight_sync.send(self.get_weights()["generator"], spec, bucket_bytes)
 
     def leave_weight_group(self, group_name: str) -> None:
+        """Drop this process's membership of the weights group ``group_name`` (a group being replaced)."""
         from rayseq.distributed.weights import collective as weight_sync
 
         weight_sync.leave(group_name)
 
+    # -- versions, the algorithm's calls, updates -----------------------------------------------------
     def get_version(self) -> int:
         """Generator updates so far (the weights version the rollouts of the next update are tagged with)."""
         return self.version

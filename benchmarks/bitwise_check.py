@@ -111,16 +111,36 @@ def _digest(value, h) -> None:
         h.update(repr(value).encode())
 
 
+def sharded_entries(location: str) -> dict:
+    """A sharded learner's modules and optimizers (its ``torch.distributed.checkpoint`` directory at ``location``),
+    read whole: ``{name: state dict, name.optim: optimizer state}``."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from rayseq.checkpoint import read_directory
+
+    with tempfile.TemporaryDirectory(prefix="bitwise-dcp-") as tmp:
+        local = Path(tmp) / "dcp"
+        local.mkdir()
+        read_directory(location, local)
+        dcp_to_torch_save(local, Path(tmp) / "whole.pt")
+        return torch.load(Path(tmp) / "whole.pt", weights_only=False)
+
+
 def tensor_hashes(ck: dict) -> dict:
     """SHA-256 of each entry of the checkpoint's learner state (model, optimizers, RNG, and each entry of the
     algorithm's own state: its modules, e.g. the discriminator or the critic, and counters) and of the driver state
     (data RNG, position). The algorithm's entries are hashed one by one as ``learner.<name>``, wherever the
-    checkpoint keeps them (a checkpoint written before algorithms owned their modules has them at the top level)."""
+    checkpoint keeps them (a checkpoint written before algorithms owned their modules has them at the top level); a
+    sharded learner's modules and optimizers as ``learner.dcp.<name>``, read from its shards (not the directory's
+    name, which is the run's)."""
     out = {}
     for section in ("learner", "driver"):
         entries = dict(ck[section])
         if section == "learner" and isinstance(entries.get("algo"), dict):
             entries.update(entries.pop("algo"))
+        if section == "learner" and isinstance(entries.get("dcp"), str):
+            entries.update({f"dcp.{k}": v for k, v in sharded_entries(entries.pop("dcp")).items()})
         for k, v in entries.items():
             h = hashlib.sha256()
             _digest(v, h)
@@ -155,11 +175,11 @@ def run_one(name: str, out: Path, corpus: Path | None, hf_dir: Path | None, work
         run_dir = Path(tmp) / "run"
         summary = Trainer(build_config(None, [*overrides, *extra, f"run_dir={run_dir}"])).run()
         rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
-        ck = load_checkpoint(summary["checkpoint"])
+        tensors = tensor_hashes(load_checkpoint(summary["checkpoint"]))
     rows = [{k: _clean(v) for k, v in r.items() if not k.startswith("time/") and k != "driver/recv_bytes"}
             for r in rows]
     record = {"name": name, "rows": rows, "final": {k: _clean(v) for k, v in summary["metrics"].items()},
-              "tensors": tensor_hashes(ck), "workers": workers, "learners": learners}
+              "tensors": tensors, "workers": workers, "learners": learners}
     (out / f"{name}.json").write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
     return record
 

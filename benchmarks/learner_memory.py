@@ -78,7 +78,7 @@ def no_grad_pass(path: Path, vocab: int, batch: int, micro: int | None, S: int =
     dev = torch.device(device)
     gen = HFCausalLM(str(path), SimpleNamespace(pad=0, bos=1, eos=2), vocab_size=vocab).to(dev).eval()
     baseline = ValueBaseline(gen.state_dim).to(dev)
-    state = LearnerState(generator=gen, baseline=baseline, gen_opt=None, base_opt=None, device=dev,
+    state = LearnerState(generator=gen, gen_opt=None, device=dev,
                          micro_batch=micro)
     g = torch.Generator().manual_seed(batch)
     src = torch.randint(3, vocab, (batch, S), generator=g).to(dev)

@@ -83,7 +83,7 @@ def measure(n_workers: int, iters: int, batch: int, tmp: Path, *, config: dict |
     rows = rows[1:] if skip_first else rows  # the first iteration's start-up costs left out
     med = {p: statistics.median(r[p] for r in rows) * 1000 for p in phases if rows[0].get(p) is not None}
     # wall clock from one logged iteration to the next: time/iter_s plus the driver's logging, and with the next
-    # batch sampled during that logging (Trainer._next_batch) what a user waits per iteration
+    # batch sampled during that logging (it goes out behind the update) what a user waits per iteration
     med["wall"] = statistics.median(b - a for a, b in zip(logged, logged[1:])) * 1000
     loop = sum(r["time/iter_s"] for r in rows)
     recv = [r["driver/recv_bytes"] for r in rows if r.get("driver/recv_bytes") is not None]

@@ -14,7 +14,8 @@ then the driver writes the head ``ckpt_N.pt``: the config, the task, its own sta
 files (:func:`save_checkpoint`). No model or optimizer byte passes through the driver. :func:`load_checkpoint`
 assembles the parts into one dict (``learner``: the learner's state dict); ``training_state=False`` reads the
 weights alone (serving, export). A checkpoint written before learners wrote their own state (one ``.pt`` holding the
-learner's state, weights maybe in ``.safetensors``) loads the same way.
+learner's state, weights maybe in ``.safetensors``) loads the same way, and so does a learner state written before
+algorithms owned their modules (the algorithm's entries at its top level: :func:`algorithm_entries`).
 
 Atomic writes do not protect a file damaged later (a truncated copy between machines, bit rot on shared storage):
 each file's SHA-256 is recorded in ``ckpt_<iteration:08d>.sha256`` (the format of ``sha256sum``, so ``sha256sum -c``
@@ -84,6 +85,18 @@ def _to_cpu(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_to_cpu(v) for v in value)
     return value
+
+
+# the learner's own entries of its state (``Learner.state_dict``). Any other top-level entry is the algorithm's: a
+# checkpoint written before algorithms owned their modules keeps them there (its modules, their optimizers and
+# counters, the value baseline, the KL reference and β), where the current layout keeps them under ``algo``
+_LEARNER_KEYS = {"generator", "gen_opt", "stage", "version", "torch_rng", "cuda_rng", "algo", "dcp"}
+
+
+def algorithm_entries(learner_state: dict) -> dict:
+    """The algorithm's entries of a learner's state (``Algorithm.state_dict``), wherever the checkpoint keeps them:
+    under ``algo``, or at the top level in a checkpoint written before algorithms owned their modules."""
+    return {**{k: v for k, v in learner_state.items() if k not in _LEARNER_KEYS}, **learner_state.get("algo", {})}
 
 
 def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "torch") -> dict:

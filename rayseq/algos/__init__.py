@@ -12,7 +12,8 @@ registered in :mod:`rayseq.registry`) has
 - ``update(state, batch, iteration) -> dict`` of metrics (on the learner),
 and optionally
 - ``build_modules(run_cfg, generator, task, device) -> {name: module or optimizer}`` (what it trains besides the
-  generator and the value baseline: a critic, a discriminator; the learner builds and checkpoints them), with
+  generator: the value baseline where its update reads it, a critic, a discriminator; the learner builds and
+  checkpoints them), with
   ``config_lrs``, ``start`` (the ``train`` stage begins), ``worker_modules`` / ``worker_weights`` and
   ``scorer_modules`` / ``scorer_weights`` (the copies rollout workers and scorers hold), ``aux_update`` (another
   update on the learner: SeqGAN's d-step), ``own_state_dict`` (counters, schedules), ``init_from``,

@@ -90,7 +90,7 @@ class ActorCritic(RolloutAlgo):
         return build_critic(run_cfg, generator, device)
 
     def config_lrs(self, run_cfg) -> dict:
-        return {"critic_opt": run_cfg.algo.critic_lr}
+        return {**super().config_lrs(run_cfg), "critic_opt": run_cfg.algo.critic_lr}
 
     @classmethod
     def train_iters(cls, cfg) -> int:

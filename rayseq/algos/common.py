@@ -1,4 +1,5 @@
-"""Pieces every algorithm uses: the learner's state, tensors from a Rollout, advantages, a step."""
+"""Pieces every algorithm uses: the learner's state, tensors from a Rollout, the value baseline, advantages, a
+step."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import Field
 from torch import nn
 
 from rayseq.algos.iteration import Groups, Step, ahead_step
 from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
-from rayseq.algos.regularizers import REGULARIZER_FIELDS, entropy_bonus
+from rayseq.algos.regularizers import REGULARIZER_FIELDS, KLController, entropy_bonus, kl_penalty
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.losses.mismatch import logp_mismatch
+from rayseq.models.baseline import ValueBaseline
 from rayseq.models.protocol import lean_logprobs
 from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
@@ -22,9 +25,7 @@ from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 @dataclass
 class LearnerState:
     generator: nn.Module
-    baseline: nn.Module  # value baseline b(s_t) (Ranzato et al.)
     gen_opt: torch.optim.Optimizer
-    base_opt: torch.optim.Optimizer
     device: torch.device
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
     micro_batch: int | None = None  # rows per pass without gradients (learner.micro_batch_size; None: all at once)
@@ -85,6 +86,19 @@ def without_grad(state: LearnerState, fn, src: torch.Tensor, src_len: torch.Tens
         return fn(src[idx], src_len[idx], tokens[idx], True)
 
     return rows_without_grad(rows, len(tokens), state.micro_batch, state.dp)
+
+
+def reference_logp(state: LearnerState, policy, rollout: Rollout) -> np.ndarray:
+    """(B, T) log-probs under ``policy`` (π_ref of the KL penalty) of the rollout's tokens, without gradients
+    (:func:`without_grad`: micro-batched, the rows shared by the learner ranks)."""
+    dev = state.device
+
+    def logp(src, src_len, tokens, lean):
+        return (policy_pass(policy, src, src_len, tokens, lean)[0],)
+
+    (out,) = without_grad(state, logp, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
+                          to_torch(rollout.tokens, dev))
+    return out.cpu().numpy()
 
 
 def advantages(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:
@@ -149,7 +163,7 @@ def rollout_metrics(rollout: Rollout) -> dict:
 
 
 # algo.* keys of the algorithms that subtract a learned value baseline b(s_t) from the returns (Ranzato et al.):
-# read here (rollout_tensors, advantages, RolloutAlgo.baseline_on) and by the learner (the baseline's optimizer).
+# read here (rollout_tensors, advantages, RolloutAlgo.baseline_on, value_baseline).
 # An algorithm's ``fields`` holds every algo.* key it reads besides name, lr and max_grad_norm (rayseq.config)
 BASELINE_FIELDS = {
     "gamma": (float, Field(1.0, ge=0.0, le=1.0, description="Discount factor of returns.")),
@@ -166,9 +180,17 @@ def returns_gamma(cfg) -> float:
 
 
 def baseline_lr(cfg) -> float:
-    """The value baseline's Adam learning rate: ``algo.baseline_lr``, or its default for an algorithm that reads none
-    (the learner keeps a baseline for every algorithm; such an algorithm never steps it)."""
+    """The value baseline's Adam learning rate: ``algo.baseline_lr``, or its default for an algorithm whose keys leave
+    it out."""
     return getattr(cfg, "baseline_lr", BASELINE_FIELDS["baseline_lr"][1].default)
+
+
+def value_baseline(run_cfg, generator: nn.Module, device: torch.device) -> dict:
+    """The value baseline b(s_t) on the generator's per-step states (Ranzato et al.; zero at the start) and its Adam
+    (``algo.baseline_lr``): ``{"baseline": ..., "base_opt": ...}``, first among the modules of an algorithm that
+    reads it (:meth:`Algorithm.build_modules`)."""
+    baseline = ValueBaseline(generator.state_dim).to(device)
+    return {"baseline": baseline, "base_opt": torch.optim.Adam(baseline.parameters(), lr=baseline_lr(run_cfg.algo))}
 
 
 class Algorithm:
@@ -219,15 +241,22 @@ class Algorithm:
     # the figures its iterations show in the progress line: metric name -> label (those its metrics have)
     progress_metrics = {"rollout/reward_mean": "reward", "loss/nll": "nll"}
 
+    # of its modules, those ``train.init_from`` takes from another run's checkpoint when that run holds them too (the
+    # learner reads them, whole or from shards); what it pretrains itself it takes in init_from
+    carried: tuple = ("baseline",)
+
     def __init__(self, cfg: Any, seed: int = 0):
         self.cfg = cfg
         self.seed = int(seed)
         self.modules: dict = {}  # what build_modules returned (on the learner; empty elsewhere)
+        # β of the KL penalty (algos/regularizers.py): fixed, or adapted towards algo.kl_target
+        self.kl = KLController(cfg.kl_coef, cfg.kl_target) if self.regularized else None
 
     @classmethod
     def config_fields(cls) -> dict:
         """Every ``algo.*`` key it reads besides name, lr and max_grad_norm: its ``fields``, then the KL and entropy
-        keys when ``regularized`` (the learner applies those to every such algorithm: algos/regularizers.py)."""
+        keys when ``regularized`` (the KL penalty applied by :meth:`learn`, the entropy bonus by the updates:
+        algos/regularizers.py)."""
         return {**cls.fields, **(REGULARIZER_FIELDS if cls.regularized else {})}
 
     @classmethod
@@ -261,11 +290,24 @@ class Algorithm:
         """One iteration of that stage (arguments and result as :meth:`training_step`'s)."""
         raise NotImplementedError(f"algo.name={self.name} has no pretraining stage of its own")
 
+    def learn(self, state: LearnerState, batch: Rollout | PromptBatch, iteration: int) -> dict:
+        """What the learner runs on a batch: :meth:`update`; while it holds π_ref (a regularized algorithm with
+        ``algo.kl_coef`` > 0, in its ``train`` stage) the rollout is first penalised by its KL to π_ref
+        (:func:`rayseq.algos.regularizers.kl_penalty`), whose metrics join the update's.
+
+        Args and result: as :meth:`update`'s.
+        """
+        if "ref_policy" not in self.modules:
+            return self.update(state, batch, iteration)
+        penalty = kl_penalty(batch, reference_logp(state, self.modules["ref_policy"], batch), self.kl)
+        return {**self.update(state, batch, iteration), **penalty}
+
     def update(self, state: LearnerState, batch: Rollout | PromptBatch, iteration: int) -> dict:
         """The update on the learner.
 
         Args:
-            state: the learner's generator, baseline, their optimizers, device and data-parallel rank.
+            state: the learner's generator, its optimizer, device and data-parallel rank (what the algorithm trains
+                besides the generator is in ``self.modules``).
             batch: a :class:`rayseq.types.Rollout` (``kind="rollout"``) or a :class:`rayseq.types.PromptBatch` with
                 targets (``kind="supervised"``).
             iteration: the iteration within the stage (0-based).
@@ -304,9 +346,10 @@ class Algorithm:
 
     # -- what it holds ------------------------------------------------------------------------------
     def build_modules(self, run_cfg: Any, generator: nn.Module, task: Any, device: torch.device) -> dict:
-        """The modules and optimizers it trains besides the generator and the value baseline, built once by the
-        learner, which keeps them in ``self.modules``: saved by :meth:`state_dict`, given their learning rates
-        by :meth:`config_lrs`.
+        """The modules and optimizers it trains besides the generator, built once by the learner, which keeps them in
+        ``self.modules``: saved by :meth:`state_dict`, given their learning rates by :meth:`config_lrs`. An algorithm
+        whose update reads the value baseline b(s_t) returns :func:`value_baseline`'s first; one that does not holds
+        none.
 
         Args:
             run_cfg: the whole run config (:class:`rayseq.config.RunConfig`).
@@ -318,6 +361,12 @@ class Algorithm:
             ``{name: nn.Module or torch.optim.Optimizer}`` (empty: none).
         """
         return {}
+
+    def frozen_copies(self) -> tuple[str, ...]:
+        """Names of the frozen copies of the generator it reads, taken as the ``train`` stage starts and kept in
+        ``modules``: the learner builds them (its strategy: a sharded learner's sharded the same way). A regularized
+        algorithm with ``algo.kl_coef`` > 0 reads π_ref, ``ref_policy``, in :meth:`learn`."""
+        return ("ref_policy",) if self.kl is not None and self.kl.coef > 0 else ()
 
     @classmethod
     def worker_modules(cls, run_cfg, task, device) -> dict:
@@ -341,22 +390,31 @@ class Algorithm:
 
     def config_lrs(self, run_cfg) -> dict:
         """``{optimizer name in modules: learning rate}`` from the config (re-applied after a checkpoint is loaded:
-        a resumed run or a Tune PBT exploit uses its own rates)."""
-        return {}
+        a resumed run or a Tune PBT exploit uses its own rates): the value baseline's, when it holds one (an
+        algorithm that declares more optimizers adds theirs to this)."""
+        return {"base_opt": baseline_lr(run_cfg.algo)} if "base_opt" in self.modules else {}
 
     def start(self, state: LearnerState) -> None:
         """The ``train`` stage starts on the learner (the generator is pretrained): e.g. SeqGAN's G_β ← G_θ."""
 
     def state_dict(self) -> dict:
-        """What checkpoints keep of it: each module's and optimizer's state dict under its name, and its own state
-        (:meth:`own_state_dict`)."""
-        return {**{k: module.state_dict() for k, module in self.modules.items()}, **self.own_state_dict()}
+        """What checkpoints keep of it: each module's and optimizer's state dict under its name, and what it keeps
+        beside them (:meth:`state_beside_modules`)."""
+        return {**{k: module.state_dict() for k, module in self.modules.items()}, **self.state_beside_modules()}
+
+    def state_beside_modules(self) -> dict:
+        """What it keeps beside its modules' state dicts (what a sharded checkpoint writes beside their shards): β of
+        the KL penalty while it holds π_ref (``kl_coef``), and its own state (:meth:`own_state_dict`)."""
+        kl = {"kl_coef": self.kl.coef} if "ref_policy" in self.modules else {}
+        return {**kl, **self.own_state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` (a module missing from ``state`` keeps its own)."""
         for k, module in self.modules.items():
             if k in state:
                 module.load_state_dict(state[k])
+        if "ref_policy" in self.modules and "kl_coef" in state:
+            self.kl.coef = float(state["kl_coef"])
         self.load_own_state_dict(state)
 
     def own_state_dict(self) -> dict:

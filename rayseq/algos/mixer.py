@@ -32,6 +32,7 @@ from rayseq.algos.common import (
     optimizer_step,
     rollout_metrics,
     rollout_tensors,
+    value_baseline,
     with_entropy,
 )
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
@@ -72,6 +73,10 @@ class Mixer(RolloutAlgo):
     fields = {**BASELINE_FIELDS, **MIXER_FIELDS}
     needs_targets = True
 
+    def build_modules(self, run_cfg, generator, task, device) -> dict:
+        """b(s_t) and its Adam (trained every update, its PPO versions' too)."""
+        return value_baseline(run_cfg, generator, device)
+
     def delta(self, iteration: int) -> int:
         """δ at ``iteration``: the number of final reference tokens the policy samples."""
         c = self.cfg
@@ -96,7 +101,7 @@ class Mixer(RolloutAlgo):
         cfg = self.cfg
         b = rollout_tensors(rollout, state.device, cfg.gamma)
         out = state.generator.logprobs(b.src, b.src_len, b.tokens)
-        values = state.baseline(out.states)
+        values = self.modules["baseline"](out.states)
         adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
         xent_mask = b.token_mask - b.action_mask
         loss, stats = mixer_loss(out.logp, adv, xent_mask, b.action_mask)
@@ -104,7 +109,7 @@ class Mixer(RolloutAlgo):
         loss = with_entropy(state, loss, out.logits, b.action_mask, extra)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
-        optimizer_step(state.base_opt, v_loss, state.baseline.parameters(), None)
+        optimizer_step(self.modules["base_opt"], v_loss, self.modules["baseline"].parameters(), None)
         return {
             **rollout_metrics(rollout),
             "loss/policy": loss.item(),
@@ -125,7 +130,7 @@ class MixerPPO(Mixer):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       use_baseline=self.baseline_on, mixer=True)
+                       modules=self.modules, use_baseline=self.baseline_on, mixer=True)
         return {**m, **self.schedule_metrics(rollout, iteration)}
 
 
@@ -137,5 +142,5 @@ class MixerPPODynamic(Mixer):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       use_baseline=self.baseline_on, mixer=True)
+                       modules=self.modules, use_baseline=self.baseline_on, mixer=True)
         return {**m, **bounds, **self.schedule_metrics(rollout, iteration)}

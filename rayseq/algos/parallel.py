@@ -66,8 +66,9 @@ class DataParallel:
     def all_reduce_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
         """Sum the ranks' gradients (each already scaled by its share) into every rank's ``.grad``, in one
         all-reduce of a flat buffer. Parameters without a gradient (outside the loss's graph: the same ones on
-        every rank) are left out."""
-        grads = [p.grad for p in params if p.grad is not None and not is_dtensor(p.grad)]  # a shard's: summed by FSDP
+        every rank) are left out. (A sharded learner's ranks sum their gradient shards in backward instead: its
+        rank's ``all_reduce_grads`` does nothing.)"""
+        grads = [p.grad for p in params if p.grad is not None]
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])

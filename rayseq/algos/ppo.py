@@ -24,6 +24,7 @@ from rayseq.algos.common import (
     returns_gamma,
     rollout_metrics,
     rollout_tensors,
+    value_baseline,
     with_entropy,
     without_grad,
 )
@@ -59,20 +60,21 @@ CLIP_FIELDS = {
 }
 
 
-def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int, use_baseline: bool = True,
-               mixer: bool = False, given_advantages: torch.Tensor | None = None) -> dict:
+def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int, modules: dict | None = None,
+               use_baseline: bool = True, mixer: bool = False, given_advantages: torch.Tensor | None = None) -> dict:
     """K epochs × minibatches of ``surrogate(logp, old_logp, adv, mask) -> (loss, PolicyStats)``;
-    advantages A_t = R_t − b(s_t) once per batch (A_t = R_t without the baseline). ``mixer``: the tokens forced
-    from the reference (token_mask − action_mask) add MIXER's cross-entropy (:func:`rayseq.losses.mixer_combine`).
-    ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's group-normalised rewards); then no value
-    baseline is used or trained."""
+    advantages A_t = R_t − b(s_t) once per batch (A_t = R_t without the baseline, ``use_baseline=False``; b(s_t) is
+    trained all the same). ``modules``: the algorithm's, holding b(s_t) (``baseline``) and its Adam (``base_opt``).
+    ``mixer``: the tokens forced from the reference (token_mask − action_mask) add MIXER's cross-entropy
+    (:func:`rayseq.losses.mixer_combine`). ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's
+    group-normalised rewards); then no value baseline is used or trained (``modules`` is not read)."""
     b = rollout_tensors(rollout, state.device, returns_gamma(cfg))
     proximal = cfg.ratio_to == "proximal"  # the decoupled objective: ρ against the weights before this update
     baseline = given_advantages is None
 
     def no_grad_pass(src, src_len, tokens, lean):  # one pass: b(s_t) from the states and/or log π_prox (B, T)
         logp, states = policy_pass(state.generator, src, src_len, tokens, lean)
-        return (state.baseline(states),) * baseline + (logp,) * proximal
+        return (modules["baseline"](states),) * baseline + (logp,) * proximal
 
     outs = list(without_grad(state, no_grad_pass, b.src, b.src_len, b.tokens)) if baseline or proximal else []
     if baseline:
@@ -122,10 +124,10 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
             sums["policy/grad_norm"] += optimizer_step(state.gen_opt, loss, state.generator.parameters(),
                                                        cfg.max_grad_norm, dp)
             if given_advantages is None:
-                v_loss, v_stats = value_loss(state.baseline(out.states), part.returns, part.action_mask)
+                v_loss, v_stats = value_loss(modules["baseline"](out.states), part.returns, part.action_mask)
                 if dp is not None:
                     v_loss = v_loss * w_tok
-                optimizer_step(state.base_opt, v_loss, state.baseline.parameters(), None, dp)
+                optimizer_step(modules["base_opt"], v_loss, modules["baseline"].parameters(), None, dp)
                 sums["loss/value"] += v_loss.item()
                 sums["value/explained_variance"] += float(v_stats.explained_variance) * w_tok
             sums["loss/policy"] += loss.item()
@@ -152,7 +154,11 @@ class PPO(RolloutAlgo):
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     fields = {**BASELINE_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
 
+    def build_modules(self, run_cfg, generator, task, device) -> dict:
+        """b(s_t) and its Adam (:func:`ppo_update` trains it)."""
+        return value_baseline(run_cfg, generator, device)
+
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                          use_baseline=self.baseline_on)
+                          modules=self.modules, use_baseline=self.baseline_on)

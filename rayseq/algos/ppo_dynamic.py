@@ -14,7 +14,7 @@ from functools import partial
 
 from pydantic import Field
 
-from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo
+from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo, value_baseline
 from rayseq.algos.ppo import PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.losses import ppo_dynamic_loss
 from rayseq.types import Rollout
@@ -40,8 +40,12 @@ class PPODynamic(RolloutAlgo):
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
     fields = {**BASELINE_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
 
+    def build_modules(self, run_cfg, generator, task, device) -> dict:
+        """b(s_t) and its Adam (:func:`~rayseq.algos.ppo.ppo_update` trains it)."""
+        return value_baseline(run_cfg, generator, device)
+
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       use_baseline=self.baseline_on)
+                       modules=self.modules, use_baseline=self.baseline_on)
         return {**m, **bounds}

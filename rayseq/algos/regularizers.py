@@ -10,7 +10,9 @@ algorithm stage starts (the MLE model) and, for each sampled token,
 (SCST, GRPO, RLOO use them) get the sum over the reply: s' = s − β · Σ_t kl_t; given returns (SeqGAN's Q) the
 reward-to-go of the penalty. β = ``algo.kl_coef``; with ``algo.kl_target`` the adaptive controller of Ziegler et
 al. (Sec. 2.2) moves β towards a target KL per reply: e = clip(KL/KL_target − 1, −0.2, 0.2), β ← β·(1 + K_β·e),
-K_β = 0.1 per update.
+K_β = 0.1 per update. The algorithm applies the penalty to each rollout before its update (:func:`kl_penalty`, from
+``Algorithm.learn``); π_ref is one of its modules, declared by a regularized algorithm with β > 0
+(``Algorithm.frozen_copies``) and built by the learner as the ``train`` stage starts.
 
 Entropy bonus: −``algo.entropy_coef`` · H(π(·|s_t)) added to the policy loss, H the mean entropy over sampled
 tokens (:func:`entropy_bonus`; Williams & Peng 1991, Mnih et al. 2016).
@@ -26,8 +28,9 @@ from rayseq.losses import masked_mean
 from rayseq.types import Rollout
 
 K_BETA = 0.1  # Ziegler et al.'s proportional gain
-# algo.* keys of every ``regularized`` algorithm (Algorithm.config_fields adds them): the learner applies the
-# KL penalty (KLController) and passes the entropy weight to the update (with_entropy)
+# algo.* keys of every ``regularized`` algorithm (Algorithm.config_fields adds them): the algorithm applies the
+# KL penalty before its update (Algorithm.learn, kl_penalty) and the learner passes the entropy weight to the update
+# (with_entropy)
 REGULARIZER_FIELDS = {
     "kl_coef": (float, Field(
         0.0, ge=0.0, description="Rollout algorithms: β of the per-token KL to the pretrained policy subtracted from "
@@ -67,6 +70,29 @@ class KLController:
             err = float(np.clip(kl_per_reply / self.target - 1.0, -0.2, 0.2))
             self.coef *= 1.0 + K_BETA * err
         return self.coef
+
+
+def kl_penalty(rollout: Rollout, logp_ref: np.ndarray, controller: KLController) -> dict:
+    """The KL penalty on a sampled rollout, in place, before the update that trains on it: kl_t = log π_old(y_t) −
+    log π_ref(y_t) on its sampled tokens (:func:`sampled_kl`), its rewards, scores and given returns penalised by β·kl
+    (:func:`apply_kl_penalty`), then β's controller step on the mean KL per reply.
+
+    Args:
+        rollout: the sampled rollout: ``logp`` (B, T) log π_old, ``action_mask`` (B, T); changed in place.
+        logp_ref: (B, T) log π_ref of its tokens.
+        controller: β (:class:`KLController`), stepped here.
+
+    Returns:
+        ``kl/per_reply`` (mean over replies of Σ_t kl_t), ``kl/per_token`` (Σ kl over the sampled tokens' count) and
+        ``kl/coef`` (the β this rollout was penalised with).
+    """
+    kl = sampled_kl(rollout.logp, logp_ref, rollout.action_mask)
+    coef = controller.coef
+    apply_kl_penalty(rollout, kl, coef)
+    per_reply = float(kl.sum(1).mean())
+    controller.update(per_reply)
+    return {"kl/per_reply": per_reply, "kl/per_token": float(kl.sum() / max(rollout.action_mask.sum(), 1.0)),
+            "kl/coef": coef}
 
 
 def entropy_bonus(logits: torch.Tensor, mask: torch.Tensor, coef: float) -> tuple[torch.Tensor, float]:

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo
+from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo, value_baseline
 from rayseq.algos.parallel import DataParallel
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
@@ -222,7 +222,7 @@ class Adversarial:
         return self.disc_version, {"disc": _cpu(self.modules["disc"])}
 
     def config_lrs(self, run_cfg) -> dict:
-        return {"disc_opt": run_cfg.disc.lr}
+        return {**super().config_lrs(run_cfg), "disc_opt": run_cfg.disc.lr}
 
     def start(self, state: LearnerState) -> None:
         """G_β ← G_θ: the rollout policy starts as the pretrained generator."""
@@ -430,9 +430,17 @@ SEQGAN_FIELDS = {
 SEQGAN_BASELINE_FIELDS = {k: v for k, v in BASELINE_FIELDS.items() if k != "gamma"}
 
 
+def with_value_baseline(algo, run_cfg, generator, task, device) -> dict:
+    """The modules of SeqGAN with a policy update that trains the value baseline whether or not
+    ``algo.use_baseline`` subtracts it (REINFORCE's, PPO's): b(s_t) and its Adam, then D, its Adam and G_β."""
+    return {**value_baseline(run_cfg, generator, device),
+            **Adversarial.build_modules(algo, run_cfg, generator, task, device)}
+
+
 class SeqGAN(Adversarial, Reinforce):
     name = "seqgan"
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS}
+    build_modules = with_value_baseline
     policy_update = Reinforce.update  # one gradient step on Eq. 8
 
 
@@ -441,11 +449,12 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
     data_parallel = True
     off_policy_ratio = True
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
+    build_modules = with_value_baseline
 
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
         return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                          use_baseline=self.baseline_on)
+                          modules=self.modules, use_baseline=self.baseline_on)
 
 
 class SeqGANPPODynamic(Adversarial, RolloutAlgo):
@@ -454,9 +463,10 @@ class SeqGANPPODynamic(Adversarial, RolloutAlgo):
     off_policy_ratio = True
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
     defaults = {"use_baseline": False, **SEQGAN_DYNAMIC_BOUNDS}
+    build_modules = with_value_baseline
 
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         surrogate, bounds = dynamic_surrogate(self.cfg)  # Supplement C's SeqGAN values unless given
         m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       use_baseline=self.baseline_on)
+                       modules=self.modules, use_baseline=self.baseline_on)
         return {**m, **bounds}

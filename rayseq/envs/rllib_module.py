@@ -16,7 +16,8 @@ far) and returns
 ``model_config`` (``RLModuleSpec(module_class=GeneratorRLModule, model_config={...})``):
 
 - ``checkpoint``: a rayseq run directory, checkpoint file or URI: the generator and baseline are built from that
-  run's config and task and load its weights (an MLE-pretrained run, as ``train.init_from`` uses it); or
+  run's config and task and load its weights (an MLE-pretrained run, as ``train.init_from`` uses it; the baseline
+  stays zero where that run's algorithm held none); or
 - ``task`` (what ``rayseq.envs.make_env`` takes: a name, an import path, a ``task:`` mapping) and ``model`` (a
   ``model:`` mapping, e.g. ``{"hidden_dim": 32}``; rayseq's defaults otherwise): a freshly initialised generator.
 
@@ -33,7 +34,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from rayseq.checkpoint import load_checkpoint, resolve_checkpoint
+from rayseq.checkpoint import algorithm_entries, load_checkpoint, resolve_checkpoint
 from rayseq.config import RunConfig, build_config
 from rayseq.envs.env import task_config, task_section
 from rayseq.models.baseline import ValueBaseline
@@ -72,7 +73,9 @@ class GeneratorRLModule(TorchRLModule, ValueFunctionAPI):
         self.baseline = ValueBaseline(self.generator.state_dim)
         if learner_state is not None:
             self.generator.load_state_dict(learner_state["generator"])
-            self.baseline.load_state_dict(learner_state["baseline"])
+            entries = algorithm_entries(learner_state)  # the value baseline is the algorithm's, where it holds one
+            if "baseline" in entries:
+                self.baseline.load_state_dict(entries["baseline"])
         self.max_src_len = int(task.max_src_len)
         n = getattr(self.action_space, "n", None)
         if n is not None and int(n) != self.generator.vocab_size:

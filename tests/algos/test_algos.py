@@ -60,6 +60,19 @@ def test_every_algorithm_updates_the_generator(name):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert all(np.isfinite(v) for k, v in metrics.items() if not k.startswith("ppo_dynamic/"))  # bounds may be ∞
     assert learner.version == 1
+    # the value baseline b(s_t) (zero at the start): held, first among its modules, and trained by the algorithms
+    # whose update reads it (the SeqGAN family's with algo.use_baseline=false too); the others hold none
+    held = learner.algo.modules
+    if name in READS_BASELINE:
+        assert list(held)[:2] == ["baseline", "base_opt"]
+        assert float(held["baseline"].linear.weight.detach().abs().sum()) > 0
+    else:
+        assert not {"baseline", "base_opt"} & set(held)
+        assert not {"baseline", "base_opt"} & set(learner.state_dict().get("algo", {}))
+
+
+READS_BASELINE = {"reinforce", "mixer", "mixer_ppo", "mixer_ppo_dynamic", "ppo", "ppo_dynamic", "seqgan", "seqgan_ppo",
+                  "seqgan_ppo_dynamic"}
 
 
 def test_ppo_and_ppo_dynamic_equal_reinforce_at_ratio_one():
@@ -127,7 +140,9 @@ def _update_with_algo_seed(name: str, algo_seed: int, *overrides: str) -> dict:
     cfg, learner, worker = make_pair(f"algo.name={name}", *overrides, pretrain_steps=5)
     batch = (learner.task.sample_prompts(np.random.default_rng(0), 64, with_targets=True)
              if learner.algo.kind == "supervised" else half_rewarded(rollout_for(cfg, learner, worker)))
-    learner.algo = make_algo(cfg.algo, seed=algo_seed)
+    algo = make_algo(cfg.algo, seed=algo_seed)
+    algo.modules = learner.algo.modules  # what the learner built for it (PPO: its value baseline)
+    learner.algo = algo
     learner.update(batch, 7)
     return {k: v.clone() for k, v in learner.state.generator.state_dict().items()}
 

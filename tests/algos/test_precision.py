@@ -34,7 +34,7 @@ def test_bf16_where_it_samples_fp32_where_it_learns(arch):
     assert published.data.nbytes <= fp32.data.nbytes // 2 + 64 * len(published.spec)
     # the learner's master weights and the KL reference
     assert {p.dtype for p in learner.state.generator.parameters()} == {torch.float32}
-    assert {p.dtype for p in learner.ref_policy.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in learner.algo.modules["ref_policy"].parameters()} == {torch.bfloat16}
     prompts = learner.task.sample_prompts(np.random.default_rng(0), 32)
     rollout = worker.sample(prompts, RolloutRequest(max_len=learner.task.max_tgt_len, seed=1))
     assert rollout.logp.dtype == np.float32 and np.isfinite(rollout.logp).all() and (rollout.logp <= 0).all()

@@ -3,11 +3,14 @@ Ziegler et al. 2019 Sec. 2.2, InstructGPT Eq. 2): by hand, against loops, and th
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
-from rayseq.algos.regularizers import KLController, apply_kl_penalty, entropy_bonus, sampled_kl
+from rayseq.algos.common import LearnerState, RolloutAlgo
+from rayseq.algos.regularizers import KLController, apply_kl_penalty, entropy_bonus, kl_penalty, sampled_kl
 from rayseq.config import ConfigError, build_config, config_to_dict
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.worker import RolloutWorker
@@ -36,6 +39,51 @@ def test_kl_penalty_in_the_reward_by_hand():
     np.testing.assert_allclose(r.score, [1.0 - 0.1 * (-0.5), 0.0 - 0.1 * 1.0], atol=1e-6)  # s − β·Σ kl
     # returns minus the penalty's reward-to-go: row 0 Σ_{τ≥t} 0.1·kl = (−0.05, −0.1, 0)
     np.testing.assert_allclose(r.returns, [[1.05, 1.1, 1.0], [0.9, 1.0, 1.0]], atol=1e-6)
+
+
+MASK = np.array([[1, 1, 1], [1, 1, 0]], np.float32)
+OLD = np.array([[-1.0, -2.0, -0.5], [-1.0, -1.0, 0.0]], np.float32)
+REF = np.array([[-1.5, -1.0, -0.5], [-2.0, -1.0, -9.0]], np.float32)
+
+
+def test_the_kl_penalty_of_a_rollout_by_hand():
+    """kl = old − ref on sampled tokens: [[0.5, −1, 0], [1, 0, 0]]; per reply −0.5 and 1 (mean 0.25), per token
+    0.5 / 5 sampled tokens = 0.1; β = 0.1 penalises the rewards, then steps towards the target 0.5 nats per reply:
+    e = clip(0.25 / 0.5 − 1, −0.2, 0.2) = −0.2, β ← 0.1 · (1 + 0.1 · (−0.2)) = 0.098."""
+    score = np.array([1.0, 0.0], np.float32)
+    r = _rollout(terminal_rewards(score, MASK), score, OLD, MASK)
+    controller = KLController(0.1, target=0.5)
+    metrics = kl_penalty(r, REF, controller)
+    assert metrics == pytest.approx({"kl/per_reply": 0.25, "kl/per_token": 0.1, "kl/coef": 0.1})
+    assert controller.coef == pytest.approx(0.098)
+    np.testing.assert_allclose(r.rewards, [[-0.05, 0.1, 1.0], [-0.1, 0.0, 0.0]], atol=1e-6)
+    np.testing.assert_allclose(r.score, [1.05, -0.1], atol=1e-6)
+
+
+class _RefPolicy:
+    """π_ref whose log-probs are REF whatever it reads."""
+
+    def logprobs(self, src, src_len, tokens):
+        return SimpleNamespace(logp=torch.from_numpy(REF), states=None)
+
+
+class _Recorded(RolloutAlgo):
+    def update(self, state, rollout, iteration):
+        return {"seen/score": rollout.score.tolist()}
+
+
+def test_a_regularized_algorithm_penalises_its_rollout_before_its_update_while_it_holds_the_reference():
+    state = LearnerState(generator=None, gen_opt=None, device=torch.device("cpu"))
+    algo = _Recorded(SimpleNamespace(kl_coef=0.1, kl_target=None))
+    assert algo.frozen_copies() == ("ref_policy",)
+    assert _Recorded(SimpleNamespace(kl_coef=0.0, kl_target=None)).frozen_copies() == ()
+    score = np.array([1.0, 0.0], np.float32)
+    untouched = algo.learn(state, _rollout(terminal_rewards(score, MASK), score, OLD, MASK), 0)
+    assert untouched == {"seen/score": [1.0, 0.0]}  # no π_ref yet (before the train stage): no penalty
+    algo.modules["ref_policy"] = _RefPolicy()
+    m = algo.learn(state, _rollout(terminal_rewards(score, MASK), score, OLD, MASK), 0)
+    assert m["seen/score"] == pytest.approx([1.05, -0.1]) and m["kl/per_reply"] == pytest.approx(0.25)
+    assert algo.state_beside_modules() == {"kl_coef": 0.1}  # β is the algorithm's, saved while it holds π_ref
 
 
 def test_adaptive_kl_controller_moves_beta_towards_the_target():
@@ -93,7 +141,7 @@ def test_kl_coef_keeps_the_policy_near_the_pretrained_one():
     assert "kl/per_reply" not in m0[0] and m1[0]["kl/per_reply"] == pytest.approx(0.0, abs=1e-4)
     assert m1[-1]["kl/coef"] == 1.0
     # the unregularised run's KL, measured with the same reference
-    ref = learner.ref_policy
+    ref = learner.algo.modules["ref_policy"]
     learner0, worker0 = _learner("algo.lr=1e-2")
     _train(learner0, worker0)
 
@@ -105,9 +153,9 @@ def test_kl_coef_keeps_the_policy_near_the_pretrained_one():
         return float(sampled_kl(r.logp, lp_ref.numpy(), r.action_mask).sum(1).mean())
 
     assert kl_to_ref(learner, worker) < 0.5 * kl_to_ref(learner0, worker0)
-    # β and π_ref are in the checkpoint
+    # β and π_ref are in the checkpoint, the algorithm's entries
     state = learner.state_dict()
-    assert state["kl_coef"] == 1.0 and set(state["ref_policy"]) == set(state["generator"])
+    assert state["algo"]["kl_coef"] == 1.0 and set(state["algo"]["ref_policy"]) == set(state["generator"])
 
 
 def test_entropy_coef_keeps_entropy_higher():

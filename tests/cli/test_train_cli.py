@@ -114,8 +114,9 @@ def test_in_process_run_writes_every_output(tmp_path):
         "ckpt_00000026.learner", "ckpt_00000026.pt", "ckpt_00000026.sha256"]
     assert sorted(p.name for p in (run_dir / "checkpoints" / "ckpt_00000026.learner").iterdir()) == [
         "generator.pt", "state.pt"]
-    assert {"generator", "baseline", "gen_opt", "base_opt", "torch_rng", "version"} <= set(load_checkpoint(ckpts[0])[
-        "learner"])
+    learner = load_checkpoint(ckpts[0])["learner"]
+    assert {"generator", "gen_opt", "torch_rng", "version"} <= set(learner)
+    assert {"baseline", "base_opt"} <= set(learner["algo"])  # PPO's value baseline is the algorithm's
     weights_only = load_checkpoint(ckpts[0], training_state=False)["learner"]  # serving's, export's: no optimizer
     assert set(weights_only) == {"generator"}
     assert ck["driver"]["iteration"] == 26

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from rayseq.checkpoint import load_checkpoint
-from rayseq.config import resume_config
+from rayseq.config import RunConfig, config_to_dict, resume_config
 from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.distributed.driver import Trainer
@@ -66,8 +66,8 @@ CASES = {
 def test_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case):
     """MLE, then (SeqGAN-PPO) a d-step, then the policy update: metrics, weights, optimizer moments of one learner.
     ``fsdp:``: the two learners shard the models (learner.strategy=fsdp), each holding half of the parameters and
-    of the Adam moments; the built-in Transformer and a Hugging Face GPT-2 are sharded too (the HF policy one decoder
-    layer at a time)."""
+    of the Adam moments, and end with the whole weights and moments of one replicated learner; the built-in
+    Transformer and a Hugging Face GPT-2 are sharded too (the HF policy one decoder layer at a time)."""
     assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case)
 
 
@@ -85,7 +85,9 @@ def assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case
                       *overrides)
     group = LearnerGroup(cfg, manager=ActorManager(ray_session, None),
                          actor_options=[actor_options or {"num_cpus": 0.5}] * 2)
-    one = Learner(cfg)  # the reference: one learner, in this process
+    # the reference: one learner, in this process (replicated: the sharded group must end where it ends)
+    d = config_to_dict(cfg)
+    one = Learner(RunConfig.model_validate({**d, "learner": {**d["learner"], "strategy": "replicated"}}))
     rng = np.random.default_rng(0)
     mle_batch = one.task.sample_prompts(rng, 16, with_targets=True)
     m1, m2 = one.update(mle_batch, 0), group.update_batch(mle_batch, 0)
@@ -127,6 +129,7 @@ def assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case
     noise = {"rtol": 1e-5, "atol": 3e-4 * (m1["policy/updates"] + 1)} if case in ("transformer", "hf") else TOL
     if strategy:  # sharded: the whole weights and moments gathered, each rank holding its half
         assert_same_tensors(one.whole_state(), group.whole_state(), "state", noise)
+        assert_same_tensors(one.get_weights(), group.get_weights(), "published weights", noise)
         for actor in group.actors:
             sizes = ray_session.get(actor.shard_sizes.remote())
             for held, whole in sizes.values():

@@ -65,7 +65,10 @@ def test_an_old_checkpoint_resumes_to_the_same_run(tmp_path, name):
     final = {k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in summary["metrics"].items()}
     assert final == expected["final"]
     hashes = tensor_hashes(load_checkpoint(summary["checkpoint"]))
-    assert hashes == expected["tensors"]
+    # every entry, but the value baseline where the algorithm's update never reads it (its critic takes that place):
+    # the old code kept one for every algorithm, this one keeps none there
+    unread = {"learner.baseline", "learner.base_opt"} if name.startswith(("actor_critic", "seqgan_critic")) else set()
+    assert hashes == {k: v for k, v in expected["tensors"].items() if k not in unread}
     # and the checkpoint it writes now keeps the algorithm's entries under ``algo``
     learner = load_checkpoint(summary["checkpoint"])["learner"]
     assert "algo" in learner and not {"disc", "critic", "rollout_policy"} & set(learner)

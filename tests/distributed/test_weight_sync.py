@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from rayseq.config import ConfigError
+from rayseq.config import ConfigError, RolloutConfig
 from rayseq.distributed.driver import Trainer
 from rayseq.distributed.weights.collective import buckets, checksum, unpack
 from tests.conftest import tiny_config
@@ -61,7 +61,7 @@ def test_collective_sync_is_the_object_store_sync(ray_session, tmp_path):
     def report(row, trainer):  # after every update: each worker holds the learner's version, received over gloo
         if row["stage"] == "train":
             trainer.groups.rollout.sync_weights()
-            trainer.groups.rollout.collective.wait()
+            trainer.groups.rollout.transport.wait()
             stats = trainer.groups.rollout.stats()
             assert {s["version"] for s in stats} == {trainer.groups.learner.version()}
             for s in stats:
@@ -126,10 +126,10 @@ def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_st
             killed.append(pid)
         elif killed and row["iteration"] == 8:
             trainer.groups.rollout.sync_weights()
-            trainer.groups.rollout.collective.wait()
+            trainer.groups.rollout.transport.wait()
             after.extend(trainer.groups.rollout.stats())
             after.append(learner_sum(trainer))
-            after.append(trainer.groups.rollout.collective.rebuilds)
+            after.append(trainer.groups.rollout.transport.rebuilds)
 
     Trainer(tiny_config(*COMMON, "rollout.weight_sync=collective", "rollout.weight_sync_timeout_s=5",
                         run_dir=tmp_path / "c"), report=report).run()
@@ -218,8 +218,8 @@ def test_a_rebuilt_learner_broadcasts_to_workers_that_left_its_old_group(ray_ses
             killed.append(pid)
         elif killed and row["iteration"] == 8 and not after:
             trainer.groups.rollout.sync_weights()
-            trainer.groups.rollout.collective.wait()
-            after.append((trainer.groups.rollout.stats(), trainer.groups.rollout.collective.group,
+            trainer.groups.rollout.transport.wait()
+            after.append((trainer.groups.rollout.stats(), trainer.groups.rollout.transport.group,
                           learner_sum(trainer)))
 
     Trainer(tiny_config(*COMMON, "rollout.weight_sync=collective", "train.checkpoint_every=4",
@@ -229,3 +229,71 @@ def test_a_rebuilt_learner_broadcasts_to_workers_that_left_its_old_group(ray_ses
     for s in stats:
         assert s["weight_groups"] == [group]
         assert s["checksum"] == pytest.approx(total, rel=1e-12)
+
+
+class _Recorder:
+    """A stand-in for the ``ray`` module and actor handles: every ``actor.method.remote(*args)`` is recorded, in
+    order, as (actor, method, args) and answers a ref the stand-in ``ray`` resolves (``rendezvous``: an address)."""
+
+    def __init__(self):
+        self.calls: list = []
+
+    def actor(self, name: str):
+        recorder = self
+
+        class Method:
+            def __init__(self, method):
+                self.method = method
+
+            def remote(self, *args):
+                recorder.calls.append((name, self.method, args))
+                return ("10.0.0.1", 4242) if self.method == "rendezvous" else None
+
+        class Actor:
+            def __getattr__(self, method):
+                return Method(method)
+
+        return Actor()
+
+    def get(self, ref):
+        return ref
+
+    def wait(self, refs, num_returns, timeout):
+        return list(refs), []
+
+
+def test_the_object_store_transport_sends_nothing_and_the_collective_one_queues_each_version():
+    from rayseq.distributed.weights.transport import CollectiveTransport, ObjectStoreTransport, make_transport
+
+    ray = _Recorder()
+    learner, workers = ray.actor("learner"), [ray.actor("w0"), ray.actor("w1")]
+    store = make_transport(RolloutConfig(), ray)
+    assert isinstance(store, ObjectStoreTransport)
+    store.broadcast(learner, workers, 1, (0, (0, 1)))
+    store.forget()
+    store.wait()
+    assert ray.calls == []  # the calls carry the reference: nothing else goes out
+
+    t = make_transport(RolloutConfig(weight_sync="collective", weight_bucket_mb=0.5, weight_sync_timeout_s=7.0), ray)
+    assert isinstance(t, CollectiveTransport) and (t.bucket_bytes, t.timeout_s) == (1 << 19, 7.0)
+    t.broadcast(learner, workers, 1, (0, (0, 1)))  # the first version: the group is built, its members join
+    spec = t.spec
+    assert (spec.address, spec.port, spec.world, spec.timeout_s) == ("10.0.0.1", 4242, 3, 7.0)
+    assert ray.calls == [("learner", "rendezvous", ()), ("learner", "send_weights", (spec, 1 << 19)),
+                         ("w0", "receive_weights", (spec, 1, 1, 1 << 19, True)),
+                         ("w1", "receive_weights", (spec, 2, 1, 1 << 19, True))]
+    ray.calls.clear()
+    t.broadcast(learner, workers, 2, (0, (0, 1)))  # the same workers: the same group, joined already
+    assert ray.calls == [("learner", "send_weights", (spec, 1 << 19)),
+                         ("w0", "receive_weights", (spec, 1, 2, 1 << 19, False)),
+                         ("w1", "receive_weights", (spec, 2, 2, 1 << 19, False))]
+    ray.calls.clear()
+    t.broadcast(learner, workers[1:], 3, (0, (1,)))  # worker 0 left out: every member leaves, a new group
+    left = [(member, "leave_weight_group", (spec.name,)) for member in ("learner", "w0", "w1")]
+    assert ray.calls[:4] == [*left, ("learner", "rendezvous", ())]
+    assert t.spec.name != spec.name and t.spec.world == 2 and t.rebuilds == 1
+    assert ray.calls[-1] == ("w1", "receive_weights", (t.spec, 1, 3, 1 << 19, True))
+    ray.calls.clear()
+    name = t.group
+    t.forget()  # a rebuilt learner: the workers leave its group, the next version builds a new one
+    assert ray.calls == [("w1", "leave_weight_group", (name,))] and t.group is None

@@ -9,7 +9,7 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
-from rayseq.checkpoint import load_checkpoint
+from rayseq.checkpoint import algorithm_entries, load_checkpoint
 from rayseq.config import RunConfig
 from rayseq.distributed.driver import Trainer
 from rayseq.envs import make_env
@@ -47,7 +47,7 @@ def rayseq_models(location):
     gen = make_generator(cfg, task)
     gen.load_state_dict(ck["learner"]["generator"])
     base = ValueBaseline(cfg.model.hidden_dim)
-    base.load_state_dict(ck["learner"]["baseline"])
+    base.load_state_dict(algorithm_entries(ck["learner"])["baseline"])
     return gen.eval(), base, task
 
 

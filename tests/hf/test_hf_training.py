@@ -142,7 +142,7 @@ def test_lora_trains_adapters_only(corpus, hf_dir, tmp_path):
     weights = ck["learner"]["generator"]
     assert weights and all("lora_" in k for k in weights)
     assert any(float(v.abs().sum()) > 0 for k, v in weights.items() if "lora_B" in k)  # B starts at 0: it trained
-    assert ck["learner"]["ref_policy"] == {}
+    assert ck["learner"]["algo"]["ref_policy"] == {}
     rows = [r for r in pq.read_table(tmp_path / "lora" / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert all(r["kl/per_reply"] is not None for r in rows)
 

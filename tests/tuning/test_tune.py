@@ -172,8 +172,9 @@ def test_a_resumed_run_uses_its_own_learning_rates(tmp_path):
     seen = []
 
     def report(row, trainer):
-        s = trainer.groups.learner.local.state  # in-process groups
-        seen.append((row["iteration"], s.gen_opt.param_groups[0]["lr"], s.base_opt.param_groups[0]["lr"]))
+        learner = trainer.groups.learner.local  # in-process groups
+        seen.append((row["iteration"], learner.state.gen_opt.param_groups[0]["lr"],
+                     learner.algo.modules["base_opt"].param_groups[0]["lr"]))
 
     cfg = tiny_config("rollout.num_workers=0", "train.iters=6", "algo.lr=5e-4", "algo.baseline_lr=2e-2",
                       run_dir=tmp_path / "r")

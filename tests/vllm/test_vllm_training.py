@@ -106,7 +106,7 @@ def test_grpo_on_vllm_rollouts_with_weights_over_the_collective(ray_session, cor
     def report(row, trainer):
         if row["stage"] == "train":
             trainer.groups.rollout.sync_weights()
-            trainer.groups.rollout.collective.wait()
+            trainer.groups.rollout.transport.wait()
             loads.append([(s["loads"], s["collective_loads"]) for s in trainer.groups.rollout.stats()])
 
     cfg = vllm_config(corpus, vllm_hf_dir, "rollout.num_workers=1", "rollout.num_cpus_per_worker=1",

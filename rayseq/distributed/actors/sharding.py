@@ -1,5 +1,6 @@
-"""The sharded learner (``learner.strategy=fsdp``): FSDP2 (``torch.distributed.fsdp.fully_shard``) over the learner
-ranks' process group (gloo on CPU device meshes, NCCL on GPUs), and what it changes around the update.
+"""The sharded learner's helpers (``learner.strategy=fsdp``, :class:`~.strategies.FSDP`): FSDP2
+(``torch.distributed.fsdp.fully_shard``) over the learner ranks' process group (gloo on CPU device meshes, NCCL on
+GPUs), and what it changes around the update.
 
 Every module the learner trains is sharded: the generator (each decoder layer of a Hugging Face policy on its own,
 then the rest at the root; a built-in policy at its root), the value baseline and the modules the algorithm declares
@@ -120,6 +121,14 @@ def save_sharded(state: dict, directory: str) -> None:
     import torch.distributed.checkpoint as dcp
 
     dcp.save(state, checkpoint_id=directory, no_dist=not dist.is_initialized())
+
+
+def saved_names(directory: str) -> set[str]:
+    """The top-level names of what a local ``torch.distributed.checkpoint`` directory holds (:func:`sharded_state`'s:
+    each module's, and ``<name>.optim`` counted under ``<name>``)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    return {key.split(".", 1)[0] for key in FileSystemReader(directory).read_metadata().state_dict_metadata}
 
 
 def load_sharded(state: dict, directory: str) -> dict:

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from rayseq.config import RunConfig
 from rayseq.distributed.actors.learner import Learner
+from rayseq.distributed.actors.strategies import STRATEGIES
 from rayseq.distributed.groups.calls import two
 from rayseq.types import PromptBatch, PromptKeys, RolloutRequest
 
 
 class LearnerGroup:
-    """The learner: generator, baseline, optimizers, the frozen KL reference, the algorithm's own modules. One Learner
-    in-process, or ``learner.num_learners`` Ray actors (rank 0 in placement bundle 0, ranks 1.. in the bundles after
-    the scorers') in one torch.distributed process group, which each take their rows of every minibatch and sum
-    their gradients (:mod:`rayseq.algos.parallel`): calls that change the training state go to every rank, calls
-    that read it (weights, state, evaluation) to rank 0, which publishes the weights. Every method waits for its
+    """The learner: the generator, its optimizer, the algorithm's modules (the value baseline, the frozen KL reference,
+    ...). One Learner in-process, or ``learner.num_learners`` Ray actors (rank 0 in placement bundle 0, ranks 1.. in
+    the bundles after the scorers') in one torch.distributed process group, which each take their rows of every
+    minibatch and sum their gradients (:mod:`rayseq.algos.parallel`): calls that change the training state go to every
+    rank, calls that read it (weights, state, evaluation, checkpoints, the publishing after an update) to the ranks
+    the learners' strategy names (``reading``: rank 0, or every rank of sharded learners, whose reads are
+    collectives; :mod:`rayseq.distributed.actors.strategies`), rank 0's answer the group's. Every method waits for its
     answer; a dead learner raises :class:`~.manager.LearnerLost` (the driver rebuilds the group,
     :meth:`restart`)."""
 
@@ -26,7 +29,7 @@ class LearnerGroup:
         self._manager = manager
         self.rollout = None  # the RolloutGroup, set by ActorGroups: where update_and_sample samples
         self.actors: list = []
-        self.sharded, self._peer_refs = False, []
+        self.reading, self._updating, self._peer_refs = [], [], []
         if self.is_local:
             self.local = Learner(cfg)
         else:
@@ -49,9 +52,10 @@ class LearnerGroup:
                                    "place them") from None
         self.actor = self.actors[0]
         self._manager.learner_ids = [a.actor_id.remote() for a in self.actors]  # tells their failures apart
-        # sharded (learner.strategy=fsdp, several ranks): whatever reads the model is a collective, so every call goes
-        # to every rank (rank 0's answer is the group's)
-        self.sharded = len(self.actors) > 1 and self._cfg.learner.strategy == "fsdp"
+        # the ranks that take part in what reads the model (rank 0's answer is the group's), and the other ranks,
+        # which take part in an update but not in publishing its weights
+        self.reading = STRATEGIES[self._cfg.learner.strategy].reading_ranks(self.actors)
+        self._updating = [a for a in self.actors[1:] if a not in self.reading]
         self._peer_refs: list = []  # peers' parts of collectives whose answers only rank 0's counts (waited for later)
         self._version: int | None = None  # known from the last update (Ray); None: ask the learner
         self._published: tuple | None = None  # (version, FlatWeights ref) returned by the last update (Ray)
@@ -69,9 +73,9 @@ class LearnerGroup:
             self._manager.get_learner(refs, self)
 
     def _rank0_ref(self, method):
-        """A ref to rank 0's answer to ``method(actor)()`` (sharded: every rank takes part, the peers' answers waited
+        """A ref to rank 0's answer to ``method(actor)()`` (every reading rank takes part, the peers' answers waited
         for with the next call)."""
-        refs = [method(a).remote() for a in (self.actors if self.sharded else self.actors[:1])]
+        refs = [method(a).remote() for a in self.reading]
         self._peer_refs.extend(refs[1:])
         return refs[0]
 
@@ -83,15 +87,15 @@ class LearnerGroup:
         self._start(wait_s=180.0)
 
     def _call(self, method, *args, keeps_version: bool = False, every_rank: bool = False):
-        """``method(learner)`` (the Learner's bound method, or the actor's) with ``args``, waited for: on rank 0, or
-        ``every_rank`` (what changes the training state; the arguments put in the object store once); rank 0's
-        answer. A call that may change the weights version forgets the known one (asked again when needed)."""
+        """``method(learner)`` (the Learner's bound method, or the actor's) with ``args``, waited for: on the reading
+        ranks, or ``every_rank`` (what changes the training state; the arguments put in the object store once); rank
+        0's answer. A call that may change the weights version forgets the known one (asked again when needed)."""
         if self.is_local:
             return method(self.local)(*args)
         if not keeps_version:
             self._version = None
         self._wait_peers()
-        actors = self.actors if every_rank or self.sharded else self.actors[:1]
+        actors = self.actors if every_rank else self.reading
         if len(actors) > 1:
             args = tuple(self._manager.ray.put(a) for a in args)
         return self._manager.get_learner([method(a).remote(*args) for a in actors], self)[0]
@@ -105,13 +109,13 @@ class LearnerGroup:
         return self._call(lambda a: a.state_dict, keeps_version=True)
 
     def save(self, location: str, stem: str) -> dict:
-        """The learners write their state into the run's checkpoints (``Learner.save``: rank 0, or with
-        ``learner.strategy=fsdp`` every rank its shards); returns the files written and their SHA-256, the only thing
-        that comes back."""
-        if self.is_local or not self.sharded:
-            return self._call(lambda a: a.save, location, stem, keeps_version=True)
+        """The learners write their state into the run's checkpoints (``Learner.save``: the reading ranks, rank 0 or,
+        sharded, every rank its shards); returns the files written and their SHA-256, the only thing that comes
+        back."""
+        if self.is_local:
+            return self.local.save(location, stem)
         self._wait_peers()
-        first, *others = self._manager.get_learner([a.save.remote(location, stem) for a in self.actors], self)
+        first, *others = self._manager.get_learner([a.save.remote(location, stem) for a in self.reading], self)
         return {**first, "files": {**first["files"], **{k: v for o in others for k, v in o["files"].items()}}}
 
     def whole_state(self) -> dict:
@@ -237,9 +241,9 @@ class LearnerGroup:
 
         def submit(shards):
             metrics_ref, weights_ref = two(self.actor.update_and_publish).remote(shards, iteration, scores, rows)
-            peers[:] = [a.update_rollout.remote(shards, iteration, scores, rows) if not self.sharded else
-                        two(a.update_and_publish).remote(shards, iteration, scores, rows)[0]  # and the gathering
-                        for a in self.actors[1:]]
+            peers[:] = [*(two(a.update_and_publish).remote(shards, iteration, scores, rows)[0]  # and the gathering
+                          for a in self.reading[1:]),
+                        *(a.update_rollout.remote(shards, iteration, scores, rows) for a in self._updating)]
             if then is not None:
                 rollout.publish(weights_ref, after)
                 sent[:] = rollout.sample(*then, wait=False)

@@ -13,6 +13,7 @@ from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.distributed.groups.calls import send_run, send_sample, send_score, shard_request, shard_seed
 from rayseq.distributed.groups.learner import LearnerGroup
 from rayseq.distributed.groups.scorer import ScorerGroup
+from rayseq.distributed.weights.transport import make_transport
 from rayseq.types import PromptBatch, Rollout, RolloutRequest
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,8 @@ class RolloutGroup:
         self.grace_s = cfg.rollout.worker_grace_s
         self.version = -1
         self._weights_ref = None  # Ray: the FlatWeights ref of ``version``, carried by the next calls
-        self.collective = None  # rollout.weight_sync=collective: the learner → workers group (Ray)
-        if not self.is_local and cfg.rollout.weight_sync == "collective":
-            from rayseq.distributed.weights.collective import CollectiveWeights
-
-            self.collective = CollectiveWeights(self._manager.ray, int(cfg.rollout.weight_bucket_mb * (1 << 20)),
-                                                cfg.rollout.weight_sync_timeout_s)
+        # what carries a new version to the workers besides the reference their calls carry (rollout.weight_sync)
+        self.transport = make_transport(cfg.rollout, None if self.is_local else self._manager.ray)
 
     # -- weights ----------------------------------------------------------------------------------
     def sync_weights(self) -> None:
@@ -77,12 +74,12 @@ class RolloutGroup:
         self._weights_ref, self.version = ref, version
 
     def _broadcast(self, version: int) -> None:
-        """rollout.weight_sync=collective: queue the learner's broadcast of ``version`` (behind its update) and the
-        workers' receive (ahead of their next calls, which still carry the object-store ref: read only where the
-        broadcast failed)."""
-        if self.collective is not None and version > self.version:
-            self.collective.broadcast(self._learner.actor, self.live_actors, version,
-                                      (self._manager.restarts, tuple(self.live)))
+        """Hand a new ``version`` to the transport (rollout.weight_sync=collective: the learner's broadcast queued
+        behind its update, the workers' receive ahead of their next calls, which still carry the object-store ref:
+        read only where the broadcast failed)."""
+        if version > self.version:
+            self.transport.broadcast(self._learner.actor, self.live_actors, version,
+                                     (self._manager.restarts, tuple(self.live)))
 
     def published(self) -> tuple:
         """(ref, version) the next calls carry (what :meth:`publish` may restore)."""
@@ -91,8 +88,7 @@ class RolloutGroup:
     def forget_weights(self) -> None:
         """The published weights are gone (a rebuilt learner): the next :meth:`sync_weights` publishes anew."""
         self._weights_ref, self.version = None, -1
-        if self.collective is not None:
-            self.collective.forget()
+        self.transport.forget()
 
     def _weights(self) -> dict:
         """The keyword arguments that send the current weights with a worker call."""

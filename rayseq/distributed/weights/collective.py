@@ -15,7 +15,8 @@ for: the learner's broadcast behind its update, each worker's receive ahead of i
 whose next batch goes out behind the update keeps its order with no driver round trip. The sampling calls still carry
 the object-store reference of the same version, which a worker reads only when it lacks that version: after a failed
 broadcast (a worker lost mid-broadcast: the others time out) the iteration completes from the object store, and the next
-broadcast goes to a group rebuilt with the re-created worker (:class:`CollectiveWeights`).
+broadcast goes to a group rebuilt with the re-created worker (the driver's side:
+:class:`~rayseq.distributed.weights.transport.CollectiveTransport`).
 
 References: OpenRLHF's and veRL's NCCL broadcast to the rollout engines (``_broadcast_to_vllm``; the checkpoint
 engine), slime's bucketed ``update_weight_from_distributed``.
@@ -24,7 +25,6 @@ engine), slime's bucketed ``update_weight_from_distributed``.
 from __future__ import annotations
 
 import datetime
-import uuid
 from dataclasses import dataclass
 
 import torch
@@ -152,72 +152,3 @@ def leave(group_name: str) -> None:
     """Drop this process's membership of ``group_name`` (a group being replaced), if it has one."""
     for key in [k for k in _GROUPS if k[0] == group_name]:
         del _GROUPS[key]
-
-
-class CollectiveWeights:
-    """The driver's side: one weights group of the learner (rank 0) and the rollout workers (ranks 1..n), rebuilt
-    under a new name after a failed broadcast or a change of its workers; :meth:`broadcast` queues one version."""
-
-    def __init__(self, ray, bucket_bytes: int, timeout_s: float = 60.0):
-        self.ray, self.bucket_bytes, self.timeout_s = ray, bucket_bytes, timeout_s
-        self._run = uuid.uuid4().hex[:8]
-        self.generation = 0  # groups built so far
-        self.spec: GroupSpec | None = None
-        self._members: list = []
-        self._pending: list = []  # the last broadcast's calls
-        self._key = None  # what the group was built for (the restarts so far, the live workers)
-        self._first = True
-        self.rebuilds = 0
-
-    @property
-    def group(self) -> str | None:
-        return None if self.spec is None else self.spec.name
-
-    def _healthy(self, key) -> bool:
-        """Whether the current group can carry the next version: built for these workers (``key``), and the last
-        broadcast did not fail."""
-        if self.spec is None or key != self._key:
-            return False
-        ready, _ = self.ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
-        for ref in ready:
-            try:
-                self.ray.get(ref)  # None: nothing is fetched
-            except Exception:  # noqa: BLE001 - a lost worker, a gloo timeout: the group is rebuilt
-                return False
-        return True
-
-    def _rebuild(self, learner, workers: list, key) -> None:
-        if self.spec is not None:  # free the old group where it lives
-            for member in self._members:
-                member.leave_weight_group.remote(self.spec.name)
-        self.generation += 1
-        self.rebuilds += self.spec is not None
-        address, port = self.ray.get(learner.rendezvous.remote())  # a free port on the learner's node
-        self.spec = GroupSpec(f"rayseq-weights-{self._run}-{self.generation}", address, port, 1 + len(workers),
-                              self.timeout_s)
-        self._members = [learner, *workers]
-        self._key = key
-        self._first = True  # the next broadcast is the group's first: its members join
-
-    def forget(self) -> None:
-        """The learner was rebuilt: its group went with it. The workers leave it (each would otherwise keep one dead
-        membership per rebuilt learner), and the next broadcast builds a new group."""
-        if self.spec is not None:
-            for worker in self._members[1:]:
-                worker.leave_weight_group.remote(self.spec.name)
-        self.spec, self._members = None, []
-
-    def broadcast(self, learner, workers: list, version: int, key) -> None:
-        """Queue weights ``version``: the learner's send (behind its update) and each worker's receive (ahead of its
-        next call). ``key``: what the group must be built for (the worker re-creations so far and the live workers:
-        a re-created or returning worker is not in the current group)."""
-        if not self._healthy(key):
-            self._rebuild(learner, workers, key)
-        self._pending = [learner.send_weights.remote(self.spec, self.bucket_bytes),
-                         *[w.receive_weights.remote(self.spec, rank, version, self.bucket_bytes, self._first)
-                           for rank, w in enumerate(workers, start=1)]]
-        self._first = False
-
-    def wait(self) -> None:
-        """Wait for the last broadcast (tests, benchmarks); raises what it raised."""
-        self.ray.get(self._pending)

@@ -219,10 +219,11 @@ def _renamed(row: dict) -> dict:
     return {**row, "stage": stage_name(row["stage"])} if "stage" in row else row
 
 
-def compare(a: Path, b: Path, add_ok: bool = False) -> int:
+def compare(a: Path, b: Path, add_ok: bool = False, removed_ok: tuple[str, ...] = ()) -> int:
     """Prints which configurations of folders ``a`` and ``b`` are bit-identical; non-zero if any is not.
     ``add_ok``: a metrics column that ``b``'s row has and ``a``'s lacks is listed, not counted as a difference (a
-    counter the newer code also writes in rows that had none)."""
+    counter the newer code also writes in rows that had none). ``removed_ok``: checkpoint entries (``learner.<name>``)
+    that ``a`` has and ``b`` lacks are listed, not counted (state the newer code no longer keeps)."""
     names = sorted({p.stem for p in a.glob("*.json")} | {p.stem for p in b.glob("*.json")})
     bad = 0
     print(f"{'configuration':34s} {'rows':>5s} {'metrics':>8s} {'tensors':>8s}  result")
@@ -248,15 +249,19 @@ def compare(a: Path, b: Path, add_ok: bool = False) -> int:
         # under Ray the driver's Python `random` state is also drawn by Ray itself (two runs of the same code differ):
         # the in-process records compare it
         ray = ra.get("workers") or rb.get("workers")
+        removed = []
         for k in sorted(set(ra["tensors"]) | set(rb["tensors"])):
             if k == "driver.python_rng" and ray:
                 continue
-            if ra["tensors"].get(k) != rb["tensors"].get(k):
+            if k in removed_ok and k in ra["tensors"] and k not in rb["tensors"]:
+                removed.append(k)
+            elif ra["tensors"].get(k) != rb["tensors"].get(k):
                 diffs.append(f"tensor {k} differs")
         ncols = len({k for r in ra["rows"] for k in r})
         print(f"{name:34s} {len(ra['rows']):5d} {ncols:8d} {len(ra['tensors']):8d}  "
               f"{'identical' if not diffs else 'DIFFERENT'}"
-              + (f" (B adds {', '.join(f'{k} in {n} rows' for k, n in added.items())})" if added else ""))
+              + (f" (B adds {', '.join(f'{k} in {n} rows' for k, n in added.items())})" if added else "")
+              + (f" (B no longer keeps {', '.join(removed)})" if removed else ""))
         for d in diffs[:8]:
             print(f"    {d}")
         bad += bool(diffs)
@@ -271,6 +276,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", nargs=2, type=Path)
     ap.add_argument("--allow-added-columns", action="store_true",
                     help="with --compare: metrics columns only B's rows have are listed, not differences")
+    ap.add_argument("--allow-removed-tensors", default="", metavar="ENTRY[,ENTRY]",
+                    help="with --compare: checkpoint entries (learner.<name>) only A has are listed, not differences")
     ap.add_argument("--workers", type=int, default=0, help="Ray rollout workers (0: in-process)")
     ap.add_argument("--learners", type=int, default=1,
                     help="learner ranks (with --workers; only the data-parallel algorithms' configurations run)")
@@ -280,7 +287,8 @@ def main(argv=None) -> int:
         print("\n".join(CONFIGS))
         return 0
     if args.compare:
-        return compare(*args.compare, add_ok=args.allow_added_columns)
+        return compare(*args.compare, add_ok=args.allow_added_columns,
+                       removed_ok=tuple(k for k in args.allow_removed_tensors.split(",") if k))
     if args.out is None:
         ap.error("--out DIR (or --compare A B, --list)")
     names = [n for n in args.only.split(",") if n] or list(CONFIGS)

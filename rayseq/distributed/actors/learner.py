@@ -181,7 +181,7 @@ class Learner:
         return self.algo.rollout_request(iteration, max_len, temperature, seed)
 
     def validate(self) -> dict:
-        """Validation-set reward handed to the algorithm (interpolation: keep or undo, anneal λ)."""
+        """Validation-set reward handed to the algorithm (``Algorithm.on_validation``)."""
         with self.strategy.compute():
             reward = self.task.validation_reward(self.state.generator, self.device)
         return self.algo.on_validation(self.state, reward)

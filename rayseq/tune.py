@@ -4,7 +4,7 @@ Run book
   python -m rayseq.tune tune_configs/counting_ppo_dynamic_search.yaml      # ASHA over α2 = β2 and the lr
   python -m rayseq.tune tune_configs/counting_compare_algos.yaml           # grid: 5 algorithms × 3 seeds
   python -m rayseq.tune tune_configs/counting_pbt.yaml                     # PBT over lr and α2 = β2
-  python -m rayseq.tune FILE.yaml search.num_samples=3 search.storage_path=/tmp/x train.algo.lr=1e-3
+  python -m rayseq.tune FILE.yaml search.num_samples=3 search.storage_path=/tmp/x train.iters=50 algo.lr=1e-3
   python -m rayseq.tune FILE.yaml search.param_space.algo.lr="{loguniform: [1.0e-4, 1.0e-3]}"
   python -m rayseq.tune FILE.yaml --print-spec                             # the resolved experiment, then exit
   python -m rayseq.tune FILE.yaml --resume                                 # continue after Ctrl-C / a crash
@@ -14,8 +14,9 @@ Run book
 
 The experiment file (see :mod:`rayseq.tuning.spec`) has ``train:`` (a run config, as for
 ``python -m rayseq.train --config``) and ``search:`` (param_space, metric, mode, num_samples, scheduler,
-...). Overrides name their section: ``train.algo.lr=1e-3``, ``search.num_samples=3``. A bad file or
-override stops with exit code 2 before Ray starts, naming the key.
+...). Overrides are run keys as ``python -m rayseq.train`` takes them (``train.iters=50``, ``algo.lr=1e-3``) or
+search keys (``search.num_samples=3``); the file's spelling of a run key, ``train.algo.lr=1e-3``, works too. A bad
+file or override stops with exit code 2 before Ray starts, naming the key.
 
 Outputs in ``<storage_path>/<name>/``: ``experiment.yaml`` (the resolved experiment), Tune's trial folders
 ``trial_<id>/`` (result.json, progress.csv, TensorBoard events, ``checkpoint_*/``), rayseq's run
@@ -49,10 +50,11 @@ SPEC_FILE = "experiment.yaml"
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m rayseq.tune", description="Search hyperparameters of rayseq runs with Ray Tune.",
-        epilog="Overrides: train.KEY=VALUE (the base run config) or search.KEY=VALUE, e.g. search.num_samples=3",
+        epilog="Overrides: run keys as rayseq.train takes them (train.iters=50 algo.lr=1e-3) or search.KEY=VALUE "
+               "(search.num_samples=3)",
     )
     p.add_argument("experiment", help="experiment YAML with train: and search: (tune_configs/*_search.yaml)")
-    p.add_argument("overrides", nargs="*", help="overrides section.key=value")
+    p.add_argument("overrides", nargs="*", help="overrides key=value: run keys, or search.KEY")
     p.add_argument("--resume", action="store_true", help="continue the experiment in <storage_path>/<name>")
     p.add_argument("--print-spec", action="store_true", help="print the resolved experiment and exit")
     return p.parse_args(argv)
@@ -301,7 +303,11 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     print(f"experiment {exp.name}: {exp.num_trials()} trials, metric {exp.search.metric} ({exp.search.mode}), "
           f"scheduler {exp.search.scheduler.name}; results in {exp.path}", flush=True)
-    with tensorboard_hint_at(exp.path):
+    from rayseq.distributed.runtime import dropping_log_messages
+
+    # on Ctrl-C Tune names its own way to continue (Tuner.restore(...) in Python); rayseq's command is the one
+    # printed below
+    with tensorboard_hint_at(exp.path), dropping_log_messages("ray.tune.tune", "Experiment has been interrupted"):
         grid = run_experiment(exp, resume=args.resume)
     if interrupted(grid):
         cmd = shlex.join(["python", "-m", "rayseq.tune", args.experiment, *args.overrides, "--resume"])

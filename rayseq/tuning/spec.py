@@ -403,6 +403,25 @@ class Experiment:
         return {"train": copy.deepcopy(self.train), "search": search}
 
 
+def experiment_key(key: str) -> str:
+    """Where a command-line override goes in the experiment. ``search.*`` is the search's; anything else is a run
+    key as ``python -m rayseq.train`` takes it (``train.iters``, ``algo.lr``, ``seed``), which goes under ``train:``,
+    the run config. The experiment file's own spelling, ``train.`` and a run key (``train.algo.lr``,
+    ``train.train.iters``), means the same. A key that is neither is a SpecError, with the search key it may be."""
+    if key.startswith("search."):
+        return key
+    rest = key.removeprefix("train.")
+    if key.startswith("train.") and (is_config_key(rest) or not is_config_key(key)):
+        return key  # the file's spelling; or no reading is a run key, and the run config names the bad one
+    sections = set(RunConfig.model_fields) | set(builtin_sections())
+    if is_config_key(key) or key.split(".")[0] in sections:
+        return "train." + key
+    search = set(SearchSpec.model_fields)
+    hint = f"; did you mean search.{key}?" if key.split(".")[0] in search else ""
+    raise SpecError(f"override {key}: neither a run-config key (python -m rayseq.train --print-config lists them) "
+                    f"nor a search key (search.num_samples, search.metric, ...){hint}")
+
+
 def _set_later(data: dict, key: str, value: Any) -> dict:
     """A trial's value of ``key``; a top-level ``algo.K`` also beats the base file's ``algo.<name>.K``."""
     if key.startswith("algo.") and key.count(".") == 1:
@@ -432,15 +451,14 @@ def _merge(data: dict, over: dict) -> dict:
 
 def load_experiment(path: str | Path | None, overrides: list[str] | None = None, data: dict | None = None
                     ) -> Experiment:
-    """Read (``path``, or ``data``), apply ``section.key=value`` overrides and validate everything."""
-    for item in overrides or []:
-        if not item.startswith(("train.", "search.")):
-            raise SpecError(f"override {item!r}: prefix the key with its section: train.{item} (the run config) "
-                            f"or search.{item}")
+    """Read (``path``, or ``data``), apply ``key=value`` overrides (:func:`experiment_key`) and validate
+    everything."""
+    overrides = [experiment_key(item.partition("=")[0]) + "=" + item.partition("=")[2] if "=" in item else item
+                 for item in overrides or []]
     try:
         if data is None:
             data = load_yaml(path)
-        over = parse_overrides(overrides or [])
+        over = parse_overrides(overrides)
     except ConfigError as exc:
         raise SpecError(str(exc)) from None
     data = _merge(data, over)

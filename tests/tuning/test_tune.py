@@ -74,6 +74,19 @@ def test_spec_overrides_ties_and_trial_configs(tmp_path):
     assert load_experiment(ROOT / "tune_configs/counting_compare_algos.yaml").num_trials() == 15
 
 
+def test_run_keys_are_taken_as_rayseq_train_takes_them(tmp_path):
+    """`python -m rayseq.tune FILE train.iters=10 algo.lr=1e-3` means the run keys a user types for
+    `python -m rayseq.train`; the file's own spelling (train. + the run key) means the same."""
+    f = tmp_path / "exp.yaml"
+    f.write_text(yaml.safe_dump(experiment(tmp_path / "out")))
+    typed = load_experiment(f, ["train.iters=10", "algo.lr=1e-3", "seed=4", "rollout.resources_per_worker.a=1"])
+    spelled = load_experiment(f, ["train.train.iters=10", "train.algo.lr=1e-3", "train.seed=4",
+                                  "train.rollout.resources_per_worker.a=1"])
+    assert typed.to_dict() == spelled.to_dict()
+    assert (typed.base.train.iters, typed.base.algo.lr, typed.base.seed) == (10, 1e-3, 4)
+    assert typed.base.rollout.resources_per_worker == {"a": 1.0}
+
+
 def test_a_trials_algo_value_beats_the_base_files_per_algorithm_value(tmp_path):
     """A searched algo.kl_coef reaches the trial even where the base config sets algo.grpo.kl_coef."""
     train = copy.deepcopy(TINY_TRAIN)
@@ -110,7 +123,8 @@ def test_experiment_files_validate(name):
         (["search.scheduler=hyperband"], "search.scheduler"),
         (["search.stop={steps: 3}"], "search.stop.steps"),
         (["train.algo.epsx=1"], "train: invalid config: algo.epsx: unknown key"),
-        (["algo.lr=1e-3"], "prefix the key with its section"),
+        (["num_samples=3"], "did you mean search.num_samples?"),
+        (["algo.epsx=1"], "train: invalid config: algo.epsx: unknown key"),
         (["search.scheduler={name: pbt, perturbation_interval: 4, hyperparam_mutations: "
           "{algo.lr: {grid: [1.0e-3]}}}"], "hyperparam_mutations.algo.lr: grid cannot be a mutation"),
         (["search.scheduler={name: pbt, perturbation_interval: 4, hyperparam_mutations: "
@@ -213,6 +227,7 @@ def test_asha_search_cli_interrupt_resume_and_export(tmp_path):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-3000:]  # one trial at a time: the others had not run
     assert "--resume" in err and not (exp_dir / "best.json").exists()
+    assert "Tuner.restore" not in out + err  # one way to continue: rayseq's command, not Tune's Python call
 
     r = run_cli(str(f), "--resume", timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]

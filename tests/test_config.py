@@ -392,6 +392,20 @@ def test_print_config_describes_every_key(overrides):
     assert all(f"  {k}: " in text for k in algo_fields)  # the algorithm's own keys too
 
 
+def test_print_config_shows_each_keys_bounds():
+    """A key's limits are printed beside its description (what a refused value would be told only at the run):
+    task.test_size's minimum, lora_dropout's two bounds."""
+    from rayseq.config import described_yaml
+
+    cfg = build_config(None, [])
+    lines = described_yaml(config_to_dict(cfg), cfg).splitlines()
+    above = {ln.strip().split(":")[0]: lines[i - 1] for i, ln in enumerate(lines) if not ln.lstrip().startswith("#")}
+    assert above["test_size"].endswith("(≥ 100)") and above["lora_dropout"].endswith("(≥ 0, < 1)")
+    assert above["val_size"].endswith("(≥ 1)") and "(" not in above["seed"]  # unbounded: nothing added
+    with pytest.raises(ConfigError, match="test_size"):
+        build_config(None, ["task.test_size=99"])
+
+
 def test_a_config_written_before_algorithms_declared_their_keys_resumes():
     """The algo: and task: sections of a run's config.yaml as rayseq d06dd24 wrote them (one AlgoConfig for every
     algorithm, keys filtered to the algorithm's): the same keys, in their old places, load into today's sections;

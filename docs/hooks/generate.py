@@ -158,13 +158,16 @@ def code_cell(text: str) -> str:
 def key_rows(prefix: str, model, values: dict) -> list[str]:
     from pydantic import BaseModel
 
+    from rayseq.config.overrides import value_range
+
     rows = ["| key | type | default | description |", "| --- | --- | --- | --- |"]
     for key, value in values.items():
         field = type(model).model_fields.get(key)
         if field is None or isinstance(getattr(model, key, None), BaseModel):  # a section: its own table
             continue
         dotted = f"{prefix}.{key}" if prefix else key
-        rows.append(f'| <a id="{dotted}"></a>`{dotted}` | {cell(type_name(field.annotation))} | '
+        kind = type_name(field.annotation) + (f", {bounds}" if (bounds := value_range(field)) else "")
+        rows.append(f'| <a id="{dotted}"></a>`{dotted}` | {cell(kind)} | '
                     f"{code_cell(flow(value))} | {cell(field.description or '')} |")
     return rows
 

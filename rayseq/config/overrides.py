@@ -84,6 +84,20 @@ def load_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
     return deep_merge(load_yaml(base_path, chain), data)
 
 
+def value_range(field) -> str:
+    """The bounds a field's value must keep (pydantic's ``ge``, ``gt``, ``le``, ``lt``), as ``≥ 100`` or
+    ``≥ 0, < 1``; empty when it has none. What ``--print-config`` and the configuration reference show beside the
+    description, so that a refused value's limit is found before it is refused."""
+    signs = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+    out = []
+    for item in getattr(field, "metadata", ()):
+        for name, sign in signs.items():
+            bound = getattr(item, name, None)
+            if isinstance(bound, (int, float)) and not isinstance(bound, bool):
+                out.append(f"{sign} {bound:g}" if isinstance(bound, float) else f"{sign} {bound}")
+    return ", ".join(out)
+
+
 def described_yaml(data: dict, cfg: BaseModel, width: int = 118) -> str:
     """``data`` (the config dict of ``cfg``, e.g. :func:`rayseq.config.config_to_dict`) as YAML with every key's
     description as a comment above it (``--print-config``); still a valid ``--config``."""
@@ -99,8 +113,12 @@ def described_yaml(data: dict, cfg: BaseModel, width: int = 118) -> str:
             return
         if field is not None and field.description:
             text = " ".join(field.description.split())
-            out.extend(textwrap.wrap(text, width - len(indent) - 2, initial_indent=f"{indent}# ",
-                                     subsequent_indent=f"{indent}# "))
+            lines = textwrap.wrap(text, width - len(indent) - 2, initial_indent=f"{indent}# ",
+                                  subsequent_indent=f"{indent}# ")
+            if bounds := value_range(field):  # kept whole: on the last line where it fits, else a line of its own
+                last = f"{lines[-1]} ({bounds})"
+                lines[-1:] = [last] if len(last) <= width else [lines[-1], f"{indent}# ({bounds})"]
+            out.extend(lines)
         flow = yaml.safe_dump(value, default_flow_style=True, width=10**6, allow_unicode=True)
         out.append(f"{indent}{key}: {flow.removesuffix(chr(10) + '...' + chr(10)).strip()}")
 

@@ -129,6 +129,11 @@ def test_the_config_reference_lists_every_key_print_config_prints(site):
                 assert cells[rid] == value, f"{label}: {key} is {value!r}, the reference says {cells[rid]!r}"
             checked += 1
     assert checked > 500  # every algorithm's and task's keys, not a handful
+    # a key's bounds beside its type, as --print-config prints them beside its description
+    rows = re.findall(r"<tr>(.*?)</tr>", html_of(site, "reference/config"), flags=re.S)
+    types = {re.search(r'id="([^"]+)"', r).group(1): text_of(re.findall(r"<td[^>]*>(.*?)</td>", r, flags=re.S)[1])
+             for r in rows if re.search(r'id="([^"]+)"', r)}
+    assert types["task.counting.test_size"] == "int, ≥ 100" and types["model.lora_dropout"] == "float, ≥ 0, < 1"
 
 
 def test_the_reference_pages_are_generated_from_the_code(site):

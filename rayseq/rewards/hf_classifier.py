@@ -12,7 +12,9 @@ kwargs:
                 a reward model) gives that output itself and ignores ``label``
     with_prompt classify the pair (prompt, reply) instead of the reply alone (a reward model of a reply to a prompt)
     batch_size  replies per forward pass (64)
-    max_length  tokens per input, truncated beyond (512)
+    max_length  tokens per input, truncated beyond; default (None) the classifier's positions (its config.json's
+                ``max_position_embeddings``, ``n_positions`` or ``n_ctx``), else 512. A value above the model's
+                positions is refused when the run is configured: the model has no position for the extra tokens
 
 Returns softmax(logits)[label] in [0, 1] per reply (or the single output); an empty reply is classified as one pad
 token. Math layer: torch, transformers.
@@ -24,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from rayseq.data.hf_text import context_length
 
 _LOADED: dict[tuple[str, str], tuple] = {}  # (path, device) -> (tokenizer, model), one per process
 
@@ -57,10 +61,11 @@ def _label_index(model, label) -> int:
 @torch.no_grad()
 def hf_classifier(prompts: list[str], replies: list[str], references: list[list[str]], *, path: str,
                   label: int | str = 1, with_prompt: bool = False, batch_size: int = 64,
-                  max_length: int = 512) -> np.ndarray:
+                  max_length: int | None = None) -> np.ndarray:
     """The classifier's probability of ``label`` for each reply (module docstring)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok, model = _load(path, device)
+    max_length = max_length or context_length(path) or DEFAULT_MAX_LENGTH
     single = model.config.num_labels == 1
     index = 0 if single else _label_index(model, label)
     out = []
@@ -75,13 +80,21 @@ def hf_classifier(prompts: list[str], replies: list[str], references: list[list[
                 enc["input_ids"].fill_(tok.pad_token_id if tok.pad_token_id is not None else 0)
             enc["attention_mask"][empty, 0] = 1
         enc = {k: v.to(device) for k, v in enc.items()}
-        logits = model(**enc).logits.float()
+        try:
+            logits = model(**enc).logits.float()
+        except (IndexError, RuntimeError) as exc:  # e.g. more tokens than the model has positions
+            raise ValueError(f"the classifier in {path} failed on {len(texts)} inputs of up to "
+                             f"{enc['input_ids'].shape[1]} tokens (max_length={max_length}): {exc}; a smaller "
+                             "max_length in the reward's kwargs may fit it") from None
         out.append((logits[:, 0] if single else torch.softmax(logits, -1)[:, index]).cpu().numpy())
     return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
 
 
+DEFAULT_MAX_LENGTH = 512  # tokens per input of a classifier whose config names no position limit
+
+
 def _check(path: str, label: int | str = 1, with_prompt: bool = False, batch_size: int = 64,
-           max_length: int = 512) -> None:
+           max_length: int | None = None) -> None:
     where = Path(str(path)).expanduser()
     if not where.is_dir():
         raise ValueError(f"path={path}: no such directory (a local Hugging Face sequence-classification model)")
@@ -89,9 +102,13 @@ def _check(path: str, label: int | str = 1, with_prompt: bool = False, batch_siz
         raise ValueError(f"path={path}: no config.json there (not a Hugging Face model directory)")
     if not isinstance(label, (int, str)) or isinstance(label, bool):
         raise ValueError(f"label must be a class index or name, got {label!r}")
-    for k, v in (("batch_size", batch_size), ("max_length", max_length)):
-        if not isinstance(v, int) or v < 1:
+    for k, v in (("batch_size", batch_size), ("max_length", 1 if max_length is None else max_length)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
+    positions = context_length(where)
+    if max_length is not None and positions is not None and max_length > positions:
+        raise ValueError(f"max_length={max_length}: the classifier in {path} reads {positions} positions; give "
+                         f"max_length <= {positions} in the reward's kwargs, or leave it out (its positions)")
 
 
 hf_classifier.check_kwargs = _check

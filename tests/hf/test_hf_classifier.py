@@ -45,6 +45,19 @@ def test_probability_of_the_label_batched(classifier_dir):
         hf_classifier(PROMPTS, REPLIES, refs, path=str(classifier_dir), label="happy")
 
 
+def test_inputs_are_cut_to_the_classifiers_positions(classifier_dir):
+    """A reply longer than the classifier's 128 positions is classified on its first 128 tokens by default (the
+    model has no position beyond; 512, the old default, raised IndexError deep in the model), as max_length=128
+    gives explicitly; a max_length above its positions is refused, naming the key."""
+    long = " ".join(["thanks a lot , really"] * 80)  # several hundred tokens
+    got = hf_classifier(["hi"], [long], [[]], path=str(classifier_dir))
+    assert got == pytest.approx(hf_classifier(["hi"], [long], [[]], path=str(classifier_dir), max_length=128))
+    assert 0 < got[0] < 1
+    with pytest.raises(ConfigError, match=r"max_length=512: the classifier in .* reads 128 positions"):
+        build_config(None, ["task.name=counting", "reward.fn=hf_classifier",
+                            f"reward.kwargs={{path: '{classifier_dir}', max_length: 512}}"])
+
+
 def test_config_checks_the_directory(corpus, classifier_dir, tmp_path):
     with pytest.raises(ConfigError, match="no such directory"):
         build_config(None, ["task.name=pairs", "reward.fn=hf_classifier", f"reward.kwargs={{path: {tmp_path}/x}}"])

@@ -37,6 +37,7 @@ import io
 import os
 import re
 import sys
+from pathlib import Path
 
 import torch
 
@@ -394,6 +395,30 @@ def verify_checkpoint(path: str) -> None:
     for file in recorded:
         if file != name:
             _read_verified(store, file, recorded)
+
+
+def check_base_model(ck: dict, where: str) -> None:
+    """The folders outside the run that a checkpoint's policy is rebuilt from — a Hugging Face policy's base model
+    (``model.path``: its config, and the weights LoRA adapters go on) and its tokenizer — are there from here:
+    FileNotFoundError naming the key and the path otherwise, before a server or an export starts. A run keeps them as
+    absolute paths (:mod:`rayseq.config.paths`); one written by an older rayseq kept them as given, relative to the
+    folder it ran in."""
+    model = (ck.get("config") or {}).get("model") or {}
+    vocab = (ck.get("task") or {}).get("vocab") or {}
+    needed = [("model.path", model.get("path"))] if model.get("arch") == "hf" else []
+    needed += [("task.hf_tokenizer", vocab.get("hf_tokenizer"))]
+    for key, path in needed:
+        if not path or "://" in str(path):
+            continue
+        folder = Path(path).expanduser()
+        if (folder / "config.json").is_file() if key == "model.path" else folder.is_dir():
+            continue
+        relative = not os.path.isabs(os.path.expanduser(str(path)))
+        raise FileNotFoundError(
+            f"{where} was trained from {path} ({key}), which is not there"
+            + (f" from {os.getcwd()}: the run kept the path as it was given; run this from the folder the run was "
+               "started in" if relative else ": the run reads it from there; put the model back, or run this where "
+               "it is"))
 
 
 def latest_good_checkpoint(location: str | os.PathLike) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from rayseq.checkpoint import EXPORT_FORMAT, load_checkpoint, resolve_checkpoint
+from rayseq.checkpoint import EXPORT_FORMAT, check_base_model, load_checkpoint, resolve_checkpoint
 from rayseq.config import ModelConfig
 from rayseq.data.hf_text import separator_chat_template
 from rayseq.data.preparation import DataError, write_atomically
@@ -97,6 +97,7 @@ def export_builtin(generator, ck: dict, out: Path) -> None:
 def export(checkpoint: str, out: str, *, lora: str = "merged", overwrite: bool = False) -> Path:
     """Export ``checkpoint`` (a run directory, a checkpoint file or a URI) into the folder ``out``; returns it."""
     ck = load_checkpoint(checkpoint, training_state=False)  # the weights, not the optimizers
+    check_base_model(ck, checkpoint)
     generator, vocab = policy_of(ck)
     out = Path(out).expanduser()
     hf = "hf_tokenizer" in ck["task"]["vocab"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from rayseq.config.base import ConfigError
 from rayseq.config.overrides import deep_merge, parse_overrides
+from rayseq.config.paths import absolute_paths
 from rayseq.config.schema import RunConfig, build_config, config_to_dict
 
 # What a resumed run (`python -m rayseq.train run_dir=DIR --resume KEY=VALUE ...`) may change: what its checkpoint
@@ -59,6 +60,8 @@ def resume_config(saved: dict, data: dict | None = None, overrides: list[str] | 
     if names:  # before building: the other algorithm's (task's) keys would not apply to the saved ones
         _refuse_on_resume(names)
     after = build_config(deep_merge(saved, data or {}), overrides)
+    # paths compared as the run keeps them (absolute): models/my-gpt2 given again is the saved /home/.../models/my-gpt2
+    before, after = absolute_paths(before), absolute_paths(after)
     old, new = _flat(config_to_dict(before)), _flat(config_to_dict(after))
     keys = [*old, *(k for k in new if k not in old)]
     changed = [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]

@@ -38,6 +38,7 @@ from rayseq.config.declared import (
     task_config_model,
 )
 from rayseq.config.overrides import deep_merge, parse_overrides
+from rayseq.config.paths import LOCAL_PATH, same_path
 
 ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry; traits live on the classes
 TASKS = tuple(registry.TASKS)
@@ -173,7 +174,8 @@ class ModelConfig(_Section):
     )
     path: str | None = Field(
         None, description="hf: a local Hugging Face model directory (config.json, weights, tokenizer), loaded with "
-        "local_files_only (never a download); its tokenizer replaces the task's vocabulary.",
+        "local_files_only (never a download); its tokenizer replaces the task's vocabulary. A run keeps it as an "
+        "absolute path.", json_schema_extra=LOCAL_PATH,
     )
     lora_r: int = Field(0, ge=0, description="hf: rank of LoRA adapters (peft) trained instead of the weights; 0 = "
                         "full fine-tuning. With adapters the KL reference is the model with them disabled.")
@@ -413,7 +415,7 @@ class TrainConfig(_Section):
     init_from: str | None = Field(
         None, description="Start the algorithm stage from this run's checkpoint (file, run dir or URI), skipping "
         "pretraining: compare algorithms from one pretrained start (the generator, and what the algorithm pretrains "
-        "itself when that run has it).",
+        "itself when that run has it).", json_schema_extra=LOCAL_PATH,
     )
     best_metric: str | None = Field(
         None, description="Keep the algorithm stage's best evaluation by this validation metric (val/*, e.g. "
@@ -568,7 +570,7 @@ class RunConfig(_Section):
                 raise ValueError(f"model.arch=hf replaces the task's vocabulary with the model's tokenizer; the "
                                  f"{self.task.name} task has its own (use a text task: pairs, chitchat, or a task "
                                  "class with hf_tokenizer in its fields)")
-            if self.task.hf_tokenizer != self.model.path:
+            if not same_path(self.task.hf_tokenizer, self.model.path):  # (a resumed run's is absolute)
                 raise ValueError(f"task.hf_tokenizer={self.task.hf_tokenizer}: with model.arch=hf the tokenizer is "
                                  f"the model's (model.path={self.model.path}); leave task.hf_tokenizer out")
         needing = self.reward.needing_references()

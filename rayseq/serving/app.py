@@ -274,7 +274,7 @@ def build_app(args: dict):
     batching (true), max_batch_size (32), batch_wait_timeout_s (0.005), max_ongoing_requests (64),
     api_key (default $RAYSEQ_API_KEY; none = open), device (cpu | cuda), num_gpus (0 per replica), engine (builtin |
     vllm: a Hugging Face checkpoint decoded by vLLM, rayseq.engines.vllm_engine), engine_kwargs (vllm.LLM's)."""
-    from rayseq.checkpoint import latest_good_checkpoint
+    from rayseq.checkpoint import check_base_model, select_checkpoint
     from rayseq.storage import is_uri
 
     known = {"checkpoint", "replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
@@ -290,7 +290,9 @@ def build_app(args: dict):
         )
     if not is_uri(checkpoint):
         checkpoint = str(Path(checkpoint).expanduser().absolute())  # replicas may run elsewhere
-    checkpoint = latest_good_checkpoint(checkpoint)  # fails here, with the path, if none loads (skips damaged ones)
+    # fails here, with the path, if none loads (skips damaged ones); and when the policy's base model is not there
+    checkpoint, head = select_checkpoint(checkpoint)
+    check_base_model(head, args.get("checkpoint") or os.environ.get("RAYSEQ_CHECKPOINT"))
     device = str(args.get("device", "cpu"))
     num_gpus = float(args.get("num_gpus", 1 if device == "cuda" else 0))
     deployment = ChatDeployment.options(

@@ -30,6 +30,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from rayseq.config.paths import LOCAL_PATH
 from rayseq.tasks.base import SPLIT_FIELDS, Task
 from rayseq.types import PromptBatch
 from rayseq.vocab import SPECIAL_TOKENS, Vocab
@@ -136,7 +137,8 @@ class OracleTask(Task):
     fields = {
         **SPLIT_FIELDS,
         "oracle_path": (str | None, Field(
-            None, description="Oracle: .npz with the oracle LSTM's arrays (SeqGAN's original); None = a random one.")),
+            None, description="Oracle: .npz with the oracle LSTM's arrays (SeqGAN's original); None = a random one.",
+            json_schema_extra=LOCAL_PATH)),
         "oracle_seed": (int, Field(0, description="Oracle: seed of the random N(0,1) oracle (when no oracle_path).")),
         "vocab_size": (int, Field(
             5000, ge=2, description="Oracle: vocabulary of a random oracle (a file sets its own).")),

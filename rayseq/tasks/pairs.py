@@ -61,6 +61,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from rayseq.config.paths import LOCAL_PATH
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.hf_text import HFVocab, context_length, retokenized
 from rayseq.data.preparation import DataError, PrepareOptions
@@ -79,7 +80,7 @@ class PairsTask(Task):
     fields = {
         "data": (str | None, Field(
             None, description="Pairs: a dataset prepared by `python -m rayseq.data prepare SOURCE --out DIR` "
-            "(chitchat: data/chitchat); the old name task.data_dir is read too.")),
+            "(chitchat: data/chitchat); the old name task.data_dir is read too.", json_schema_extra=LOCAL_PATH)),
         "source": (str | None, Field(
             None, description="Pairs: what task.prepare prepares into task.data, e.g. jsonl:pairs.jsonl (chitchat: "
             "chitchat, the chitchat-dataset corpus).")),
@@ -95,7 +96,8 @@ class PairsTask(Task):
         **SPLIT_FIELDS,
         "hf_tokenizer": (str | None, Field(
             None, description="Pairs: a local Hugging Face tokenizer directory whose tokens replace the prepared "
-            "vocabulary (the dataset's text is re-tokenised with it); set from model.path when model.arch=hf.")),
+            "vocabulary (the dataset's text is re-tokenised with it); set from model.path when model.arch=hf.",
+            json_schema_extra=LOCAL_PATH)),
     }
     has_reward, has_references = True, True  # BLEU-2 against each input's reference replies
     scored_remotely = True  # against all references of an input: worth the scorer actors

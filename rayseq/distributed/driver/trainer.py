@@ -41,6 +41,7 @@ from rayseq.checkpoint import (
     select_checkpoint,
 )
 from rayseq.config import RunConfig, config_to_dict
+from rayseq.config.paths import absolute_paths
 from rayseq.distributed.driver.best import BestKeeper, check_best_keys
 from rayseq.distributed.driver.progress import Progress, figures, progress_keys
 from rayseq.distributed.groups import ActorGroups
@@ -74,7 +75,8 @@ class Trainer:
     """
 
     def __init__(self, cfg: RunConfig, *, resume: bool = False, placement_group=None, report=None):
-        self.cfg = cfg
+        # its files named in full, as every actor, checkpoint and config.yaml then reads them (from any folder)
+        self.cfg = cfg = absolute_paths(cfg)
         self.store = RunStore(cfg.run_dir or default_run_dir(cfg))  # local path or pyarrow.fs URI
         self.run_dir = self.store.display()
         self.resume = resume

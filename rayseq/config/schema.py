@@ -37,6 +37,7 @@ from rayseq.config.declared import (
     resolve_task_section,
     task_config_model,
 )
+from rayseq.config.environment import transformers_problem
 from rayseq.config.overrides import deep_merge, parse_overrides
 from rayseq.config.paths import LOCAL_PATH, same_path
 
@@ -199,6 +200,8 @@ class ModelConfig(_Section):
         if v == "hf" and not _installed("transformers"):
             raise ValueError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]' (transformers, tokenizers, "
                              "safetensors, peft)")
+        if v == "hf" and (problem := transformers_problem()):
+            raise ValueError(f"model.arch=hf: {problem}")
         registry.model_class(v)  # ValueError naming what is wrong
         return v
 

@@ -38,25 +38,12 @@ from pathlib import Path
 import numpy as np
 
 from rayseq.data.dataset import DialogueData, RaggedRows, places_in_rows
+from rayseq.data.hf_files import load_tokenizer
 from rayseq.data.preparation import DataError
 from rayseq.data.text import detokenize
 from rayseq.vocab import Specials, decode_tokens
 
 log = logging.getLogger(__name__)
-
-
-def load_tokenizer(path: str):
-    """``AutoTokenizer.from_pretrained(path, local_files_only=True)``; a clear error when there is none."""
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise ImportError("a Hugging Face tokenizer needs the hf extra: pip install 'rayseq[hf]'") from None
-    if not Path(path).expanduser().is_dir():
-        raise FileNotFoundError(f"{path}: no such directory (a Hugging Face model or tokenizer directory)")
-    try:
-        return AutoTokenizer.from_pretrained(str(Path(path).expanduser()), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: no Hugging Face tokenizer could be loaded there ({exc})") from None
 
 
 class HFVocab:
@@ -68,10 +55,11 @@ class HFVocab:
         self.path = str(path)
         self.separator = separator  # a separator token between prompt and reply (module docstring)
         self.tokenizer = tok = load_tokenizer(self.path)
+        # DataError: what the command lines print as one line (the tokenizer is the run's vocabulary)
         if tok.eos_token_id is None:
-            raise ValueError(f"{path}: the tokenizer has no end token (eos_token); replies need one")
+            raise DataError(f"{path}: the tokenizer has no end token (eos_token); replies need one")
         if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
-            raise ValueError(f"{path}: the tokenizer needs a pad token other than its end token {tok.eos_token!r} "
+            raise DataError(f"{path}: the tokenizer needs a pad token other than its end token {tok.eos_token!r} "
                              "(rayseq pads replies after their end); add one (tokenizer.add_special_tokens("
                              "{'pad_token': '<pad>'}), model.resize_token_embeddings(len(tokenizer))) and save both")
         bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
@@ -192,22 +180,6 @@ def retokenized(data: DialogueData, vocab: HFVocab, folder, context: int | None 
 
 def _fitted(ids: dict[str, np.ndarray], context: int | None, where: str) -> dict[str, np.ndarray]:
     return ids if context is None else fit_context(ids, context, where)
-
-
-def context_length(path) -> int | None:
-    """The positions of the Hugging Face model in ``path`` (its config.json's ``max_position_embeddings``,
-    ``n_positions`` or ``n_ctx``); None for a tokenizer without a model config, or a model without such a limit."""
-    import json
-
-    config = Path(path).expanduser() / "config.json"
-    try:
-        spec = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
-        if isinstance(spec.get(key), int) and spec[key] > 0:
-            return int(spec[key])
-    return None
 
 
 def fit_context(ids: dict[str, np.ndarray], context: int, where: str = "task.data") -> dict[str, np.ndarray]:

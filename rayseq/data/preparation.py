@@ -82,6 +82,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
+from rayseq.data.errors import DataError
 from rayseq.data.subword import BPEVocab, train_bpe
 from rayseq.data.text import tokenize
 from rayseq.vocab import SPECIAL_TOKENS, Vocab
@@ -111,10 +112,6 @@ SCHEMA = pa.schema(
     ]
 )
 _CORNELL_SEP = " +++$+++ "
-
-
-class DataError(ValueError):
-    """Bad input data, options or output directory; names the file and the 1-based line where it can."""
 
 
 @dataclass(frozen=True)

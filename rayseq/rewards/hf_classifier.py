@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rayseq.data.hf_text import context_length
+from rayseq.data.hf_files import context_length
 
 _LOADED: dict[tuple[str, str], tuple] = {}  # (path, device) -> (tokenizer, model), one per process
 

@@ -63,7 +63,8 @@ from pydantic import Field
 
 from rayseq.config.paths import LOCAL_PATH
 from rayseq.data.dataset import DialogueData, encode_text
-from rayseq.data.hf_text import HFVocab, context_length, retokenized
+from rayseq.data.hf_files import context_length
+from rayseq.data.hf_text import HFVocab, retokenized
 from rayseq.data.preparation import DataError, PrepareOptions
 from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids, detokenize

@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the prompt column of jsonl/parquet/csv/hf rows (default: prompt, or input)")
     q.add_argument("--reply-column", default=None, metavar="NAME",
                    help="the reply column (default: reply, or completion); rows without one are prompt-only")
+    q.add_argument("--fit-model", default=None, metavar="DIR",
+                   help="a Hugging Face model folder the data is for: replies longer than half its positions (in its "
+                        "tokens) are dropped, so that a run with model.path=DIR takes the data")
     q.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     q.add_argument("--quiet", action="store_true", help="no progress bars")
     return p

@@ -160,12 +160,13 @@ def retokenized(data: DialogueData, vocab: HFVocab, folder, context: int | None 
     path = Path(folder).expanduser() / RETOKENIZED / f"{_cache_key(folder, vocab)}.npz"
     try:
         with np.load(path) as stored:
-            return _with_ids(data, vocab, _fitted({k: stored[k] for k in stored.files}, context, where))
+            return _with_ids(data, vocab, _fitted({k: stored[k] for k in stored.files}, context, where,
+                                                  fit_command(data, vocab)))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError) as exc:  # a damaged file: encoded again, and replaced
         log.warning("%s: unreadable (%s); encoding the dataset again", path, exc)
-    ids = _encoded_ids(data, vocab)
+    ids = _encoded_ids(data, vocab, context, where)
     try:
         path.parent.mkdir(exist_ok=True)
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
@@ -175,25 +176,39 @@ def retokenized(data: DialogueData, vocab: HFVocab, folder, context: int | None 
         if str(folder) not in _UNCACHED:
             _UNCACHED.add(str(folder))
             log.info("%s: cannot keep the re-tokenised dataset there (%s); each process encodes it", folder, exc)
-    return _with_ids(data, vocab, _fitted(ids, context, where))
+    return _with_ids(data, vocab, _fitted(ids, context, where, fit_command(data, vocab)))
 
 
-def _fitted(ids: dict[str, np.ndarray], context: int | None, where: str) -> dict[str, np.ndarray]:
-    return ids if context is None else fit_context(ids, context, where)
+def _fitted(ids: dict[str, np.ndarray], context: int | None, where: str, fix: str) -> dict[str, np.ndarray]:
+    return ids if context is None else fit_context(ids, context, where, fix)
 
 
-def fit_context(ids: dict[str, np.ndarray], context: int, where: str = "task.data") -> dict[str, np.ndarray]:
+def fit_command(data: DialogueData, vocab: HFVocab) -> str:
+    """The command that prepares ``data``'s source again for the model whose tokenizer ``vocab`` is."""
+    source = data.manifest.get("source") or "SOURCE"
+    return f"python -m rayseq.data prepare {source} --out DIR --fit-model {vocab.path}"
+
+
+def check_room(reply_tokens: int, context: int, where: str, fix: str = "") -> None:
+    """A reply of ``reply_tokens`` (the longest, or one of the longest) beside the separator and its end token must
+    leave a model of ``context`` positions room for a prompt: DataError naming the lengths and ``fix`` otherwise."""
+    if context - (reply_tokens + 2) < 1:
+        raise DataError(f"{where}: a reply is {reply_tokens} tokens in this tokenizer, and the model reads {context} "
+                        "positions, leaving no room for a prompt; prepare the data for the model: "
+                        + (fix or "python -m rayseq.data prepare SOURCE --out DIR --fit-model MODEL_DIR")
+                        + " (it drops the replies that do not fit)")
+
+
+def fit_context(ids: dict[str, np.ndarray], context: int, where: str = "task.data", fix: str = ""
+                ) -> dict[str, np.ndarray]:
     """The encoded ids of :func:`_encoded_ids` fitted to a model of ``context`` positions: an input, the separator
     and a reply with its end token are at most ``context`` tokens, so inputs keep their LAST ``context − max_tgt − 2``
     tokens (as every input is truncated); the count of inputs cut is logged. Cut while the rows are unpadded: no
     array is ever as wide as the longest input. A reply that leaves no room for an input is an error naming the
-    lengths."""
+    lengths (:func:`check_room`)."""
     max_tgt = int(ids["max_tgt"])
+    check_room(max_tgt, context, where, fix)
     room = context - (max_tgt + 2)  # the reply, its end token and the separator
-    if room < 1:
-        raise DataError(f"{where}: the longest reply is {max_tgt} tokens in this tokenizer, and the model reads "
-                        f"{context} positions, leaving no room for a prompt; prepare the data with a smaller "
-                        "--max-tgt-len (replies over it are dropped)")
     if int(ids["max_src"]) <= room:
         return ids
     out, cut = dict(ids, max_src=np.int64(room)), 0
@@ -233,10 +248,13 @@ def _cache_key(folder, vocab: HFVocab) -> str:
     return h.hexdigest()[:24]
 
 
-def _encoded_ids(data: DialogueData, vocab: HFVocab) -> dict[str, np.ndarray]:
+def _encoded_ids(data: DialogueData, vocab: HFVocab, context: int | None = None, where: str = "task.data"
+                 ) -> dict[str, np.ndarray]:
     """Every split's inputs and replies encoded by ``vocab`` (:func:`retokenize`), unpadded: ``<split>/src_ids`` (the
     rows' ids concatenated, int32) and ``<split>/src_len`` (n,), the same for ``tgt``, and the caps ``max_src``,
-    ``max_tgt`` (what :func:`_with_ids` pads to)."""
+    ``max_tgt`` (what :func:`_with_ids` pads to). With the model's positions ``context``, the replies are encoded
+    first — the longest by characters first of all — and a reply too long to leave a prompt room is refused
+    (:func:`check_room`) before the inputs, the larger part, are encoded."""
     kind = data.tokenizer.get("kind", "words")
 
     def text(written, tokens: str) -> str:
@@ -250,15 +268,25 @@ def _encoded_ids(data: DialogueData, vocab: HFVocab) -> dict[str, np.ndarray]:
         return [np.zeros(0, dtype=np.int64) if empty is not None and empty[i] else
                 o if len(o) else np.array([vocab.specials.unk], dtype=np.int64) for i, o in enumerate(out)]
 
+    reply_texts = {}
+    for name, s in data.splits.items():
+        replies = s.replies if s.replies is not None else [None] * len(s)
+        reply_texts[name] = [text(r, t) for r, t in zip(replies, s.tgt_text)]
+    fix = fit_command(data, vocab)
+    if context is not None:  # the replies with the most characters: nearly always those with the most tokens
+        longest = sorted((t for name, texts in reply_texts.items() for t, n in
+                          zip(texts, data.splits[name].tgt_len.tolist()) if n), key=len, reverse=True)[:256]
+        check_room(max((len(x) for x in encode(longest)), default=0), context, where, fix)
+    tgt = {name: encode(texts, empty=(data.splits[name].tgt_len == 0).tolist()) for name, texts in reply_texts.items()}
+    # the longest reply; a prompt-only dataset has none: its prepared cap (--max-tgt-len), in this tokenizer's tokens
+    max_tgt = max((len(x) for rows in tgt.values() for x in rows), default=0) or data.max_tgt_len
+    if context is not None:
+        check_room(max_tgt, context, where, fix)
     encoded = {}
     for name, s in data.splits.items():
         prompts = s.prompts if s.prompts is not None else [None] * len(s)
-        replies = s.replies if s.replies is not None else [None] * len(s)
-        encoded[name] = (encode([text(p, t) for p, t in zip(prompts, s.src_text)]),
-                         encode([text(r, t) for r, t in zip(replies, s.tgt_text)], empty=(s.tgt_len == 0).tolist()))
+        encoded[name] = (encode([text(p, t) for p, t in zip(prompts, s.src_text)]), tgt[name])
     max_src = max(len(x) for src, _ in encoded.values() for x in src)
-    # the longest reply; a prompt-only dataset has none: its prepared cap (--max-tgt-len), in this tokenizer's tokens
-    max_tgt = max((len(x) for _, tgt in encoded.values() for x in tgt), default=0) or data.max_tgt_len
 
     out = {"max_src": np.int64(max_src), "max_tgt": np.int64(max_tgt)}
     for name in data.splits:

@@ -83,6 +83,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from rayseq.data.errors import DataError
+from rayseq.data.hf_files import context_length, load_tokenizer
 from rayseq.data.subword import BPEVocab, train_bpe
 from rayseq.data.text import tokenize
 from rayseq.vocab import SPECIAL_TOKENS, Vocab
@@ -150,6 +151,10 @@ class PrepareOptions:
     """the prompt column of jsonl/parquet/csv/hf rows (default: ``prompt``, or ``input``)"""
     reply_column: str | None = None
     """the reply column of jsonl/parquet/csv/hf rows (default: ``reply``, or ``completion``)"""
+    fit_model: str | None = None
+    """a local Hugging Face model folder the data is for (``model.arch=hf model.path=DIR``): replies are measured in
+    its tokenizer too, and one that leaves less than half of the model's positions for its prompt is dropped
+    (:func:`fit_to_model`), so that a run with that model never refuses the data"""
     overwrite: bool = False
     """replace a non-empty output directory (atomically)"""
     quiet: bool = False
@@ -571,6 +576,40 @@ def tokenize_pairs(raw: list[RawPair], opts: PrepareOptions) -> tuple[list[Pair]
     return pairs, dropped, truncated
 
 
+def model_reply_cap(path: str) -> tuple[object, int, int]:
+    """(tokenizer, positions, the longest reply in its tokens) of the model folder ``path`` for ``--fit-model``: a
+    reply, its end token and the separator take at most half of the positions, the prompt the rest (the run keeps
+    a longer prompt's last tokens). DataError when the folder names no positions (a tokenizer alone)."""
+    tokenizer = load_tokenizer(path)
+    positions = context_length(path)
+    if positions is None:
+        raise DataError(f"--fit-model {path}: its config.json names no positions (max_position_embeddings, "
+                        "n_positions or n_ctx); give the model's folder, or prepare without --fit-model")
+    cap = positions // 2 - 2
+    if cap < 1:
+        raise DataError(f"--fit-model {path}: {positions} positions leave no room for a reply")
+    return tokenizer, positions, cap
+
+
+def fit_to_model(pairs: list[Pair], opts: PrepareOptions, tokenizer, positions: int, cap: int
+                 ) -> tuple[list[Pair], int, dict]:
+    """``pairs`` without those whose reply (as written: what a run with the model encodes) is longer than ``cap`` of
+    ``tokenizer``'s tokens; the count dropped; and what the manifest records (``fit_model``). A prompt-only dataset's
+    replies are sampled up to ``max_tgt_len`` of the model's tokens, which must leave room for a prompt."""
+    replies = [i for i, p in enumerate(pairs) if p.tgt]
+    record = {"path": str(Path(opts.fit_model).expanduser().resolve()), "positions": positions,
+              "max_reply_tokens": cap}
+    if not replies:
+        if opts.max_tgt_len + 2 >= positions:
+            raise DataError(f"--max-tgt-len {opts.max_tgt_len}: completions of that many tokens leave no room for a "
+                            f"prompt in the {positions} positions of {opts.fit_model}; give at most {cap}")
+        return pairs, 0, {**record, "max_reply_tokens": opts.max_tgt_len}
+    texts = [pairs[i].raw.reply if pairs[i].raw is not None else " ".join(pairs[i].tgt) for i in replies]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    too_long = {i for i, n in zip(replies, lengths) if n > cap}
+    return [p for i, p in enumerate(pairs) if i not in too_long], len(too_long), record
+
+
 def split_sizes(n: int, valid_frac: float, test_frac: float) -> tuple[int, int]:
     """(valid, test) conversation counts: round(n * frac), at least 1 when frac > 0 and n >= 3,
     leaving train at least one conversation."""
@@ -813,8 +852,11 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
     opts = opts or PrepareOptions()
     out = Path(out).expanduser()
     _check_out(out, opts.overwrite)  # fail before the slow part
+    fit = model_reply_cap(opts.fit_model) if opts.fit_model else None  # a bad folder fails before the slow part
     raw, files, malformed = load_source(source, opts)
     pairs, dropped, truncated = tokenize_pairs(raw, opts)
+    if fit is not None:
+        pairs, dropped["reply_too_long_for_model"], fit = fit_to_model(pairs, opts, *fit)
     if malformed:
         dropped["malformed_entries"] = malformed
     if not pairs:
@@ -871,6 +913,7 @@ def prepare(source: str, out: str | os.PathLike, opts: PrepareOptions | None = N
         "dropped": dropped,
         "truncated": truncated,
         "vocab": {"size": len(vocab), "unk_rate_train": counts["train"]["unk_rate"]},
+        **({"fit_model": fit} if fit is not None else {}),
         "shards": {},
     }
 

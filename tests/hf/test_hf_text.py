@@ -139,5 +139,43 @@ def test_inputs_fitted_to_the_models_positions_keep_their_last_tokens(caplog):
     cut = sum(len(x) > 20 for r in rows.values() for x in r)
     assert cut and f"task.data=D: {cut} input(s) longer than the model's 28 positions" in caplog.text
     assert fit_context(ids, 47, "task.data=D") is ids  # 39 input tokens fit
-    with pytest.raises(DataError, match="the longest reply is 6 tokens .* reads 8 positions, leaving no room"):
+    with pytest.raises(DataError, match="a reply is 6 tokens .* reads 8 positions, leaving no room .* --fit-model"):
         fit_context(ids, 8, "task.data=D")
+
+
+def test_data_prepared_for_a_model_fits_it_and_other_data_is_refused_before_its_inputs_are_encoded(hf_dir, tmp_path,
+                                                                                                   monkeypatch):
+    """`prepare --fit-model DIR` drops the replies longer than half the model's positions in its tokens (here the tiny
+    GPT-2's 128: 62 tokens), so a run with that model takes the data; data prepared without it, whose longest reply
+    leaves no room for a prompt, is refused once the replies are encoded, before the inputs are, and nothing is
+    written (the longest ones by characters are encoded first)."""
+    import json
+
+    from rayseq.data.dataset import DataError, DialogueData
+    from rayseq.data.hf_text import RETOKENIZED, retokenized
+    from rayseq.data.preparation import PrepareOptions, prepare
+
+    long = " ".join(["supercalifragilistic"] * 12)  # 12 words, over 62 of the tiny tokenizer's tokens
+    rows = [{"prompt": f"question {i} ?", "reply": "fine , thanks" if i % 10 else long} for i in range(200)]
+    source = tmp_path / "long.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    opts = dict(quiet=True, max_tgt_len=40, valid_frac=0.1, test_frac=0.1)
+    plain = tmp_path / "plain"
+    prepare(f"jsonl:{source}", plain, PrepareOptions(**opts))
+    fitted = tmp_path / "fitted"
+    m = prepare(f"jsonl:{source}", fitted, PrepareOptions(**opts, fit_model=str(hf_dir)))
+    assert m["dropped"]["reply_too_long_for_model"] == 20
+    assert m["fit_model"] == {"path": str(hf_dir.resolve()), "positions": 128, "max_reply_tokens": 62}
+
+    vocab = HFVocab(str(hf_dir))
+    data = retokenized(DialogueData.load(fitted), vocab, fitted, 128)
+    assert data.max_tgt_len <= 62
+
+    encoded: list[int] = []
+    real = HFVocab.encode_text
+    monkeypatch.setattr(HFVocab, "encode_text", lambda self, t, n: encoded.append(1) or real(self, t, n))
+    with pytest.raises(DataError, match=r"a reply is \d+ tokens .* 128 positions.* prepare the data for the model: "
+                                        rf"python -m rayseq.data prepare jsonl:{source} --out DIR --fit-model"):
+        retokenized(DialogueData.load(plain), vocab, plain, 128)
+    assert len(encoded) <= 256  # the longest replies only: neither the other replies nor any input
+    assert not (plain / RETOKENIZED).exists() or not list((plain / RETOKENIZED).iterdir())

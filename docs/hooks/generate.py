@@ -43,6 +43,7 @@ CLIS = (  # (title, module, argv for --help)
     ("python -m rayseq.export (rayseq-export)", "rayseq.export", ["--help"]),
     ("python -m rayseq.data (rayseq-data)", "rayseq.data", ["--help"]),
     ("python -m rayseq.data prepare", "rayseq.data", ["prepare", "--help"]),
+    ("python -m rayseq.data tiny-model", "rayseq.data", ["tiny-model", "--help"]),
 )
 MARKER = re.compile(r"<!--\s*rayseq:(algo|task)-keys\s+([\w.:]+)\s*-->")
 

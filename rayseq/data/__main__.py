@@ -1,4 +1,5 @@
-"""Prepare dialogue corpora for the chit-chat chatbot: Parquet shards, vocabulary, split manifest.
+"""Prepare dialogue corpora for the chit-chat chatbot: Parquet shards, vocabulary, split manifest; and tiny local
+Hugging Face models to try model.arch=hf with.
 
 Run book (times on the 2-core project machine):
 
@@ -25,6 +26,13 @@ Run book (times on the 2-core project machine):
     python -m rayseq.data prepare hf:my_dataset --out data/math --prompt-column question --reply-column answer
     # longer context: the previous 2 utterances, the last 40 tokens of them
     python -m rayseq.data prepare chitchat --out data/chitchat-k2 --context-turns 2 --max-src-len 40
+    # data for a Hugging Face model: replies longer than half its positions (in its tokens) dropped
+    python -m rayseq.data prepare chitchat --out data/chitchat-gpt2 --fit-model models/my-gpt2
+
+    # a tiny GPT-2 (random weights, 128 positions) with a BPE tokenizer trained on a prepared dataset's training
+    # split, and a tiny sequence classifier with two labels: model.arch=hf and reward.fn=hf_classifier offline, ~5 s
+    python -m rayseq.data tiny-model data/chitchat --out models/my-gpt2
+    python -m rayseq.data tiny-model data/chitchat --out models/my-sentiment --labels NEGATIVE,POSITIVE
 
 The output (vocab.json, manifest.json, {train,valid,test}/part-00000.parquet) is read back with
 ``rayseq.data.DialogueData.load(DIR)``; manifest.json has the counts, drops and <unk> rate. valid and
@@ -79,14 +87,66 @@ def _parser() -> argparse.ArgumentParser:
                         "tokens) are dropped, so that a run with model.path=DIR takes the data")
     q.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     q.add_argument("--quiet", action="store_true", help="no progress bars")
+    t = sub.add_parser("tiny-model", help="a tiny Hugging Face GPT-2 (or, with --labels, a sequence classifier) with a "
+                                          "tokenizer trained on a prepared dataset")
+    t.add_argument("data", metavar="DATA", help="a prepared dataset (python -m rayseq.data prepare ... --out DATA)")
+    t.add_argument("--out", required=True, metavar="DIR", help="output folder, as save_pretrained writes it")
+    t.add_argument("--labels", default=None, metavar="A,B",
+                   help="a sequence classifier with these classes (reward.fn=hf_classifier) instead of a causal LM")
+    t.add_argument("--vocab-size", type=int, default=400, help="tokenizer pieces, <pad> <bos> <eos> <unk> included")
+    t.add_argument("--positions", type=int, default=128, help="the longest sequence the model reads")
+    t.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    t.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     return p
+
+
+def tiny_model(args: dict) -> str:
+    """``tiny-model``: the model folder written (:mod:`rayseq.models.tiny_hf`), described in one line."""
+    from pathlib import Path
+
+    from transformers.utils import logging as hf_logging
+
+    from rayseq.data.dataset import DialogueData
+    from rayseq.data.preparation import _check_out, write_atomically
+    from rayseq.models.tiny_hf import make_tiny_classifier, make_tiny_lm, train_tokenizer
+
+    labels = [x.strip() for x in args["labels"].split(",")] if args["labels"] else None
+    if labels is not None and (len(labels) < 2 or not all(labels) or len(set(labels)) != len(labels)):
+        raise DataError(f"--labels {args['labels']}: two or more different class names, comma-separated")
+    out = Path(args["out"]).expanduser()
+    _check_out(out, args["overwrite"])  # before the work
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar for a 0.1 M-parameter model
+    split = DialogueData.load(args["data"]).splits["train"]
+    texts = []  # prompts and replies as written (a conversation's messages' contents), else as prepared
+    for prompt, src in zip(split.prompts or [None] * len(split), split.src_text):
+        texts += [m["content"] for m in prompt] if isinstance(prompt, list) else [prompt or src]
+    texts += [r for r in split.replies or split.tgt_text if r]
+
+    def write(tmp: Path) -> None:
+        if labels is None:
+            make_tiny_lm(tmp, texts, vocab_size=args["vocab_size"], positions=args["positions"], seed=args["seed"])
+        else:
+            make_tiny_classifier(tmp, train_tokenizer(texts, args["vocab_size"]), labels=labels,
+                                 positions=args["positions"], seed=args["seed"])
+
+    write_atomically(out, args["overwrite"], write)
+    kind = f"sequence classifier ({', '.join(labels)})" if labels else "causal LM"
+    return (f"a tiny GPT-2 {kind}, {args['positions']} positions, random weights, its tokenizer trained on "
+            f"{len(texts)} texts of {args['data']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(_parser().parse_args(argv))
-    args.pop("command")
-    source, out = args.pop("source"), args.pop("out")
     t0 = time.perf_counter()
+    if args.pop("command") == "tiny-model":
+        try:
+            what = tiny_model(args)
+        except (DataError, OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{args['out']}: {what}, in {time.perf_counter() - t0:.1f} s")
+        return 0
+    source, out = args.pop("source"), args.pop("out")
     try:
         m = prepare(source, out, PrepareOptions(**args))
     except (DataError, OSError) as e:

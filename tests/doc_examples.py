@@ -40,6 +40,29 @@ def commands(code: str) -> list[list[str]]:
     return out
 
 
+def listed_files(text: str, heading: str) -> list[str]:
+    """The file names the table of section ``heading`` lists: every backticked name in its first column (its header
+    row left out)."""
+    rows = [line for line in section(text, heading).splitlines() if line.startswith("|")]
+    return [name for row in rows[2:] for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
+
+
+def names_file(name: str, rel: str) -> bool:
+    """Whether a listed name stands for the file ``rel`` (a path relative to the listing's folder): ``N`` and
+    ``<iteration>`` stand for a checkpoint's 8-digit iteration, and a name ending in ``/`` for every file under it."""
+    pattern = re.escape(name.replace("<iteration>", "N")).replace("ckpt_N", r"ckpt_\d{8}")
+    return re.fullmatch(pattern + (".+" if name.endswith("/") else ""), rel) is not None
+
+
+def table_rows(output: str) -> list[str]:
+    """The row labels of the figures table a run prints (or a page shows): the first column of the lines between
+    its ``---`` rule and the ``run dir:`` line."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("---"))
+    stop = next(i for i, line in enumerate(lines) if line.startswith("run dir:") and i > start)
+    return [re.split(r"\s{2,}", line)[0] for line in lines[start + 1 : stop]]
+
+
 def own_data_example(root: Path = ROOT) -> dict:
     """docs/guides/own-data.md: its files (``examples/polite/``: ``pairs.jsonl``, whose first lines the page shows,
     and ``my_reward.py``, shown whole) and its two commands as argument lists (``local``: python -m rayseq.train ...;

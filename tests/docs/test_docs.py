@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_examples import ROOT, code_blocks, commands, page
+from tests.doc_examples import ROOT, code_blocks, commands, listed_files, names_file, page, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -279,7 +279,22 @@ def test_the_getting_started_tiny_run_trains_and_prints_its_table(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert "MLE (pretrained)" in r.stdout and "precision (greedy)" in r.stdout
-    assert (tmp_path / "tiny" / "summary.json").is_file() and (tmp_path / "tiny" / "metrics.parquet").is_file()
+    # the first run's table, as the page shows it, has the rows this run of the same task and algorithm prints
+    for rel in ("docs/getting-started.md", "README.md"):
+        shown = next(b for lang, b in code_blocks(page(rel)) if "MLE (pretrained)" in b)
+        assert table_rows(shown) == table_rows(r.stdout), rel
+    # the files the pages list are the files the run wrote, by name
+    run = tmp_path / "tiny"
+    files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    listed = listed_files(page("docs/getting-started.md"), "## What a run leaves")
+    assert [f for f in files if not any(names_file(n, f) for n in listed)] == []
+    assert [n for n in listed if not any(names_file(n, f) for f in files)] == []
+    ckpt = [f.removeprefix("checkpoints/") for f in files if f.startswith("checkpoints/")]
+    listed = listed_files(page("docs/guides/failures.md"), "## What a checkpoint is, and who writes it")
+    assert [f for f in ckpt if not any(names_file(n, f) for n in listed)] == []
+    # what an HF policy and a sharded learner write instead: their own tests' run directories
+    assert {n for n in listed if not any(names_file(n, f) for f in ckpt)} == {"ckpt_N.safetensors",
+                                                                            "ckpt_N.learner/dcp/"}
 
 
 def test_the_readme_reward_function_scores_as_it_says():

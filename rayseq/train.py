@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -149,6 +150,8 @@ TABLE_ROWS = (
     ("self_bleu2", "Self-BLEU-2"),
     ("reply_len", "mean reply length"),
 )
+# what a figure the table shows as n/a (NaN) means, said on its row
+NOT_AVAILABLE = {"bleu2": "n/a: the data has no reference replies"}
 
 
 def format_table(summary: dict) -> str:
@@ -167,7 +170,10 @@ def format_table(summary: dict) -> str:
         keys += [(k, f"{where}reward: {k.rsplit('/', 1)[1]}") for k in fin if k.startswith(f"{split}/reward/")]
     for key, label in keys:
         if key in fin:
-            rows.append((label, *(f"{c[key]:.4f}" if key in c else "-" for c in cols)))
+            cells = ["-" if key not in c else "n/a" if math.isnan(c[key]) else f"{c[key]:.4f}" for c in cols]
+            if "n/a" in cells and (why := NOT_AVAILABLE.get(key.split("/", 1)[1])):
+                label = f"{label} ({why})"
+            rows.append((label, *cells))
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols) + 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -317,3 +317,17 @@ def test_a_run_without_pretraining_reports_its_start(tmp_path, capsys):
     assert precision.startswith("precision (greedy)") and "-" not in precision.split()[2:]
     pre = summary["pretrain_metrics"]["test/precision"]
     assert precision.split()[2] == f"{pre:.4f}"  # the start's own figure, beside the final one
+
+
+def test_the_table_says_why_a_figure_is_not_available():
+    """Prompt-only data has no references: its BLEU-2 is NaN in the metrics, and the table says why on the row."""
+    from rayseq.train import format_table
+
+    nan = float("nan")
+    summary = {"pretrain_metrics": {"test/bleu2": nan, "test/distinct1": 0.25},
+               "metrics": {"test/bleu2": nan, "test/distinct1": 0.5, "test/reward": 1.0}, "algo": "grpo",
+               "pretrained": False, "run_dir": "runs/x", "wall_s": 3.0}
+    rows = {line.split("  ")[0]: line.split() for line in format_table(summary).splitlines()}
+    assert rows["BLEU-2 (n/a: the data has no reference replies)"][-2:] == ["n/a", "n/a"]
+    assert rows["distinct-1"][-2:] == ["0.2500", "0.5000"] and rows["reward (sampled replies)"][-2:] == ["-", "1.0000"]
+    assert "nan" not in format_table(summary)

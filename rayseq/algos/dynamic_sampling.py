@@ -17,7 +17,9 @@ buffer holds the training batch. Here (``algo.dynamic_sampling=true``):
    update trains on the groups kept** (a smaller batch; ``group/kept_groups`` says how many); when no group at all
    had distinct rewards, the iteration makes no update (there is no gradient to take; the weights, the optimizer
    and the learner's version stay as they are; ``group/kept_groups`` = 0). veRL raises an error at its cap and
-   SkyRL stops training; a rayseq run goes on and logs it.
+   SkyRL stops training; a rayseq run goes on and logs it. An iteration that trains on fewer than half the batch's
+   groups is also said in a warning (the first such iteration, then the 10th, the 100th, ...): the progress line's
+   reward is then the few kept groups', and a policy that solves every prompt or none gets almost no signal.
 
 The learner receives the kept rows' shards by reference and selects the rows there (``LearnerGroup.update(...,
 rows=)``). Metrics: ``group/all_equal_frac`` (of every group sampled this iteration), ``group/resample_rounds``
@@ -33,12 +35,15 @@ iteration would use; round r ≥ 1 with :func:`resample_seed`.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
 from pydantic import Field
 
 from rayseq.seeding import derive_seed
+
+log = logging.getLogger(__name__)
 
 DYNAMIC_SAMPLING_FIELDS = {
     "dynamic_sampling": (bool, Field(
@@ -127,6 +132,8 @@ def _step(algo, groups, step) -> dict:
         used, used_rows = shards_holding([len(s) for s in shard_scores], rows)
         m = groups.learner.update([shards[i] for i in used], step.stage_iter, rows=used_rows)
     t3 = time.perf_counter()
+    if 2 * kept < wanted:
+        _warn_short_batch(algo, step.iteration, kept, wanted, round_, equal)
     if shard_terms and shard_terms[0] is not None:  # reward.*: each term over every sampled reply, as reward/<name>
         m.update(step.task.reward.metrics(np.concatenate(shard_terms)))
     m.update({
@@ -138,3 +145,19 @@ def _step(algo, groups, step) -> dict:
         "time/sync_s": t1 - t0, "time/rollout_s": t2 - t1, "time/learn_s": t3 - t2,
     })
     return m
+
+
+def _warn_short_batch(algo, iteration: int, kept: int, wanted: int, rounds: int, equal: np.ndarray) -> None:
+    """The warning of an iteration that trains on fewer than half the batch's groups: the 1st, 10th, 100th, ... such
+    iteration of the run (counted on the driver's algorithm object)."""
+    n = getattr(algo, "_short_batches", 0) + 1
+    algo._short_batches = n
+    if str(n).rstrip("0") != "1":
+        return
+    what = f"trained on {kept} of the batch's {wanted} groups" if kept else "made no update (no group kept)"
+    so_far = f" ({n} such iterations so far)" if n > 1 else ""
+    log.warning("algo.dynamic_sampling: iteration %d %s after %d resample round(s): %.1f%% of the %d groups sampled "
+                "had rewards all equal (the policy solves all of a prompt's replies or none: no learning signal; "
+                "group/all_equal_frac)%s. algo.max_resample_rounds=%d samples more rounds; a reward the policy "
+                "never or always earns teaches it nothing", iteration, what, rounds, 100 * float(equal.mean()),
+                len(equal), so_far, algo.cfg.max_resample_rounds)

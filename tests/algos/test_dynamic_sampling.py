@@ -7,6 +7,8 @@ prompt starts with an odd digit, so what each iteration keeps is predicted from 
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -165,7 +167,7 @@ def test_equal_reward_groups_are_dropped_and_the_batch_refilled(tmp_path, name):
     assert versions == [1, 2, 3, 4]
 
 
-def test_cap_reached_trains_on_the_groups_kept_or_skips_the_update(tmp_path):
+def test_cap_reached_trains_on_the_groups_kept_or_skips_the_update(tmp_path, caplog):
     """max_resample_rounds=0: one round of 8 prompts, of which fewer than 8 are informative -> a short batch, trained
     on; a reward equal for every reply -> no group kept, no update (version and weights unchanged)."""
     cfg = tiny_config("algo.name=grpo", "algo.group_size=2", "train.batch_size=16", "algo.dynamic_sampling=true",
@@ -178,11 +180,30 @@ def test_cap_reached_trains_on_the_groups_kept_or_skips_the_update(tmp_path):
     cfg = tiny_config("algo.name=grpo", "algo.group_size=2", "train.batch_size=8", "algo.dynamic_sampling=true",
                       "algo.max_resample_rounds=1", "reward.fn=tests.reward_fixtures:fine", "rollout.num_workers=0",
                       run_dir=tmp_path / "b")
-    metrics, _, versions = _run_iterations(cfg, 1)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rayseq.algos.dynamic_sampling"):
+        metrics, _, versions = _run_iterations(cfg, 1)
     (m,) = metrics
     assert m["group/kept_groups"] == 0 and m["group/all_equal_frac"] == 1.0 and m["group/resample_rounds"] == 1
     assert m["group/prompts_consumed"] == 8 and "loss/policy" not in m
     assert versions == [0]
+    # said, not only logged in the metrics: the progress line's reward is then of the few groups kept
+    (warning,) = [r.getMessage() for r in caplog.records if "algo.dynamic_sampling" in r.getMessage()]
+    assert "iteration 0 made no update" in warning and "100.0% of the 8 groups sampled" in warning
+
+
+def test_the_short_batch_warning_is_said_at_1_10_100_such_iterations(caplog):
+    from types import SimpleNamespace
+
+    from rayseq.algos.dynamic_sampling import _warn_short_batch
+
+    algo = SimpleNamespace(cfg=SimpleNamespace(max_resample_rounds=4))
+    with caplog.at_level(logging.WARNING, logger="rayseq.algos.dynamic_sampling"):
+        for i in range(120):
+            _warn_short_batch(algo, i, 1, 8, 4, np.array([True] * 39 + [False]))
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 3 and "10 such iterations so far" in said[1] and "100 such" in said[2]
+    assert "trained on 1 of the batch's 8 groups after 4 resample round(s): 97.5% of the 40 groups" in said[0]
 
 
 @pytest.mark.ray

@@ -28,7 +28,7 @@ from rayseq.algos.common import LearnerState, RolloutAlgo
 from rayseq.algos.dynamic_sampling import DYNAMIC_SAMPLING_FIELDS, check_dynamic_sampling, dynamic_sampling_step
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.losses import ppo_clip_loss
-from rayseq.types import Rollout
+from rayseq.types import Rollout, to_torch
 
 # the group algorithms' own keys: G, and DAPO's dynamic sampling (rayseq.algos.dynamic_sampling)
 GROUP_FIELDS = {"group_size": (int, Field(8, ge=2, description="GRPO / RLOO: samples per prompt, G; "
@@ -60,7 +60,8 @@ def group_training_step(algo, groups, step) -> dict:
 
 def token_advantages(per_reply: np.ndarray, rollout: Rollout) -> torch.Tensor:
     """(B,) advantages of whole replies -> (B, T) on every sampled token."""
-    return torch.from_numpy(per_reply.astype(np.float32))[:, None] * torch.from_numpy(rollout.action_mask)
+    # to_torch: a rollout read from the object store is read-only, which torch.from_numpy warns about
+    return torch.from_numpy(per_reply.astype(np.float32))[:, None] * to_torch(rollout.action_mask)
 
 
 class GRPO(RolloutAlgo):

@@ -133,3 +133,19 @@ def test_grpo_raises_the_reward_of_the_better_half_of_a_group():
     assert distinct, "the sampled replies of the two halves coincide"
     gain = after - before
     assert np.mean(gain[[i for i in distinct if i < 4]]) > np.mean(gain[[i for i in distinct if i >= 4]])
+
+
+def test_advantages_of_a_read_only_rollout_warn_nothing():
+    """A rollout read from the object store has read-only arrays: its advantages are made without torch's
+    UserWarning about a non-writable NumPy array, and the rollout is left as it was."""
+    import warnings
+    from types import SimpleNamespace
+
+    from rayseq.algos.grpo import token_advantages
+
+    mask = np.array([[1, 1, 0], [1, 0, 0]], dtype=np.float32)
+    mask.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adv = token_advantages(np.array([0.5, -0.5]), SimpleNamespace(action_mask=mask))
+    assert adv.tolist() == [[0.5, 0.5, 0.0], [-0.5, 0.0, 0.0]] and not mask.flags.writeable

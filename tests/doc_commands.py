@@ -1,0 +1,174 @@
+"""The documentation's shell commands as a test runs them: every ``bash`` block of a page carries, in an HTML comment
+right above it (invisible on the site and on GitHub), how it is tested, and :func:`run_page` runs the page's blocks in
+order, in a scratch folder that looks like a clone of the repository, as a reader would type them.
+
+The comment's lines (``<!-- docs-test`` ... ``-->``, or one line ``<!-- docs-test: LINE -->``)::
+
+    python -m rayseq.train += train.iters=2 task.test_size=100     # appended to each command that starts so
+    python -m rayseq.serve skip: a server (tests/serving run one)     # such commands are not run, for this reason
+    * skip: installs packages (.ci/run does)                          # no command of the block is run
+    timeout: 300                                                      # seconds per command (default 600)
+    as written                                                        # run as it is (a block already small)
+
+A prefix is matched against the command's words (``python -m rayseq.train`` matches ``python -m rayseq.train
+--config X``); ``*`` matches every command. Every command that is not skipped must exit with status 0. ``python`` is
+the interpreter running the tests, and ``$PWD`` the scratch folder; the repository's code is imported from the
+checkout the tests run in.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.doc_examples import ROOT
+
+MARKER = re.compile(r"<!--\s*docs-test(?::\s*(?P<one>.*?)\s*-->|\s*\n(?P<body>.*?)-->)", re.S)
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+DEFAULT_TIMEOUT = 600
+
+
+@dataclass
+class Block:
+    """A ``bash`` block of a page and how it is tested."""
+
+    page: str
+    line: int  # of its opening fence, 1-based
+    code: str
+    append: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (prefix words, args appended)
+    skip: list[tuple[list[str], str]] = field(default_factory=list)  # (prefix words, reason)
+    timeout: int = DEFAULT_TIMEOUT
+    declared: bool = False  # a docs-test comment is right above it
+
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def _parse(block: Block, text: str) -> None:
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line == "as written":
+            continue
+        if m := re.fullmatch(r"timeout:\s*(\d+)", line):
+            block.timeout = int(m.group(1))
+        elif m := re.fullmatch(r"(.+?)\s+\+=\s+(.+)", line):
+            block.append.append((_prefix(m.group(1)), shlex.split(m.group(2))))
+        elif m := re.fullmatch(r"(.+?)\s+skip:\s*(.+)", line):
+            block.skip.append((_prefix(m.group(1)), m.group(2)))
+        else:
+            raise ValueError(f"{block.where()}: a docs-test line that says nothing known: {line!r}")
+
+
+def _prefix(text: str) -> list[str]:
+    return [] if text.strip() == "*" else shlex.split(text)
+
+
+def bash_blocks(relpath: str) -> list[Block]:
+    """The ``bash`` blocks of README.md or docs/<relpath>, each with the docs-test comment right above it."""
+    text = (ROOT / relpath).read_text(encoding="utf-8")
+    out = []
+    for m in BLOCK.finditer(text):
+        if m.group(1) != "bash":
+            continue
+        block = Block(relpath, text.count("\n", 0, m.start()) + 1, m.group(2))
+        before = text[: m.start()].rstrip()
+        marker = ([None, *MARKER.finditer(before)])[-1]  # the last comment above it, if it ends right there
+        if marker is not None and marker.end() == len(before):
+            block.declared = True
+            _parse(block, marker.group("one") if marker.group("one") is not None else marker.group("body"))
+        out.append(block)
+    return out
+
+
+def command_lines(code: str) -> list[list[str]]:
+    """A block's commands as argument lists: continuation lines joined, comments dropped."""
+    return [args for line in code.replace("\\\n", " ").splitlines() if (args := shlex.split(line, comments=True))]
+
+
+def _starts(args: list[str], prefix: list[str]) -> bool:
+    return args[: len(prefix)] == prefix
+
+
+def planned(block: Block) -> list[tuple[list[str], str | None]]:
+    """(the command as it is run, or as written when skipped; the reason it is skipped or None) per command."""
+    out = []
+    for args in command_lines(block.code):
+        reason = next((r for p, r in block.skip if _starts(args, p)), None)
+        if reason is None:
+            for prefix, extra in block.append:
+                if _starts(args, prefix):
+                    args = [*args, *extra]
+        out.append((args, reason))
+    return out
+
+
+def scratch_clone(where: Path) -> Path:
+    """A folder whose entries are links to the repository's tracked top-level files and folders: a command that
+    reads ``tune_configs/...`` or ``examples/...`` finds them, and what it writes (``runs/``, ``data/``, ``models/``)
+    stays in the folder."""
+    where.mkdir(parents=True, exist_ok=True)
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for top in sorted({line.split("/", 1)[0] for line in tracked.splitlines() if line}):
+        if (ROOT / top).exists() and not (where / top).exists():
+            (where / top).symlink_to(ROOT / top)
+    return where
+
+
+@dataclass
+class Ran:
+    block: Block
+    args: list[str]
+    returncode: int
+    output: str
+    seconds: float
+
+
+def run_block(block: Block, cwd: Path, log=print) -> list[Ran]:
+    """Run a block's commands (those not skipped) in ``cwd``, in order; stops at the first that fails."""
+    env = {**os.environ, "PWD": str(cwd), "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
+    out = []
+    for args, reason in planned(block):
+        shown = shlex.join(args)
+        if reason is not None:
+            log(f"{block.where()}: skipped ({reason}): {shown}")
+            continue
+        if any(a in ("&&", "||", "|", ";") for a in args):
+            raise ValueError(f"{block.where()}: one command a line in a block that is run: {shown}")
+        argv = [os.path.expandvars(a.replace("$PWD", str(cwd))) for a in args]
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        t0 = time.perf_counter()
+        try:
+            r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=block.timeout)
+            ran = Ran(block, args, r.returncode, r.stdout + r.stderr, time.perf_counter() - t0)
+        except subprocess.TimeoutExpired as e:
+            text = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
+            ran = Ran(block, args, -1, text + f"\n(timed out after {block.timeout} s)", time.perf_counter() - t0)
+        log(f"{block.where()}: rc {ran.returncode} in {ran.seconds:.1f} s: {shown}")
+        out.append(ran)
+        if ran.returncode != 0:
+            break
+    return out
+
+
+def run_page(relpath: str, cwd: Path, log=print) -> list[Ran]:
+    """Every bash block of a page, in order, in one scratch clone (a later block uses what an earlier one made)."""
+    scratch_clone(cwd)
+    out = []
+    for block in bash_blocks(relpath):
+        ran = run_block(block, cwd, log)
+        out += ran
+        if ran and ran[-1].returncode != 0:
+            break
+    return out

@@ -1,0 +1,52 @@
+"""The documentation's commands run as written (tests/doc_commands.py): each page of :data:`RUN_PAGES` has every
+``bash`` block declare how it is tested, in a ``<!-- docs-test ... -->`` comment right above it (the budget keys
+appended to its training commands, the commands it does not run and why), and its blocks run in order in a scratch
+clone of the repository, each command to exit status 0. A page that drifts from the code fails here."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.doc_commands import BLOCK, MARKER, bash_blocks, planned, run_page
+from tests.doc_examples import ROOT, page
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ray]
+
+# the pages whose commands are run; every bash block of theirs declares how
+RUN_PAGES = ["docs/getting-started.md"]
+ALL_PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")
+                                  if "hooks" not in p.parts)]
+
+
+def test_every_docs_test_comment_is_understood_and_above_a_block():
+    """A docs-test comment anywhere parses (an unknown line is an error) and is right above the bash block it
+    is about; on the pages that are run, every bash block has one, and runs something unless it says why not."""
+    for rel in ALL_PAGES:
+        blocks = bash_blocks(rel)  # parses every comment above a block
+        outside_code = BLOCK.sub("", page(rel))  # an example of the syntax in a code block is not one
+        assert len(MARKER.findall(outside_code)) == sum(b.declared for b in blocks), \
+            f"{rel}: a docs-test comment that is not right above a bash block"
+    for rel in RUN_PAGES:
+        blocks = bash_blocks(rel)
+        assert blocks and all(b.declared for b in blocks), \
+            [b.where() for b in blocks if not b.declared]
+        assert any(reason is None for b in blocks for _, reason in planned(b)), rel
+
+
+@pytest.mark.parametrize("rel", RUN_PAGES)
+def test_the_page_commands_run_as_written(rel, tmp_path):
+    """Every command of the page that is not skipped, with the budget its block declares, exits with 0."""
+    t0 = time.perf_counter()
+    log = []
+    ran = run_page(rel, tmp_path / "clone", log=log.append)
+    print("\n".join(log) + f"\n{rel}: {len(ran)} commands in {time.perf_counter() - t0:.0f} s")
+    failed = [r for r in ran if r.returncode != 0]
+    assert not failed, f"{failed[0].block.where()}: {' '.join(failed[0].args)}\n{failed[0].output[-4000:]}"
+    expected = sum(reason is None for b in bash_blocks(rel) for _, reason in planned(b))
+    assert len(ran) == expected
+    # a training command prints its figures table
+    trained = [r for r in ran if r.args[:3] == ["python", "-m", "rayseq.train"] and "--print-config" not in r.args]
+    assert trained and all(re.search(r"^run dir: .*wall: \d+ s", r.output, flags=re.M) for r in trained)

@@ -9,6 +9,8 @@ The comment's lines (``<!-- docs-test`` ... ``-->``, or one line ``<!-- docs-tes
     * skip: installs packages (.ci/run does)                          # no command of the block is run
     timeout: 300                                                      # seconds per command (default 600)
     as written                                                        # run as it is (a block already small)
+    save as math_rewards.py                                           # (a block of another language) a file the
+                                                                      # page shows whole, written for the commands
 
 A prefix is matched against the command's words (``python -m rayseq.train`` matches ``python -m rayseq.train
 --config X``); ``*`` matches every command. Every command that is not skipped must exit with status 0. ``python`` is
@@ -45,6 +47,8 @@ class Block:
     skip: list[tuple[list[str], str]] = field(default_factory=list)  # (prefix words, reason)
     timeout: int = DEFAULT_TIMEOUT
     declared: bool = False  # a docs-test comment is right above it
+    language: str = "bash"
+    save_as: str | None = None  # a block of another language: the file it is, written before the next commands
 
     def where(self) -> str:
         return f"{self.page}:{self.line}"
@@ -57,7 +61,9 @@ def _parse(block: Block, text: str) -> None:
             continue
         if line == "as written":
             continue
-        if m := re.fullmatch(r"timeout:\s*(\d+)", line):
+        if m := re.fullmatch(r"save as\s+(\S+)", line):
+            block.save_as = m.group(1)
+        elif m := re.fullmatch(r"timeout:\s*(\d+)", line):
             block.timeout = int(m.group(1))
         elif m := re.fullmatch(r"(.+?)\s+\+=\s+(.+)", line):
             block.append.append((_prefix(m.group(1)), shlex.split(m.group(2))))
@@ -73,12 +79,15 @@ def _prefix(text: str) -> list[str]:
 
 def bash_blocks(relpath: str) -> list[Block]:
     """The ``bash`` blocks of README.md or docs/<relpath>, each with the docs-test comment right above it."""
+    return [b for b in page_blocks(relpath) if b.language == "bash"]
+
+
+def page_blocks(relpath: str) -> list[Block]:
+    """Every fenced block of README.md or docs/<relpath>, each with the docs-test comment right above it."""
     text = (ROOT / relpath).read_text(encoding="utf-8")
     out = []
     for m in BLOCK.finditer(text):
-        if m.group(1) != "bash":
-            continue
-        block = Block(relpath, text.count("\n", 0, m.start()) + 1, m.group(2))
+        block = Block(relpath, text.count("\n", 0, m.start()) + 1, m.group(2), language=m.group(1))
         before = text[: m.start()].rstrip()
         marker = ([None, *MARKER.finditer(before)])[-1]  # the last comment above it, if it ends right there
         if marker is not None and marker.end() == len(before):
@@ -163,10 +172,19 @@ def run_block(block: Block, cwd: Path, log=print) -> list[Ran]:
 
 
 def run_page(relpath: str, cwd: Path, log=print) -> list[Ran]:
-    """Every bash block of a page, in order, in one scratch clone (a later block uses what an earlier one made)."""
+    """Every bash block of a page, in order, in one scratch clone (a later block uses what an earlier one made); a
+    block that says ``save as FILE`` is written to FILE there when the page reaches it."""
     scratch_clone(cwd)
     out = []
-    for block in bash_blocks(relpath):
+    for block in page_blocks(relpath):
+        if block.save_as:
+            if (cwd / block.save_as).is_symlink():
+                raise ValueError(f"{block.where()}: save as {block.save_as}: a file of the repository")
+            (cwd / block.save_as).write_text(block.code, encoding="utf-8")
+            log(f"{block.where()}: saved as {block.save_as}")
+            continue
+        if block.language != "bash":
+            continue
         ran = run_block(block, cwd, log)
         out += ran
         if ran and ran[-1].returncode != 0:

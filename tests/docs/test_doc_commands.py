@@ -10,13 +10,14 @@ import time
 
 import pytest
 
-from tests.doc_commands import BLOCK, MARKER, bash_blocks, planned, run_page
+from tests.doc_commands import BLOCK, MARKER, bash_blocks, page_blocks, planned, run_page
 from tests.doc_examples import ROOT, page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
 
-# the pages whose commands are run; every bash block of theirs declares how
-RUN_PAGES = ["docs/getting-started.md"]
+# the pages whose commands are run (every bash block of theirs declares how), and the modules they need
+RUN_PAGES = {"docs/getting-started.md": (), "docs/guides/hf-policies.md": ("transformers",),
+             "docs/guides/trl.md": ("transformers",)}
 ALL_PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")
                                   if "hooks" not in p.parts)]
 
@@ -25,7 +26,7 @@ def test_every_docs_test_comment_is_understood_and_above_a_block():
     """A docs-test comment anywhere parses (an unknown line is an error) and is right above the bash block it
     is about; on the pages that are run, every bash block has one, and runs something unless it says why not."""
     for rel in ALL_PAGES:
-        blocks = bash_blocks(rel)  # parses every comment above a block
+        blocks = page_blocks(rel)  # parses every comment above a block
         outside_code = BLOCK.sub("", page(rel))  # an example of the syntax in a code block is not one
         assert len(MARKER.findall(outside_code)) == sum(b.declared for b in blocks), \
             f"{rel}: a docs-test comment that is not right above a bash block"
@@ -36,9 +37,11 @@ def test_every_docs_test_comment_is_understood_and_above_a_block():
         assert any(reason is None for b in blocks for _, reason in planned(b)), rel
 
 
-@pytest.mark.parametrize("rel", RUN_PAGES)
+@pytest.mark.parametrize("rel", list(RUN_PAGES))
 def test_the_page_commands_run_as_written(rel, tmp_path):
     """Every command of the page that is not skipped, with the budget its block declares, exits with 0."""
+    for module in RUN_PAGES[rel]:
+        pytest.importorskip(module, reason="the hf extra: pip install -e .[hf]")
     t0 = time.perf_counter()
     log = []
     ran = run_page(rel, tmp_path / "clone", log=log.append)

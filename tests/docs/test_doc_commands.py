@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.ray]
 
 # the pages whose commands are run (every bash block of theirs declares how), and the modules they need
 RUN_PAGES = {"docs/getting-started.md": (), "docs/guides/hf-policies.md": ("transformers",),
-             "docs/guides/trl.md": ("transformers",)}
+             "docs/guides/trl.md": ("transformers",), "docs/guides/failures.md": ()}
 ALL_PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")
                                   if "hooks" not in p.parts)]
 

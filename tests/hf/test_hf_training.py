@@ -234,5 +234,5 @@ def test_an_input_longer_than_the_models_positions_keeps_its_last_tokens_and_tra
     config = json.loads((small / "config.json").read_text())
     config["n_positions"] = 8
     (small / "config.json").write_text(json.dumps(config))
-    with pytest.raises(DataError, match=r"reads 8 positions, leaving no room for a prompt.*--max-tgt-len"):
+    with pytest.raises(DataError, match=r"reads 8 positions, leaving no room for a prompt.*--fit-model"):
         make_task(hf_config(data, small).task)

@@ -109,18 +109,18 @@ def test_conversational_prompts_use_the_chat_template(tmp_path, hf_dir, chat_hf_
 def test_trl_guide_runs_as_written(tmp_path, hf_dir, monkeypatch):
     """docs/guides/trl.md: its files and its three commands, run as written but for the model (the tiny
     GPT-2), a 2-iteration budget and in-process rollouts."""
-    import shlex
-
     from rayseq.config import build_config
     from rayseq.data.__main__ import main as data_main
     from rayseq.export import main as export_main
-    from tests.doc_examples import code_blocks, page
+    from tests.doc_examples import code_blocks, commands, page
 
     blocks = code_blocks(page("docs/guides/trl.md"))
     (tmp_path / "math.jsonl").write_text(next(b for lang, b in blocks if lang == "json"), encoding="utf-8")
     (tmp_path / "math_rewards.py").write_text(next(b for lang, b in blocks if lang == "python"), encoding="utf-8")
-    prep, train, export = [shlex.split(line) for line in
-                           next(b for lang, b in blocks if lang == "bash").replace("\\\n", " ").splitlines()]
+    cmds = commands(next(b for lang, b in blocks if lang == "bash"))  # tiny-model's model: hf_dir stands for it
+    prep, train, export = (next(c for c in cmds if c[: len(head)] == head) for head in
+                           (["python", "-m", "rayseq.data", "prepare"], ["python", "-m", "rayseq.train"],
+                            ["python", "-m", "rayseq.export"]))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert prep[:3] == ["python", "-m", "rayseq.data"] and data_main([*prep[3:], "--quiet"]) == 0

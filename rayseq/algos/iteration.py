@@ -126,8 +126,10 @@ class LearnerGroupLike(Protocol):
         through the driver between the update and the sampling).
 
         Args:
-            shards, iteration: as :meth:`update`'s.
-            prompts, request: the batch to sample.
+            shards: as :meth:`update`'s.
+            iteration: as :meth:`update`'s.
+            prompts: the inputs of the batch to sample.
+            request: how to sample it.
 
         Returns:
             (the update's metrics, the batch's shard handles).

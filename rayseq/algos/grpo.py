@@ -57,8 +57,8 @@ def group_normalized_advantages(score: np.ndarray, group_size: int, eps: float =
 
 def batch_scaled_advantages(score: np.ndarray, group_size: int, eps: float = 1e-8) -> np.ndarray:
     """(B,) rewards in consecutive groups of G -> (B,) (r − group mean) / (std of the batch's rewards + ε): the
-    group's baseline, the batch's scale (Liu et al. 2025, "Tricks or Traps? A Deep Dive into RL for LLM Reasoning",
-    Lite PPO; TRL's ``scale_rewards="batch"``)."""
+    group's baseline, the batch's scale ("Tricks or Traps? A Deep Dive into RL for LLM Reasoning", 2025, Lite PPO;
+    TRL's ``scale_rewards="batch"``)."""
     r = np.asarray(score, dtype=np.float64).reshape(-1, group_size)
     return ((r - r.mean(1, keepdims=True)) / (r.std() + eps)).reshape(-1)
 

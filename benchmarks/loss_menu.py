@@ -9,11 +9,12 @@ every reply has the same length: the aggregations (dapo, bnpo, grpo, dr_grpo, lu
 most, and the length bias they differ on cannot show there; the objectives (cispo, sapo, gmpo, GSPO's ratio) and the
 advantage's scale can.
 
-gpt2: the tiny GPT-2 of benchmarks/trl_peer.py (2 layers, hidden 32, a 400-token BPE, built locally), the chit-chat
-prompts, the vowel-share reward, completions of at most 12 tokens, G = 4, 64 completions per step, lr 3e-3, from the
-random start (a prompt-only dataset: no MLE stage). Replies end where the policy samples the end token or at the
-cap, so the lengths move, and each variant's reply-length curve shows what its aggregation does to them (the
-point of Dr.GRPO's and DAPO's aggregations).
+gpt2: the tiny GPT-2 of benchmarks/trl_peer.py (2 layers, hidden 32, a 400-token BPE, built locally) and its
+vowel-share reward, on chit-chat pairs (gpt2_setup: replies of at most 8 words): MLE pretraining (300 iterations ×
+64 pairs) once per seed, then each variant's GRPO stage from it: completions of at most 12 tokens, G = 4, 64
+completions per step, lr 1e-3, 150 iterations. Replies end where the policy samples the end token or at the cap, so
+the lengths move, and each variant's reply-length curve shows what its aggregation does to them (the point of
+Dr.GRPO's and DAPO's aggregations).
 
 Run book (from the repository root)
   python benchmarks/loss_menu.py                            # counting, every variant × seeds 0 1 2 (results/)
@@ -27,7 +28,7 @@ Time on a 2-core machine shared with other jobs (2 runs at a time, in-process, o
 ~45 min (MLE ~1 min per seed, each GRPO stage ~1.5 min); gpt2 ~15 min.
 
 Outputs in ``--out`` (default benchmarks/results): loss_menu[_gpt2].md (the table: medians over the seeds with
-their range), loss_menu[_gpt2].json (every run's curves and figures, the commands, the machine),
+their range), loss_menu[_gpt2].json (every run's validation curve and figures, the commands, the machine),
 loss_menu[_gpt2].png (validation reward, clip fraction and reply length against iterations, the median over seeds);
 the runs in runs/loss_menu[_gpt2]/.
 """
@@ -66,23 +67,59 @@ VARIANTS: dict[str, tuple[list[str], str]] = {
     "gmpo": (["algo.loss_type=gmpo", "algo.eps=0.4"], "GMPO: geometric mean of the ratios, log-clip 0.4"),
     "delta": (["algo.delta=1.5"], "dapo with INTELLECT-2's two-sided clip δ = 1.5"),
     "top_entropy_0.2": (["algo.top_entropy_quantile=0.2"], "dapo on the 20% highest-entropy tokens"),
+    # replies that end at the cap without the end token: none on counting (fixed 3-token replies, refused there)
+    "overlong_filtering": (["algo.mask_truncated_completions=true"], "dapo without the replies the cap cut"),
 }
+ONLY_ON = {"overlong_filtering": ("gpt2",)}  # variants that mean something on some tasks only
 TASKS = {
-    # the default job (python -m rayseq.train): counting, MLE then RL; its GRPO with the default budget
-    "counting": {"base": ["algo.name=grpo"], "pretrain_algo": "ppo_dynamic", "metric": "val/reward",
+    # the default job (python -m rayseq.train): counting, MLE then RL; its GRPO with the default budget.
+    # common: the MLE start's settings and the GRPO runs'; rl: the GRPO runs' own
+    "counting": {"common": [], "rl": ["algo.name=grpo"], "pretrain_algo": "ppo_dynamic", "metric": "val/reward",
                  "test": "test/precision", "test_sampled": "test/precision_sampled", "target": 0.97},
-    # benchmarks/trl_peer.py's setup; the model and data are built by its setup()
-    "gpt2": {"base": ["algo.name=grpo", "algo.group_size=4", "train.batch_size=64", "algo.minibatch_size=64",
-                      "algo.lr=3e-3", "algo.kl_coef=0", "algo.max_grad_norm=1.0", "train.pretrain_iters=0",
-                      "train.iters=150", "train.eval_every=15", "task.val_size=32", "task.test_size=64",
-                      "reward.fn=benchmarks.trl_peer:vowel_share", "model.arch=hf", "task.name=pairs"],
-             "pretrain_algo": None, "metric": "val/reward", "test": "test/reward", "test_sampled": None,
+    # benchmarks/trl_peer.py's model and reward, on chit-chat pairs (gpt2_setup): MLE, then GRPO on the reward
+    "gpt2": {"common": ["task.name=pairs", "model.arch=hf", "reward.fn=benchmarks.trl_peer:vowel_share",
+                        "algo.group_size=4", "train.pretrain_iters=300", "train.pretrain_batch_size=64",
+                        "train.batch_size=64", "train.eval_every=15", "task.val_size=100", "task.test_size=100"],
+             "rl": ["algo.name=grpo", "algo.minibatch_size=64", "algo.lr=1e-3", "algo.kl_coef=0",
+                    "algo.max_grad_norm=1.0", "train.iters=150"],
+             "pretrain_algo": "grpo", "metric": "val/reward", "test": "test/reward", "test_sampled": None,
              "target": None},
 }
 QUICK = {"counting": ["train.pretrain_iters=20", "train.pretrain_batch_size=32", "train.iters=4",
                       "train.batch_size=32", "train.eval_every=2", "task.val_size=64", "task.test_size=100"],
          "gpt2": ["train.iters=4", "train.eval_every=2", "train.batch_size=16", "algo.minibatch_size=16"]}
 QUICK_VARIANTS = ["dapo", "dr_grpo", "gmpo"]
+
+
+def reply_cap(resolved: dict) -> int:
+    """The longest reply the run's task allows (its max_tgt_len, in the policy's tokens), from a resolved config."""
+    from rayseq.config import RunConfig
+    from rayseq.tasks import make_task
+
+    cfg = RunConfig.model_validate(resolved)
+    return make_task(cfg.task, cfg.reward).max_tgt_len
+
+
+def gpt2_setup(work: Path) -> tuple[Path, Path]:
+    """benchmarks/trl_peer.py's tiny GPT-2 (made once) and chit-chat pairs: each message of the corpus's first
+    conversations as a prompt, the next one as its reply, the replies of at most 8 words (so that the MLE start
+    replies with lengths of its own, below the cap); a tenth each held out for validation and test."""
+    from benchmarks.trl_peer import COMPLETION_LEN
+    from rayseq.data import PrepareOptions, prepare
+    from tests.hf_fixtures import chitchat_lines, make_tiny_hf
+
+    model, data = work / "tiny-gpt2", work / "data"
+    if not (model / "config.json").is_file():
+        make_tiny_hf(model)
+    if not (data / "manifest.json").is_file():
+        lines = chitchat_lines(2000)
+        pairs = [{"input": a, "reply": b, "conv_id": f"c{i}"} for i, (a, b) in enumerate(zip(lines, lines[1:]))
+                 if len(b.split()) <= 8]
+        src = work / "pairs.jsonl"
+        src.write_text("".join(json.dumps(p) + "\n" for p in pairs[:600]), encoding="utf-8")
+        prepare(f"jsonl:{src}", data, PrepareOptions(quiet=True, max_src_len=64, max_tgt_len=COMPLETION_LEN - 1,
+                                                     valid_frac=0.1, test_frac=0.1))
+    return model, data
 
 
 def load(run_dir: Path, spec: dict) -> dict:
@@ -105,7 +142,7 @@ def load(run_dir: Path, spec: dict) -> dict:
     reached = next((it for it, v in curve[1:] if spec["target"] is not None and v >= spec["target"]), None)
     return {
         "curve": curve, "clipfrac": series("policy/clipfrac"), "len_curve": series("rollout/len_mean"),
-        "reward": series("rollout/reward_mean"), "kept": series("policy/kept_token_frac"),
+        "kept": series("policy/kept_token_frac"),
         "test": m.get(spec["test"]), "test_sampled": m.get(spec["test_sampled"]) if spec["test_sampled"] else None,
         "start": start, "final_val": curve[-1][1] if curve else None, "reached_target_at": reached,
         "clipfrac_mean": statistics.mean(v for _, v in series("policy/clipfrac")) if rows else None,
@@ -113,6 +150,28 @@ def load(run_dir: Path, spec: dict) -> dict:
         "len_min": min(lengths) if lengths else None, "len_max": max(lengths) if lengths else None,
         "iter_s_median": statistics.median(r["time/iter_s"] for r in rows) if rows else None,
     }
+
+
+PER_ITERATION = ("clipfrac", "len_curve", "kept")  # plotted; the record keeps their summaries
+
+
+def recorded(run: dict) -> dict:
+    """What the JSON record keeps of a run: its validation curve and figures (the per-iteration series are in the
+    run's metrics.parquet)."""
+    kept = [v for _, v in run["kept"]]
+    return {**{k: v for k, v in run.items() if k not in PER_ITERATION},
+            "kept_token_frac_mean": statistics.mean(kept) if kept else None}
+
+
+def rounded(value):
+    """``value`` (nested dicts, lists, tuples of numbers) with its floats to 5 significant digits: the record's size."""
+    if isinstance(value, float):
+        return float(f"{value:.5g}")
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
 
 
 def med(xs, fmt="{:.3f}") -> str:
@@ -161,7 +220,8 @@ def report(task: str, dirs: dict, variants: list[str], seeds: list[int], out: Pa
         else:
             rows.append(f"| {v} | `{keys}` | {med([r['test'] for r in rs])} | {med([r['final_val'] for r in rs])} "
                         f"| {med([r['clipfrac_mean'] for r in rs])} | {lengths} | {ms} |")
-    settings = " ".join([*spec["base"], *overrides])
+    settings = " ".join([*spec["common"], *spec["rl"], *overrides])
+    command = " ".join(["python benchmarks/loss_menu.py", *(a for a in sys.argv[1:] if a != "--report-only")])
     start = med([runs[(variants[0], s)]["start"] for s in seeds])
     import yaml
 
@@ -172,7 +232,8 @@ def report(task: str, dirs: dict, variants: list[str], seeds: list[int], out: Pa
     lines = [
         f"# The policy-loss menu on {task}",
         "",
-        f"Command: `python benchmarks/loss_menu.py {' '.join(sys.argv[1:])}`; settings `{settings}` (the rest: "
+        f"Command: `{command}`; "
+        f"settings `{settings}` (the rest: "
         "`python -m rayseq.train`'s defaults); each variant adds its keys. Seeds "
         f"{', '.join(map(str, seeds))}; figures: the median over the seeds (min–max). Runs in-process, one torch "
         f"thread, 2 at a time on a 2-core machine; load average before / after: {load_avg[0]:.1f} / {load_avg[1]:.1f}.",
@@ -189,14 +250,16 @@ def report(task: str, dirs: dict, variants: list[str], seeds: list[int], out: Pa
                   "and iterations. Counting's replies are 3 tokens by construction (no end token), so the reply "
                   "length is 3 throughout.", ""]
     else:
-        lines += ["From the random GPT-2 (no MLE stage); reward = vowel share of the completion's letters "
-                  "(benchmarks/trl_peer.py); `test/reward` is the mean sampled reward on the test prompts at the end. "
-                  "Reply length: the mean number of tokens per sampled reply (end token included; cap 12).", ""]
+        lines += [f"Every run of a seed starts from the same MLE-pretrained GPT-2 ({pretrain_iters} iterations on "
+                  f"the chit-chat pairs; {spec['metric']} {start} at the start). Reward = the vowel share of the "
+                  "reply's letters (benchmarks/trl_peer.py); `test/reward` is the mean sampled reward on the test "
+                  "prompts at the end. Reply length: the mean number of tokens per sampled reply (end token "
+                  f"included; cap {reply_cap(cfg)}, the task's longest reply).", ""]
     lines += rows
     write_report(out, name, "\n".join(lines), {
-        "task": task, "seeds": seeds, "settings": [*spec["base"], *overrides],
-        "variants": {v: VARIANTS[v][0] for v in variants}, "runs": {f"{v}-s{s}": runs[(v, s)] for v, s in runs},
-        "load_average": load_avg})
+        "task": task, "seeds": seeds, "settings": [*spec["common"], *spec["rl"], *overrides],
+        "variants": {v: VARIANTS[v][0] for v in variants},
+        "runs": {f"{v}-s{s}": rounded(recorded(runs[(v, s)])) for v, s in runs}, "load_average": load_avg})
     plot(task, per_variant, spec, out / f"{name}.png", seeds)
 
 
@@ -241,17 +304,16 @@ def main(argv=None) -> int:
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]  # key=value anywhere
     args = ap.parse_args([a for a in argv if a not in overrides])
     spec = TASKS[args.task]
-    variants = args.variants or (QUICK_VARIANTS if args.quick else list(VARIANTS))
+    variants = args.variants or (QUICK_VARIANTS if args.quick else
+                                 [v for v in VARIANTS if args.task in ONLY_ON.get(v, (args.task,))])
     seeds = [0] if args.quick and args.seeds == [0, 1, 2] else args.seeds
     name = "loss_menu" + ("" if args.task == "counting" else f"_{args.task}") + ("_quick" if args.quick else "")
     runs_dir = args.runs or REPO / "runs" / name
     overrides = [*(QUICK[args.task] if args.quick else []), *overrides]
-    base = [*spec["base"]]
-    if args.task == "gpt2":  # the model and the prompts as benchmarks/trl_peer.py builds them
-        from benchmarks.trl_peer import setup
-
-        model, data = setup(runs_dir)
-        base += [f"model.path={model}", f"task.data={data}"]
+    common = [*spec["common"]]
+    if args.task == "gpt2":
+        model, data = gpt2_setup(runs_dir)
+        common += [f"model.path={model}", f"task.data={data}"]
     before = os.getloadavg()[0]
     dirs = {(v, s): runs_dir / f"{v}-s{s}" for v in variants for s in seeds}
     if spec["pretrain_algo"]:
@@ -260,10 +322,10 @@ def main(argv=None) -> int:
         if args.fresh:
             for d in dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
-        per_variant = {v: [*base, *VARIANTS[v][0]] for v in variants}
-        # counting: one MLE start per seed (the default job's), every variant from it; gpt2: from the random model
-        dirs = run_all("", overrides, [], seeds, runs_dir, pretrain_algo=spec["pretrain_algo"], jobs=args.jobs,
-                       fresh=args.fresh, variants=per_variant)
+        per_variant = {v: [*spec["rl"], *VARIANTS[v][0], *overrides] for v in variants}
+        # one MLE start per seed (counting: the default job's), every variant from it
+        dirs = run_all("", [*common, *overrides], [], seeds, runs_dir, pretrain_algo=spec["pretrain_algo"],
+                       jobs=args.jobs, fresh=args.fresh, variants=per_variant)
     report(args.task, dirs, variants, seeds, args.out, name, overrides, (before, os.getloadavg()[0]))
     return 0
 

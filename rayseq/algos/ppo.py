@@ -152,7 +152,7 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, policy: PolicyLoss, s
                     v_loss = v_loss * w_val
                 optimizer_step(modules["base_opt"], v_loss, modules["baseline"].parameters(), None, dp)
                 sums["loss/value"] += v_loss.item()
-                sums["value/explained_variance"] += float(v_stats.explained_variance) * w_tok
+                sums["value/explained_variance"] += float(v_stats.explained_variance) * w_val
             sums["loss/policy"] += loss.item()
             sums["policy/clipfrac"] += float(stats.clipfrac) * w_tok
             sums["policy/approx_kl"] += float(stats.approx_kl) * w_tok

@@ -1,6 +1,7 @@
 """The policy-loss menu side by side: GRPO trained with each loss variant under TRL's names (``algo.loss_type``,
-``algo.importance_sampling_level``, ``algo.scale_rewards``, ``algo.delta``, ``algo.top_entropy_quantile``;
-rayseq/losses/menu.py), on counting from the default job's MLE start and on a tiny GPT-2 task.
+``algo.importance_sampling_level``, ``algo.scale_rewards``, ``algo.delta``, ``algo.top_entropy_quantile``,
+``algo.mask_truncated_completions``; rayseq/losses/menu.py), on counting from the default job's MLE start and on a
+tiny GPT-2 task.
 
 counting (Tuan et al. 2018): the default job's MLE pretraining once per seed (``python -m rayseq.train
 train.iters=0``: 1000 iterations), then each variant's GRPO stage from it (``train.init_from``) with the default
@@ -11,10 +12,11 @@ advantage's scale can.
 
 gpt2: the tiny GPT-2 of benchmarks/trl_peer.py (2 layers, hidden 32, a 400-token BPE, built locally) and its
 vowel-share reward, on chit-chat pairs (gpt2_setup: replies of at most 8 words): MLE pretraining (300 iterations ×
-64 pairs) once per seed, then each variant's GRPO stage from it: completions of at most 12 tokens, G = 4, 64
-completions per step, lr 1e-3, 150 iterations. Replies end where the policy samples the end token or at the cap, so
-the lengths move, and each variant's reply-length curve shows what its aggregation does to them (the point of
-Dr.GRPO's and DAPO's aggregations).
+64 pairs) once per seed, then each variant's GRPO stage from it: G = 4, 64 completions per iteration in 4
+minibatches of 16 (the ratio moves off 1 after the first, so the objectives differ, not only the aggregations),
+lr 1e-3, 120 iterations. Replies end where the policy samples the end token or at the task's cap (40 tokens), so the
+lengths move, and each variant's reply-length curve shows what its aggregation does to them (the point of Dr.GRPO's
+and DAPO's aggregations).
 
 Run book (from the repository root)
   python benchmarks/loss_menu.py                            # counting, every variant × seeds 0 1 2 (results/)
@@ -22,15 +24,18 @@ Run book (from the repository root)
   python benchmarks/loss_menu.py --variants dapo gmpo --seeds 0   # a subset
   python benchmarks/loss_menu.py --quick                    # smoke run: 3 variants, 1 seed, a few iterations
   python benchmarks/loss_menu.py --report-only              # tables and plots again from the runs
+  python benchmarks/loss_menu.py --task gpt2 --label onpolicy algo.minibatch_size=64 train.iters=150
+                                                            # one minibatch per batch: every update at ρ = 1
 Finished runs (their summary.json exists) are reused; --fresh runs them again.
 
 Time on a 2-core machine shared with other jobs (2 runs at a time, in-process, one torch thread each): counting
-~45 min (MLE ~1 min per seed, each GRPO stage ~1.5 min); gpt2 ~15 min.
+~45 min (MLE ~1 min per seed, each GRPO stage ~1.5 min); gpt2 ~35 min (its 36 runs' summaries were written over
+33 min).
 
-Outputs in ``--out`` (default benchmarks/results): loss_menu[_gpt2].md (the table: medians over the seeds with
-their range), loss_menu[_gpt2].json (every run's validation curve and figures, the commands, the machine),
-loss_menu[_gpt2].png (validation reward, clip fraction and reply length against iterations, the median over seeds);
-the runs in runs/loss_menu[_gpt2]/.
+Outputs in ``--out`` (default benchmarks/results): loss_menu[_gpt2][_LABEL].md (the table: medians over the seeds
+with their range), loss_menu[_gpt2][_LABEL].json (every run's validation curve and figures, the commands, the
+machine), loss_menu[_gpt2][_LABEL].png (validation reward, clip fraction and reply length against iterations, the
+median over seeds); the runs in runs/loss_menu[_gpt2][_LABEL]/.
 """
 
 from __future__ import annotations
@@ -80,8 +85,8 @@ TASKS = {
     "gpt2": {"common": ["task.name=pairs", "model.arch=hf", "reward.fn=benchmarks.trl_peer:vowel_share",
                         "algo.group_size=4", "train.pretrain_iters=300", "train.pretrain_batch_size=64",
                         "train.batch_size=64", "train.eval_every=15", "task.val_size=100", "task.test_size=100"],
-             "rl": ["algo.name=grpo", "algo.minibatch_size=64", "algo.lr=1e-3", "algo.kl_coef=0",
-                    "algo.max_grad_norm=1.0", "train.iters=150"],
+             "rl": ["algo.name=grpo", "algo.minibatch_size=16", "algo.lr=1e-3", "algo.kl_coef=0",
+                    "algo.max_grad_norm=1.0", "train.iters=120"],
              "pretrain_algo": "grpo", "metric": "val/reward", "test": "test/reward", "test_sampled": None,
              "target": None},
 }
@@ -298,6 +303,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=Path, default=None, help="default: runs/loss_menu[_gpt2][_quick]")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="a smoke run: 3 variants, seed 0, a few iterations")
+    ap.add_argument("--label", default="", help="a suffix of the report's name (loss_menu[_task]_LABEL.*), for a "
+                    "run of other settings than the script's (key=value overrides) beside its main one")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--fresh", action="store_true", help="run every run again (else finished ones are reused)")
     argv = sys.argv[1:] if argv is None else argv
@@ -307,12 +314,14 @@ def main(argv=None) -> int:
     variants = args.variants or (QUICK_VARIANTS if args.quick else
                                  [v for v in VARIANTS if args.task in ONLY_ON.get(v, (args.task,))])
     seeds = [0] if args.quick and args.seeds == [0, 1, 2] else args.seeds
-    name = "loss_menu" + ("" if args.task == "counting" else f"_{args.task}") + ("_quick" if args.quick else "")
+    parts = ["loss_menu", *([args.task] if args.task != "counting" else []), *([args.label] if args.label else []),
+             *(["quick"] if args.quick else [])]
+    name = "_".join(parts)
     runs_dir = args.runs or REPO / "runs" / name
     overrides = [*(QUICK[args.task] if args.quick else []), *overrides]
     common = [*spec["common"]]
-    if args.task == "gpt2":
-        model, data = gpt2_setup(runs_dir)
+    if args.task == "gpt2":  # made once, shared by every GPT-2 run (a run started from another's checkpoint too)
+        model, data = gpt2_setup(REPO / "runs" / "loss_menu_gpt2")
         common += [f"model.path={model}", f"task.data={data}"]
     before = os.getloadavg()[0]
     dirs = {(v, s): runs_dir / f"{v}-s{s}" for v in variants for s in seeds}

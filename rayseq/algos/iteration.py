@@ -126,9 +126,9 @@ class LearnerGroupLike(Protocol):
         through the driver between the update and the sampling).
 
         Args:
-            shards: as :meth:`update`'s.
-            iteration: as :meth:`update`'s.
-            prompts: the inputs of the batch to sample.
+            shards: rollout shard handles (the learner fetches them), as :meth:`update`'s.
+            iteration: the iteration within the stage.
+            prompts: the batch to sample behind the update.
             request: how to sample it.
 
         Returns:

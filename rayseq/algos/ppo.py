@@ -86,7 +86,6 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, policy: PolicyLoss, s
 
     def no_grad_pass(src, src_len, tokens, lean):  # one pass: b(s_t) from the states and/or log π_prox (B, T)
         logp, states = policy_pass(state.generator, src, src_len, tokens, lean)
-        # b(s_t) only when it is read: an algorithm with advantages of its own holds no baseline (modules is None)
         return ((modules["baseline"](states),) if baseline else ()) + ((logp,) if proximal else ())
 
     outs = list(without_grad(state, no_grad_pass, b.src, b.src_len, b.tokens)) if baseline or proximal else []

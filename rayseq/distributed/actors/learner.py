@@ -50,6 +50,7 @@ class Learner:
             gen_opt=torch.optim.Adam(generator.parameters(), lr=c.train.pretrain_lr),
             device=self.device,
             micro_batch=c.learner.micro_batch_size,
+            max_reply_len=self.task.max_tgt_len,
         )
         # the configured algorithm, with what it trains besides the generator (built once, here)
         self.algo = make_algo(c.algo, c.seed)

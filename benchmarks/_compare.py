@@ -45,12 +45,12 @@ def _config_data(args: list[str]) -> dict:
 
 
 def run_all(config: str, overrides: list[str], algos: list[str], seeds: list[int], out: Path, *,
-            pretrain_algo: str, jobs: int = 2, fresh: bool = False,
+            pretrain_algo: str | None, jobs: int = 2, fresh: bool = False,
             variants: dict[str, list[str]] | None = None) -> dict[tuple[str, int], Path]:
     """Pretrain per seed into ``out/pretrain-s<seed>``, then each algorithm into ``out/<algo>-s<seed>`` (and each
     of ``variants``, label -> overrides such as ``["algo.name=ppo", "algo.kl_coef=0.1"]``, into
     ``out/<label>-s<seed>``). Returns {(algo or label, seed): run dir}; the pretrained model is (algo "mle", seed)
-    for the table's MLE row."""
+    for the table's MLE row. ``pretrain_algo`` None: no pretraining run, each run starts as its config says."""
     import multiprocessing
 
     base = [*([f"--config={config}"] if config else []), *overrides, *IN_PROCESS]  # config "": the defaults
@@ -62,7 +62,7 @@ def run_all(config: str, overrides: list[str], algos: list[str], seeds: list[int
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         pre = {}
-        for s in seeds:
+        for s in seeds if pretrain_algo is not None else ():
             d = out / f"pretrain-s{s}"
             dirs[("mle", s)] = d
             if pending(d):
@@ -77,7 +77,8 @@ def run_all(config: str, overrides: list[str], algos: list[str], seeds: list[int
                 d = out / f"{a}-s{s}"
                 dirs[(a, s)] = d
                 if pending(d):
-                    args = [*base, f"seed={s}", *extra, f"train.init_from={out / f'pretrain-s{s}'}", f"name={a}-s{s}"]
+                    start = [f"train.init_from={out / f'pretrain-s{s}'}"] if pretrain_algo is not None else []
+                    args = [*base, f"seed={s}", *extra, *start, f"name={a}-s{s}"]
                     futs.append(pool.submit(_train, args, str(d)))
         for f in futs:
             f.result()

@@ -20,14 +20,20 @@ DEVICE_LIST=${DEVICE_LIST:?set DEVICE_LIST to the package list of the GPU machin
 # packages not worth their megabytes there (runtime_env venvs, profiler, cloud auth)
 SKIP=${SKIP:-"virtualenv py-spy cryptography google-auth google-api-core proto-plus pyasn1 pyasn1-modules cffi pycparser distlib python-discovery platformdirs"}
 EXTRA_REQS=${EXTRA_REQS:-"pydantic>=2.5 fastapi>=0.110 tensorboardX>=2.6 gymnasium pytest-timeout"}
+# grpcio-reflection's generated code refuses a grpcio older than itself, and the image's grpcio (1.84.0) stays:
+# Serve's import fails with the newest reflection. Set it to the image's version (`pip show grpcio` there).
+GRPC_REFLECTION=${GRPC_REFLECTION:-"grpcio-reflection==1.84.0"}
+# the chit-chat corpus the HF fixtures train their tokenizers on (8 MB as a wheel, 5.5 MB xz-compressed)
+CORPUS=${CORPUS:-"chitchat-dataset>=0.9"}
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$KIT"; rm -f "$KIT"/*.whl "$KIT"/ray.tar.xz
+mkdir -p "$KIT"; rm -f "$KIT"/*.whl "$KIT"/ray.tar.xz "$KIT"/corpus.tar.xz
 excl="$(git rev-parse --git-path info/exclude)"; mkdir -p "$(dirname "$excl")"
 grep -qx "/$KIT/" "$excl" 2>/dev/null || echo "/$KIT/" >> "$excl"
 echo "downloading ray[tune,serve,rllib]==$RAY_VERSION and its closure for cp312 ..."
-python3 -m pip download -q "${plat[@]}" -d "$tmp/dl" "ray[tune,serve,rllib]==$RAY_VERSION" $EXTRA_REQS
+python3 -m pip download -q "${plat[@]}" -d "$tmp/dl" "ray[tune,serve,rllib]==$RAY_VERSION" $EXTRA_REQS \
+  "$GRPC_REFLECTION" "$CORPUS"
 # names the device image already has (KINDS.md, "Packages: a, b, ...")
 sed -n '/Python packages already there/,$p' "$DEVICE_LIST" | grep -o 'Packages: .*' | sed 's/Packages: //; s/\.$//' \
   | tr ',' '\n' | sed 's/^ *//; s/ *$//' | tr 'A-Z_' 'a-z-' | sort -u > "$tmp/has"
@@ -37,6 +43,9 @@ for w in "$tmp"/dl/*.whl; do
   if [ "$n" = ray ]; then
     mkdir -p "$tmp/ray" && (cd "$tmp/ray" && python3 -m zipfile -e "$w" . )
     tar -C "$tmp/ray" --exclude=ray/jars -cf - . | xz -T0 -6 > "$KIT/ray.tar.xz"
+  elif [ "$n" = chitchat-dataset ]; then
+    mkdir -p "$tmp/corpus" && (cd "$tmp/corpus" && python3 -m zipfile -e "$w" . )
+    tar -C "$tmp/corpus" -cf - . | xz -T0 -9 > "$KIT/corpus.tar.xz"
   elif ! grep -qx "$n" "$tmp/has" && ! [[ " $SKIP " == *" $n "* ]]; then
     cp "$w" "$KIT/"
   fi
@@ -52,6 +61,7 @@ set -e
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p /tmp/site
 [ -d /tmp/site/ray ] || tar -C /tmp/site -xJf "$here/ray.tar.xz"
+[ -f "$here/corpus.tar.xz" ] && { [ -d /tmp/site/chitchat_dataset ] || tar -C /tmp/site -xJf "$here/corpus.tar.xz"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$here"/*.whl
 chmod +x /tmp/site/ray/core/src/ray/raylet/raylet /tmp/site/ray/core/src/ray/gcs/gcs_server 2>/dev/null || true
 mkdir -p /tmp/site/bin

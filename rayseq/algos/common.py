@@ -30,6 +30,8 @@ class LearnerState:
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
     micro_batch: int | None = None  # rows per pass without gradients (learner.micro_batch_size; None: all at once)
     dp: DataParallel | None = None  # this learner's rank when learner.num_learners > 1 (rayseq.algos.parallel)
+    # the longest reply the task allows (its max_tgt_len): the constant of the losses that divide by it (Dr.GRPO)
+    max_reply_len: int | None = None
 
 
 @dataclass

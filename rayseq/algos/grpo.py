@@ -9,25 +9,38 @@ its group, and every token of reply i gets that advantage:
 
 The update is PPO's clipped surrogate (Tuan et al. Eq. 3; ε = ``algo.eps``) over ``algo.epochs`` passes of
 minibatches, with no value network: the group mean is the baseline. (DeepSeekMath also adds β·KL(π‖π_ref) to
-the loss; ``algo.kl_coef`` does that for every rollout algorithm. The loss is the mean over the batch's tokens,
-not DeepSeekMath's mean over each reply's tokens then over replies.) std is the population std of the group;
-a group whose rewards are all equal has advantage 0; ``algo.dynamic_sampling`` drops such groups and samples fresh
-prompts in their place (DAPO, :mod:`rayseq.algos.dynamic_sampling`), and ``algo.eps_high`` decouples the clip range's
-upper bound (DAPO's Clip-Higher, :func:`rayseq.losses.ppo_clip_loss`).
+the loss; ``algo.kl_coef`` does that for every rollout algorithm. By default the loss is the mean over the batch's
+tokens, DAPO's and TRL's default, not DeepSeekMath's mean over each reply's tokens then over replies, which is
+``algo.loss_type=grpo``.) std is the population std of the group; a group whose rewards are all equal has advantage
+0; ``algo.dynamic_sampling`` drops such groups and samples fresh prompts in their place (DAPO,
+:mod:`rayseq.algos.dynamic_sampling`), and ``algo.eps_high`` decouples the clip range's upper bound (DAPO's
+Clip-Higher, :func:`rayseq.losses.ppo_clip_loss`).
+
+The loss menu (:mod:`rayseq.algos.loss_menu`, TRL's names): ``algo.loss_type`` (dapo, grpo, dr_grpo, bnpo, luspo,
+cispo, sapo, gmpo), ``algo.importance_sampling_level`` (sequence = GSPO), ``algo.scale_rewards`` (the advantage's
+denominator: the group's std, the batch's (Lite PPO), none (Dr.GRPO)), ``algo.delta``,
+``algo.mask_truncated_completions``, ``algo.top_entropy_quantile``.
 """
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from rayseq.algos.common import LearnerState, RolloutAlgo
 from rayseq.algos.dynamic_sampling import DYNAMIC_SAMPLING_FIELDS, check_dynamic_sampling, dynamic_sampling_step
+from rayseq.algos.loss_menu import (
+    DELTA_FIELDS,
+    LOSS_TYPE_FIELDS,
+    SAPO_FIELDS,
+    SEQUENCE_FIELDS,
+    check_loss_menu,
+    clip_policy_loss,
+)
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
-from rayseq.losses import ppo_clip_loss
 from rayseq.types import Rollout, to_torch
 
 # the group algorithms' own keys: G, and DAPO's dynamic sampling (rayseq.algos.dynamic_sampling)
@@ -42,8 +55,41 @@ def group_normalized_advantages(score: np.ndarray, group_size: int, eps: float =
     return ((r - r.mean(1, keepdims=True)) / (r.std(1, keepdims=True) + eps)).reshape(-1)
 
 
+def batch_scaled_advantages(score: np.ndarray, group_size: int, eps: float = 1e-8) -> np.ndarray:
+    """(B,) rewards in consecutive groups of G -> (B,) (r − group mean) / (std of the batch's rewards + ε): the
+    group's baseline, the batch's scale ("Tricks or Traps? A Deep Dive into RL for LLM Reasoning", 2025, Lite PPO;
+    TRL's ``scale_rewards="batch"``)."""
+    r = np.asarray(score, dtype=np.float64).reshape(-1, group_size)
+    return ((r - r.mean(1, keepdims=True)) / (r.std() + eps)).reshape(-1)
+
+
+def group_centred_advantages(score: np.ndarray, group_size: int) -> np.ndarray:
+    """(B,) rewards in consecutive groups of G -> (B,) r − group mean, no scale (Dr.GRPO: dividing by the group's
+    std favours the prompts that are too easy or too hard; TRL's ``scale_rewards="none"``)."""
+    r = np.asarray(score, dtype=np.float64).reshape(-1, group_size)
+    return (r - r.mean(1, keepdims=True)).reshape(-1)
+
+
+SCALE_REWARDS = {"group": group_normalized_advantages, "batch": batch_scaled_advantages,
+                 "none": group_centred_advantages}
+
+
+def _scale_name(value):
+    """TRL's booleans (True = group, False = none), and none as a config override spells it (null)."""
+    if isinstance(value, str):
+        return value
+    return {True: "group", False: "none", None: "none"}.get(value, value)
+
+
+SCALE_FIELDS = {"scale_rewards": (Annotated[Literal[tuple(SCALE_REWARDS)], BeforeValidator(_scale_name)], Field(
+    "group", description="GRPO's advantage r − group mean divided by: group = the group's std (DeepSeekMath); "
+    "batch = the std of the batch's rewards (Lite PPO); none = nothing (Dr.GRPO). TRL's scale_rewards; std is the "
+    "population std, ε = 1e-8 (TRL: the sample std, ε = 1e-4). true = group, false = none, as TRL reads them."))}
+
+
 def check_groups(cls, cfg) -> None:
-    """The run's batch holds whole groups; dynamic sampling's own limits."""
+    """The run's batch holds whole groups; dynamic sampling's own limits (the loss menu's: each algorithm's
+    ``check_config``)."""
     if cfg.train.batch_size % cfg.algo.group_size:
         raise ValueError(f"train.batch_size={cfg.train.batch_size} is not a multiple of "
                          f"algo.group_size={cfg.algo.group_size} ({cls.name} samples whole groups)")
@@ -68,21 +114,27 @@ class GRPO(RolloutAlgo):
     name = "grpo"
     data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
-    fields = {**PPO_FIELDS, **CLIP_FIELDS, **GROUP_FIELDS}  # no learned baseline, no discounting
+    # no learned baseline, no discounting; the whole loss menu (rayseq.algos.loss_menu)
+    fields = {**PPO_FIELDS, **CLIP_FIELDS, **GROUP_FIELDS, **SCALE_FIELDS, **LOSS_TYPE_FIELDS, **SEQUENCE_FIELDS,
+              **DELTA_FIELDS, **SAPO_FIELDS}
 
-    check_config = classmethod(check_groups)
     training_step = group_training_step
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_groups(cls, cfg)
+        check_loss_menu(cls, cfg)
 
     def prompt_copies(self) -> int:
         return self.cfg.group_size
 
     def advantages(self, rollout: Rollout) -> torch.Tensor:
-        return token_advantages(group_normalized_advantages(rollout.score, self.cfg.group_size), rollout)
+        scale = SCALE_REWARDS[self.cfg.scale_rewards]
+        return token_advantages(scale(rollout.score, self.cfg.group_size), rollout)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
-        m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                       given_advantages=self.advantages(rollout))
+        m = ppo_update(self.cfg, state, rollout, clip_policy_loss(self.cfg, state.max_reply_len),
+                       seed=minibatch_seed(self, iteration), given_advantages=self.advantages(rollout))
         return {**m, **group_metrics(rollout, self.cfg.group_size)}
 
 

@@ -20,7 +20,6 @@ by the policy's own decoding loop, so MIXER samples with ``rollout.engine=builti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 from pydantic import Field
 
@@ -35,10 +34,10 @@ from rayseq.algos.common import (
     value_baseline,
     with_entropy,
 )
-from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
+from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, clip_surrogate, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
 from rayseq.algos.sampling import Sampled, SamplingCall
-from rayseq.losses import mixer_loss, ppo_clip_loss, value_loss
+from rayseq.losses import mixer_loss, value_loss
 from rayseq.types import Rollout, RolloutRequest, to_torch
 
 # δ's schedule (Mixer.delta)
@@ -128,8 +127,7 @@ class MixerPPO(Mixer):
     fields = {**BASELINE_FIELDS, **MIXER_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
-        m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+        m = ppo_update(self.cfg, state, rollout, clip_surrogate(self.cfg), seed=minibatch_seed(self, iteration),
                        modules=self.modules, use_baseline=self.baseline_on, mixer=True)
         return {**m, **self.schedule_metrics(rollout, iteration)}
 

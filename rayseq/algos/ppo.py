@@ -28,6 +28,15 @@ from rayseq.algos.common import (
     with_entropy,
     without_grad,
 )
+from rayseq.algos.loss_menu import (
+    DELTA_FIELDS,
+    LOSS_TYPE_FIELDS,
+    SAPO_FIELDS,
+    PolicyLoss,
+    check_loss_menu,
+    clip_policy_loss,
+    ended,
+)
 from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
 from rayseq.losses.mismatch import truncated_is_weights
 from rayseq.seeding import derive_seed
@@ -60,15 +69,18 @@ CLIP_FIELDS = {
 }
 
 
-def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int, modules: dict | None = None,
+def ppo_update(cfg, state: LearnerState, rollout: Rollout, policy: PolicyLoss, seed: int, modules: dict | None = None,
                use_baseline: bool = True, mixer: bool = False, given_advantages: torch.Tensor | None = None) -> dict:
-    """K epochs × minibatches of ``surrogate(logp, old_logp, adv, mask) -> (loss, PolicyStats)``;
-    advantages A_t = R_t − b(s_t) once per batch (A_t = R_t without the baseline, ``use_baseline=False``; b(s_t) is
-    trained all the same). ``modules``: the algorithm's, holding b(s_t) (``baseline``) and its Adam (``base_opt``).
-    ``mixer``: the tokens forced from the reference (token_mask − action_mask) add MIXER's cross-entropy
-    (:func:`rayseq.losses.mixer_combine`). ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's
-    group-normalised rewards); then no value baseline is used or trained (``modules`` is not read)."""
+    """K epochs × minibatches of the policy loss ``policy.fn(logp, old_logp, adv, mask, keep=) -> (loss,
+    PolicyStats)`` (:class:`rayseq.algos.loss_menu.PolicyLoss`: which tokens it counts, which keep their terms, and
+    whether its denominator counts tokens or replies); advantages A_t = R_t − b(s_t) once per batch (A_t = R_t
+    without the baseline, ``use_baseline=False``; b(s_t) is trained all the same). ``modules``: the algorithm's,
+    holding b(s_t) (``baseline``) and its Adam (``base_opt``). ``mixer``: the tokens forced from the reference
+    (token_mask − action_mask) add MIXER's cross-entropy (:func:`rayseq.losses.mixer_combine`).
+    ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's group-normalised rewards); then no value baseline
+    is used or trained (``modules`` is not read)."""
     b = rollout_tensors(rollout, state.device, returns_gamma(cfg))
+    loss_mask = policy.mask(b.action_mask, b.tokens, b.token_mask, state.generator)  # (B, T) the tokens it counts
     proximal = cfg.ratio_to == "proximal"  # the decoupled objective: ρ against the weights before this update
     baseline = given_advantages is None
 
@@ -103,21 +115,31 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
     for _ in range(cfg.epochs):
         perm = torch.randperm(B, generator=perm_rng).to(state.device)
         for start in range(0, B, mb):
-            idx = perm[start : start + mb]
-            w_tok = w = 1.0  # shares of the sampled tokens' (and MIXER's all tokens') denominators
+            idx = whole_idx = perm[start : start + mb]
+            # shares of the denominators: the loss's (its tokens or replies; MIXER's all tokens), the tokens it counts
+            # (its entropy bonus, its diagnostics), the sampled tokens (the value regression)
+            w = w_tok = w_val = 1.0
             if dp is not None:
-                whole, idx = b.index(idx), dp.part(idx)
+                idx = dp.part(whole_idx)
             part = b.index(idx)
+            mask = loss_mask[idx]
+            whole_mask = None if dp is None else loss_mask[whole_idx]
             out = state.generator.logprobs(part.src, part.src_len, part.tokens)
-            loss, stats = surrogate(out.logp, old_logp[idx], adv_all[idx], part.action_mask)
+            keep = policy.keep(out.logits, mask, dp, whole_mask)
+            loss, stats = policy.fn(out.logp, old_logp[idx], adv_all[idx], mask, keep=keep)
             if dp is not None:
-                w_tok = w = dp.share(part.action_mask, whole.action_mask)
+                whole = b.index(whole_idx)
+                w = dp.share(policy.counted(mask), policy.counted(whole_mask))
+                w_tok = dp.share(mask, whole_mask)
+                w_val = dp.share(part.action_mask, whole.action_mask)
+            if keep is not None:
+                sums["policy/kept_token_frac"] += float(masked_mean(keep, mask)) * w_tok
             if mixer:
-                loss = mixer_combine(loss, part.action_mask, out.logp, part.token_mask - part.action_mask)
+                loss = mixer_combine(loss, mask, out.logp, part.token_mask - part.action_mask)
                 if dp is not None:
                     w = dp.share(part.token_mask, whole.token_mask)
             extra: dict = {}
-            loss = with_entropy(state, loss if dp is None else loss * w, out.logits, part.action_mask, extra,
+            loss = with_entropy(state, loss if dp is None else loss * w, out.logits, mask, extra,
                                 None if dp is None else w_tok)
             for k, v in extra.items():
                 sums[k] += v * w_tok
@@ -126,10 +148,10 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
             if given_advantages is None:
                 v_loss, v_stats = value_loss(modules["baseline"](out.states), part.returns, part.action_mask)
                 if dp is not None:
-                    v_loss = v_loss * w_tok
+                    v_loss = v_loss * w_val
                 optimizer_step(modules["base_opt"], v_loss, modules["baseline"].parameters(), None, dp)
                 sums["loss/value"] += v_loss.item()
-                sums["value/explained_variance"] += float(v_stats.explained_variance) * w_tok
+                sums["value/explained_variance"] += float(v_stats.explained_variance) * w_val
             sums["loss/policy"] += loss.item()
             sums["policy/clipfrac"] += float(stats.clipfrac) * w_tok
             sums["policy/approx_kl"] += float(stats.approx_kl) * w_tok
@@ -140,7 +162,15 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
     out = {k: v / n for k, v in sums.items()}
     out["policy/advantage_mean"] = float(masked_mean(adv_all, b.action_mask))
     out["policy/updates"] = float(n)
+    if policy.mask_truncated:  # the replies the length cap cut, left out of the policy loss
+        out["rollout/truncated_frac"] = 1.0 - float(ended(b.tokens, b.token_mask, state.generator.eos_id).mean())
     return {**rollout_metrics(rollout), **out, **extra_metrics}
+
+
+def clip_surrogate(cfg) -> PolicyLoss:
+    """Eq. 3's clipped surrogate with DAPO's ``eps_high``, averaged over the tokens (the algorithms without the loss
+    menu's keys: MIXER-PPO, SeqGAN-PPO)."""
+    return PolicyLoss(partial(ppo_clip_loss, eps=cfg.eps, eps_high=cfg.eps_high))
 
 
 def minibatch_seed(algo, iteration: int) -> int:
@@ -152,13 +182,17 @@ class PPO(RolloutAlgo):
     name = "ppo"
     data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
-    fields = {**BASELINE_FIELDS, **PPO_FIELDS, **CLIP_FIELDS}
+    # the loss menu (rayseq.algos.loss_menu) but GSPO's sequence ratio and GMPO, which need one advantage per reply
+    fields = {**BASELINE_FIELDS, **PPO_FIELDS, **CLIP_FIELDS, **LOSS_TYPE_FIELDS, **DELTA_FIELDS, **SAPO_FIELDS}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_loss_menu(cls, cfg, reply_advantages=False)
 
     def build_modules(self, run_cfg, generator, task, device) -> dict:
         """b(s_t) and its Adam (:func:`ppo_update` trains it)."""
         return value_baseline(run_cfg, generator, device)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
-        return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
-                          modules=self.modules, use_baseline=self.baseline_on)
+        return ppo_update(self.cfg, state, rollout, clip_policy_loss(self.cfg, state.max_reply_len),
+                          seed=minibatch_seed(self, iteration), modules=self.modules, use_baseline=self.baseline_on)

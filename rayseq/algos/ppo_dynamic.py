@@ -15,6 +15,7 @@ from functools import partial
 from pydantic import Field
 
 from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo, value_baseline
+from rayseq.algos.loss_menu import DELTA_FIELDS, LOSS_TYPE_FIELDS, PolicyLoss, check_loss_menu, own_objective_loss
 from rayseq.algos.ppo import PPO_FIELDS, minibatch_seed, ppo_update
 from rayseq.losses import ppo_dynamic_loss
 from rayseq.types import Rollout
@@ -28,24 +29,47 @@ DYNAMIC_FIELDS = {
 }
 
 
-def dynamic_surrogate(cfg) -> tuple[partial, dict]:
-    """PPO-dynamic's loss with the config's α1, α2, β1, β2, and those bounds as metrics."""
-    bounds = {k: float(getattr(cfg, k)) for k in DYNAMIC_FIELDS}
-    return partial(ppo_dynamic_loss, **bounds), {f"ppo_dynamic/{k}": v for k, v in bounds.items()}
+def dynamic_surrogate(cfg) -> tuple[PolicyLoss, dict]:
+    """PPO-dynamic's loss with the config's α1, α2, β1, β2, averaged over the tokens, and those bounds as metrics
+    (the algorithms without the loss menu's keys: MIXER-PPO-dynamic, SeqGAN-PPO-dynamic)."""
+    bounds = dynamic_bounds(cfg)
+    return PolicyLoss(partial(ppo_dynamic_loss, **bounds)), bounds_metrics(bounds)
+
+
+def dynamic_policy_loss(cfg, max_reply_len: int | None) -> tuple[PolicyLoss, dict]:
+    """PPO-dynamic's objective with the config's bounds and ``algo.delta``, averaged as ``algo.loss_type`` says
+    (:func:`rayseq.algos.loss_menu.own_objective_loss`), and the bounds as metrics."""
+    bounds = dynamic_bounds(cfg)
+    return (own_objective_loss(cfg, ppo_dynamic_loss, max_reply_len, **bounds, delta=cfg.delta),
+            bounds_metrics(bounds))
+
+
+def dynamic_bounds(cfg) -> dict:
+    """α1, α2, β1, β2 of the config."""
+    return {k: float(getattr(cfg, k)) for k in DYNAMIC_FIELDS}
+
+
+def bounds_metrics(bounds: dict) -> dict:
+    return {f"ppo_dynamic/{k}": v for k, v in bounds.items()}
 
 
 class PPODynamic(RolloutAlgo):
     name = "ppo_dynamic"
     data_parallel = True
     off_policy_ratio = True  # ρ = π_θ / π_old with π_old = Rollout.logp, the behaviour policy
-    fields = {**BASELINE_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS}
+    # the loss menu's aggregations (rayseq.algos.loss_menu): its objective is its own
+    fields = {**BASELINE_FIELDS, **PPO_FIELDS, **DYNAMIC_FIELDS, **LOSS_TYPE_FIELDS, **DELTA_FIELDS}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_loss_menu(cls, cfg, own_objective=True, reply_advantages=False)
 
     def build_modules(self, run_cfg, generator, task, device) -> dict:
         """b(s_t) and its Adam (:func:`~rayseq.algos.ppo.ppo_update` trains it)."""
         return value_baseline(run_cfg, generator, device)
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate, bounds = dynamic_surrogate(self.cfg)
-        m = ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+        policy, bounds = dynamic_policy_loss(self.cfg, state.max_reply_len)
+        m = ppo_update(self.cfg, state, rollout, policy, seed=minibatch_seed(self, iteration),
                        modules=self.modules, use_baseline=self.baseline_on)
         return {**m, **bounds}

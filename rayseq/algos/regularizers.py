@@ -25,6 +25,7 @@ import torch
 from pydantic import Field
 
 from rayseq.losses import masked_mean
+from rayseq.losses.menu import token_entropy
 from rayseq.types import Rollout
 
 K_BETA = 0.1  # Ziegler et al.'s proportional gain
@@ -100,9 +101,5 @@ def entropy_bonus(logits: torch.Tensor, mask: torch.Tensor, coef: float) -> tupl
     banned ids), mask (B, T). Zero (and not computed) when coef is 0."""
     if coef == 0:
         return torch.zeros((), device=logits.device), float("nan")
-    logp = torch.log_softmax(logits.float(), dim=-1)  # in fp32 from bf16 logits too
-    # banned ids (logit −inf) add nothing, and no 0·∞ reaches the gradient (entr's derivative is infinite at 0)
-    logp = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
-    h = -(logp.exp() * logp).sum(-1)
-    ent = masked_mean(h, mask)
+    ent = masked_mean(token_entropy(logits), mask)
     return -coef * ent, float(ent.detach())

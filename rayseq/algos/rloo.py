@@ -8,7 +8,9 @@ depend on y_i) and needs no value network:
     A_i = r_i − (1/(G−1)) Σ_{j≠i} r_j  =  G/(G−1) · (r_i − mean(r_1..r_G))
 
 and every token of reply i gets A_i in one REINFORCE step (Tuan et al. Eq. 1 / :func:`rayseq.losses.reinforce_loss`;
-the mean is over the batch's sampled tokens).
+the mean is over the batch's sampled tokens, or as ``algo.loss_type`` averages them: grpo per reply, dr_grpo over the
+task's longest reply, luspo the replies' token sums; ``algo.mask_truncated_completions`` and
+``algo.top_entropy_quantile`` as for GRPO, :mod:`rayseq.algos.loss_menu`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from rayseq.algos.common import LearnerState, RolloutAlgo, optimizer_step, rollout_metrics, with_entropy
 from rayseq.algos.grpo import GROUP_FIELDS, check_groups, group_metrics, group_training_step, token_advantages
+from rayseq.algos.loss_menu import LOSS_TYPE_FIELDS, check_loss_menu, own_objective_loss
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, to_torch
 
@@ -31,21 +34,28 @@ def leave_one_out_advantages(score: np.ndarray, group_size: int) -> np.ndarray:
 
 class RLOO(RolloutAlgo):
     name = "rloo"
-    fields = GROUP_FIELDS  # the baseline is the group's other replies: no learned one, no discounting
+    # the baseline is the group's other replies: no learned one, no discounting; the loss menu's aggregations
+    fields = {**GROUP_FIELDS, **LOSS_TYPE_FIELDS}
 
-    check_config = classmethod(check_groups)
     training_step = group_training_step  # with algo.dynamic_sampling: DAPO's (rayseq.algos.dynamic_sampling)
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_groups(cls, cfg)
+        check_loss_menu(cls, cfg, own_objective=True)
 
     def prompt_copies(self) -> int:
         return self.cfg.group_size
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         dev = state.device
+        policy = own_objective_loss(self.cfg, reinforce_loss, state.max_reply_len)
         adv = token_advantages(leave_one_out_advantages(rollout.score, self.cfg.group_size), rollout).to(dev)
-        out = state.generator.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
-                                       to_torch(rollout.tokens, dev))
-        mask = torch.as_tensor(rollout.action_mask, device=dev)
-        loss, stats = reinforce_loss(out.logp, adv, mask)
+        tokens = to_torch(rollout.tokens, dev)
+        out = state.generator.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev), tokens)
+        mask = policy.mask(torch.as_tensor(rollout.action_mask, device=dev), tokens, to_torch(rollout.token_mask, dev),
+                           state.generator)
+        loss, stats = policy.fn(out.logp, adv, mask, keep=policy.keep(out.logits, mask, None, None))
         extra: dict = {}
         loss = with_entropy(state, loss, out.logits, mask, extra)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from typing import ClassVar
 
 import numpy as np
@@ -46,11 +45,11 @@ from pydantic import Field, model_validator
 
 from rayseq.algos.common import BASELINE_FIELDS, LearnerState, RolloutAlgo, value_baseline
 from rayseq.algos.parallel import DataParallel
-from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
+from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, clip_surrogate, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
 from rayseq.algos.reinforce import Reinforce
 from rayseq.config.base import Section
-from rayseq.losses import discriminator_loss, ppo_clip_loss
+from rayseq.losses import discriminator_loss
 from rayseq.models import make_discriminator, make_generator
 from rayseq.rewards.mc_search import mc_search, q_values
 from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
@@ -452,8 +451,7 @@ class SeqGANPPO(Adversarial, RolloutAlgo):
     build_modules = with_value_baseline
 
     def policy_update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
-        surrogate = partial(ppo_clip_loss, eps=self.cfg.eps, eps_high=self.cfg.eps_high)
-        return ppo_update(self.cfg, state, rollout, surrogate, seed=minibatch_seed(self, iteration),
+        return ppo_update(self.cfg, state, rollout, clip_surrogate(self.cfg), seed=minibatch_seed(self, iteration),
                           modules=self.modules, use_baseline=self.baseline_on)
 
 

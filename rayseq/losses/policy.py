@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import torch
 
+from rayseq.losses.aggregate import masked_mean, token_log_ratio, token_mean
+
 
 class PolicyStats(NamedTuple):
     clipfrac: torch.Tensor  # share of unmasked tokens whose ratio lies outside the clip range
@@ -27,41 +29,44 @@ class PGStats(NamedTuple):
     logp_mean: torch.Tensor
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` over entries where ``mask`` is 1; 0 when nothing is unmasked."""
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
 def reinforce_loss(
-    logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+    logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *, aggregate=token_mean,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PGStats]:
     """REINFORCE with baseline, Tuan et al. Eq. 1: ∇θ = A_t ∇θ log π_θ(a_t | s_t).
 
-    loss = −mean_t [A_t · log π_θ(a_t|s_t)] over unmasked tokens. ``advantages`` are constants.
+    loss = −mean_t [A_t · log π_θ(a_t|s_t)] over unmasked tokens. ``advantages`` are constants. ``aggregate``: how
+    the token terms are averaged (:mod:`rayseq.losses.aggregate`; default the mean over the batch's tokens);
+    ``keep``: the tokens whose terms count (``aggregate``'s).
     """
     adv = advantages.detach()
-    loss = -masked_mean(logp * adv, mask)
+    loss = -aggregate(logp * adv, mask, keep)
     return loss, PGStats(masked_mean(adv, mask).detach(), masked_mean(logp, mask).detach())
 
 
-def _clipped_surrogate(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
+def clipped_objective(
+    log_ratio: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     lower: torch.Tensor | float,
     upper: torch.Tensor | float,
+    delta: float | None = None,
 ) -> tuple[torch.Tensor, PolicyStats]:
-    """−mean[min(ρA, clip(ρ, lower, upper)A)] with ρ = exp(logp − old_logp)."""
+    """PPO's clipped objective per token, min(ρA, clip(ρ, lower, upper)A) with ρ = exp(log_ratio), (B, T), and its
+    diagnostics over ``mask``.
+
+    ``delta``: INTELLECT-2's two-sided clip (Prime Intellect Team 2025, "INTELLECT-2", arXiv:2505.07291): ρ is also
+    capped at δ in the unclipped term, min(min(ρ, δ)A, clip(ρ, lower, upper)A), so a token with A < 0 whose ratio has
+    grown far cannot take an unbounded step (TRL's ``delta``). None: no cap (Eq. 3).
+    """
     adv = advantages.detach()
-    log_ratio = logp - old_logp.detach()
     ratio = torch.exp(log_ratio)
     lower_t = torch.as_tensor(lower, dtype=ratio.dtype, device=ratio.device)
     upper_t = torch.as_tensor(upper, dtype=ratio.dtype, device=ratio.device)
     # clamp (not min/max) so that a ratio exactly on a bound keeps its full gradient
     clipped = torch.clamp(ratio, lower_t, upper_t)
-    objective = torch.minimum(ratio * adv, clipped * adv)
-    loss = -masked_mean(objective, mask)
+    unclipped = ratio if delta is None else torch.clamp(ratio, max=delta)
+    objective = torch.minimum(unclipped * adv, clipped * adv)
     with torch.no_grad():
         outside = ((ratio < lower_t) | (ratio > upper_t)).to(ratio.dtype)
         stats = PolicyStats(
@@ -69,7 +74,30 @@ def _clipped_surrogate(
             approx_kl=masked_mean((ratio - 1.0) - log_ratio, mask),
             ratio_mean=masked_mean(ratio, mask),
         )
-    return loss, stats
+    return objective, stats
+
+
+def clip_range(eps: float, eps_high: float | None) -> tuple[float, float]:
+    """(1 − ε, 1 + ε_high) with ε_high = ε when None: Eq. 3's range, or DAPO's decoupled one."""
+    return 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
+
+
+def clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    lower: torch.Tensor | float,
+    upper: torch.Tensor | float,
+    *,
+    delta: float | None = None,
+    log_ratio=token_log_ratio,
+    aggregate=token_mean,
+    keep: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, PolicyStats]:
+    """−aggregate[min(ρA, clip(ρ, lower, upper)A)] with log ρ = ``log_ratio(logp, old_logp, mask)``."""
+    objective, stats = clipped_objective(log_ratio(logp, old_logp, mask), advantages, mask, lower, upper, delta)
+    return -aggregate(objective, mask, keep), stats
 
 
 def ppo_clip_loss(
@@ -80,16 +108,17 @@ def ppo_clip_loss(
     *,
     eps: float = 0.2,
     eps_high: float | None = None,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyStats]:
     """PPO, Tuan et al. Eq. 3: L = E[min(ρ_t A_t, clip(ρ_t, 1−ε, 1+ε) A_t)], ρ_t = π_θ/π_θold.
 
     ``eps_high``: DAPO's decoupled clip (Yu et al. 2025, Sec. 3.1 "Clip-Higher"; the clip term of the DAPO objective,
     Eq. 8 of arXiv:2503.14476): clip(ρ_t, 1−ε_low, 1+ε_high) with ε_low = ``eps``, so a token with A_t > 0 may grow
     its ratio up to 1+ε_high (DAPO: ε_low 0.2, ε_high 0.28). None: ε_high = ε (Eq. 3).
-    Returns −L averaged over unmasked tokens.
+    Returns −L averaged over unmasked tokens (the terms of ``keep``'s tokens, when given).
     """
-    upper = 1.0 + (eps if eps_high is None else eps_high)
-    return _clipped_surrogate(logp, old_logp, advantages, mask, 1.0 - eps, upper)
+    lower, upper = clip_range(eps, eps_high)
+    return clipped_surrogate(logp, old_logp, advantages, mask, lower, upper, keep=keep)
 
 
 def ppo_dynamic_bounds(
@@ -123,14 +152,20 @@ def ppo_dynamic_loss(
     alpha2: float = 1.0,
     beta1: float = math.inf,
     beta2: float = 1.0,
+    delta: float | None = None,
+    aggregate=token_mean,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyStats]:
     """PPO-dynamic, Tuan et al. Eq. 4: ∇θ min(ρ_t A_t, clip(ρ_t, 1−β, 1+α) A_t),
     β, α from :func:`ppo_dynamic_bounds` — wider for low-probability actions.
 
-    Returns −objective averaged over unmasked tokens.
+    Returns −objective averaged over unmasked tokens, or as ``aggregate`` averages the token terms
+    (:mod:`rayseq.losses.aggregate`: per reply, over a constant); ``delta`` caps ρ in the unclipped term
+    (:func:`clipped_objective`); ``keep``: the tokens whose terms count.
     """
     beta, alpha = ppo_dynamic_bounds(old_logp, alpha1=alpha1, alpha2=alpha2, beta1=beta1, beta2=beta2)
-    return _clipped_surrogate(logp, old_logp, advantages, mask, 1.0 - beta, 1.0 + alpha)
+    return clipped_surrogate(logp, old_logp, advantages, mask, 1.0 - beta, 1.0 + alpha, delta=delta,
+                              aggregate=aggregate, keep=keep)
 
 
 def mixer_loss(

@@ -59,10 +59,24 @@ CASES = {
     # reference's log-probs) in micro-batches of 3 rows, each rank computing its 8 of the 16 rows, then gathered
     "ppo_kl_micro": ("algo.name=ppo", "algo.minibatch_size=8", "algo.epochs=2", "algo.kl_coef=0.1",
                      "learner.micro_batch_size=3"),
+    # the loss menu: DeepSeekMath's per-reply mean (each rank's share counts its replies) of GSPO's sequence ratio,
+    # the high-entropy half of the tokens (the quantile over both ranks' entropies), against the learner's weights
+    # before the update (its pass in micro-batches of 3 rows)
+    "grpo_menu": ("algo.name=grpo", "algo.group_size=4", "algo.minibatch_size=6", "algo.epochs=2",
+                  "algo.loss_type=grpo", "algo.importance_sampling_level=sequence", "algo.top_entropy_quantile=0.5",
+                  "algo.ratio_to=proximal", "learner.micro_batch_size=3"),
+    # GMPO: the high-entropy tokens inside each reply's geometric mean
+    "grpo_gmpo": ("algo.name=grpo", "algo.group_size=4", "algo.minibatch_size=6", "algo.epochs=2",
+                  "algo.loss_type=gmpo", "algo.eps=0.4", "algo.top_entropy_quantile=0.5"),
+    # PPO-dynamic's objective with Dr.GRPO's constant denominator and INTELLECT-2's delta, beside the value
+    # baseline's regression (its share counts the sampled tokens)
+    "ppo_dynamic_dr_grpo": ("algo.name=ppo_dynamic", "algo.minibatch_size=8", "algo.epochs=2",
+                            "algo.loss_type=dr_grpo", "algo.delta=3"),
 }
 
 
-@pytest.mark.parametrize("case", [*CASES, "fsdp:ppo_kl_micro", "fsdp:grpo", "fsdp:transformer", "fsdp:hf"])
+@pytest.mark.parametrize("case", [*CASES, "fsdp:ppo_kl_micro", "fsdp:grpo", "fsdp:grpo_menu", "fsdp:transformer",
+                                  "fsdp:hf"])
 def test_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case):
     """MLE, then (SeqGAN-PPO) a d-step, then the policy update: metrics, weights, optimizer moments of one learner.
     ``fsdp:``: the two learners shard the models (learner.strategy=fsdp), each holding half of the parameters and
@@ -106,7 +120,7 @@ def assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case
         assert_same_metrics(m1, m2, ["disc/loss", "disc/accuracy", "disc/d_real", "disc/d_fake"])
         assert_same_tensors(one.get_scorer_weights()["disc"],
                             ray_session.get(group.actors[1].get_scorer_weights.remote())["disc"], "disc")
-    copies = cfg.algo.group_size if case == "grpo" else 1
+    copies = getattr(cfg.algo, "group_size", 1)
     prompts = one.task.sample_prompts(rng, 16 // copies)
     rollout = worker.sample(prompts.repeat(copies) if copies > 1 else prompts, request)
     assert len(np.unique(rollout.action_mask.sum(1))) > 1  # replies of several lengths: the ranks' shares differ
@@ -122,7 +136,9 @@ def assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case
     assert_same_metrics(m1, m2, ["loss/policy", "policy/clipfrac", "policy/approx_kl", "policy/ratio_mean",
                                  "policy/grad_norm", "rollout/reward_mean", "learner/version"]
                         + (["loss/value", "policy/entropy"] if case == "seqgan_ppo" else [])
-                        + (["loss/value", "kl/per_reply", "kl/per_token"] if case == "ppo_kl_micro" else []))
+                        + (["loss/value", "kl/per_reply", "kl/per_token"] if case == "ppo_kl_micro" else [])
+                        + (["policy/kept_token_frac"] if "policy/kept_token_frac" in m1 else [])
+                        + (["loss/value"] if case == "ppo_dynamic_dr_grpo" else []))
     assert m1["policy/grad_norm"] > 1e-3 and m1["policy/updates"] > 2  # several Adam steps on real gradients
     # attention's key bias has no gradient in exact arithmetic (softmax ignores a shift common to every key), so
     # Adam turns float noise into steps of up to lr each: there the weights agree to lr per step, not to rounding

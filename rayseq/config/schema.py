@@ -285,7 +285,9 @@ class RolloutConfig(_Section):
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="rollout.engine=vllm: keyword arguments of vllm.LLM as they are, e.g. "
         "{kv_cache_memory_bytes: 268435456, enable_prefix_caching: false, tensor_parallel_size: 1, dtype: bfloat16} "
-        "(defaults: dtype = model.dtype, prefix caching on, the run's seed).",
+        "(defaults: dtype = model.dtype, prefix caching on, the run's seed; without kv_cache_memory_bytes or "
+        "gpu_memory_utilization the engines on a node share its memory: on CPUs half of what it has available split "
+        "among them, at most what an engine's sequences fill; on GPUs vLLM's 0.92 × rollout.num_gpus_per_worker).",
     )
     logp_correction: Literal["tis", "none"] = Field(
         "tis", description="Where the engine's log-probs are not the policy's own (rollout.engine=vllm; the builtin "

@@ -62,6 +62,8 @@ class ActorGroups:
             import torch
 
             torch.set_num_threads(cfg.learner.torch_threads)
+            if memory := getattr(self.rollout.local.engine, "memory_note", None):
+                self._note(f"rollout worker 0's vLLM engine: {memory}")
         else:
             self._ray, self._started_ray, self._own_pg, self.pg, self._created = None, False, False, None, []
             try:
@@ -121,9 +123,13 @@ class ActorGroups:
         self.learner = LearnerGroup(cfg, manager=manager, actor_options=[
             {"num_cpus": lc.num_cpus, "num_gpus": lc.num_gpus, "scheduling_strategy": strategy(i)}
             for i in learner_bundles])
+        self._created += self.learner.actors
         self.scorer = ScorerGroup(cfg, self.learner, manager=manager, actors=scorers)
         self.rollout = RolloutGroup(cfg, self.learner, self.scorer, manager=manager, actors=workers)
         self._note(f"started in {time.monotonic() - t0:.1f} s")
+        if r.engine == "vllm":  # what each engine took of its node's memory (rayseq.engines.vllm_engine)
+            for i, stats in enumerate(ray.get([w.engine_stats.remote() for w in workers])):
+                self._note(f"rollout worker {i}'s vLLM engine: {stats['engine_memory']}")
 
     def _wait_placed(self, cfg: RunConfig, pg, wanted: list[dict]) -> None:
         """Until the cluster has reserved the placement group ``pg`` of bundles ``wanted``. One that no node layout of

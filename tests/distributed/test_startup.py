@@ -89,7 +89,7 @@ def test_blame_keeps_the_innermost_key():
     ("learner", "rayseq.distributed.groups.learner.Learner", LearnerThatCannotStart,
      rf"learner rank 0 on {NODE} could not start: ValueError: Available memory on node 0 \(7.79/10.71 GiB\) on "
      r"startup is less than desired CPU memory utilization \(0.92\)$"),
-])
+], ids=["worker", "scorer", "learner"])
 def test_an_actor_whose_constructor_raises_ends_the_run_at_once(ray_session, corpus, tmp_path, monkeypatch, kind,
                                                                  patch, cls, line):
     """The run stops as the constructor raises, with one line: not a wait for a re-creation that would raise the same

@@ -46,7 +46,10 @@ class ActorGroups:
     (:class:`~rayseq.distributed.groups.manager.ActorManager`); a lost node's workers and scorers are re-created on the
     surviving nodes (:mod:`rayseq.distributed.groups.placement`); a dead learner actor is rebuilt by the driver
     (:meth:`restart_learner`, ``learner.max_restarts``); losing the learner's node ends the run with
-    :class:`~rayseq.distributed.groups.placement.NodeLost` naming it."""
+    :class:`~rayseq.distributed.groups.placement.NodeLost` naming it. A start that fails is not recovered: every actor
+    is checked once as the groups start, and a constructor that raised, or a placement the cluster can never meet,
+    ends the run with :class:`~rayseq.distributed.groups.startup.StartupFailed` (one line), nothing left behind.
+    ``note(text)``: shows each step of the start on the run's progress display."""
 
     PLACEMENT_WAIT_S = 120.0  # how long a cluster that may grow (one rayseq joined) has to reserve the run's bundles
 

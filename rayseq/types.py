@@ -1,4 +1,4 @@
-"""Typed batches that cross processes (DESIGN.md "Data flow").
+"""Typed batches that cross processes (docs/concepts/actor-groups.md, "The data flow").
 
 Shapes: B batch, S source length, T target/generated length. Token ids are int64 numpy arrays;
 float fields are float32. Containers hold numpy arrays (cheap to pickle into Ray's object store);

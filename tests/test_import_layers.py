@@ -229,8 +229,8 @@ def test_imports_point_down_the_layers():
 
 
 def test_the_orchestration_imports_no_single_algorithm():
-    """rayseq.distributed reaches an algorithm through its generic protocols only (DESIGN.md "Where it is heading":
-    the rollout path names no algorithm); every generic module named is one that exists."""
+    """rayseq.distributed reaches an algorithm through its generic protocols only (the rollout path and the learner
+    ask the algorithm, they do not name it); every generic module named is one that exists."""
     graph = static_imports(ROOT)
     assert GENERIC_ALGOS <= set(graph)
     assert single_algorithm_imports(graph) == []

@@ -126,8 +126,10 @@ class LearnerGroupLike(Protocol):
         through the driver between the update and the sampling).
 
         Args:
-            shards, iteration: as :meth:`update`'s.
-            prompts, request: the batch to sample.
+            shards: rollout shard handles (the learner fetches them), as :meth:`update`'s.
+            iteration: the iteration within the stage.
+            prompts: the batch to sample behind the update.
+            request: how to sample it.
 
         Returns:
             (the update's metrics, the batch's shard handles).

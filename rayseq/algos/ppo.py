@@ -74,7 +74,7 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, surrogate, seed: int,
 
     def no_grad_pass(src, src_len, tokens, lean):  # one pass: b(s_t) from the states and/or log π_prox (B, T)
         logp, states = policy_pass(state.generator, src, src_len, tokens, lean)
-        return (modules["baseline"](states),) * baseline + (logp,) * proximal
+        return ((modules["baseline"](states),) if baseline else ()) + ((logp,) if proximal else ())
 
     outs = list(without_grad(state, no_grad_pass, b.src, b.src_len, b.tokens)) if baseline or proximal else []
     if baseline:

@@ -16,19 +16,13 @@ from rayseq.algos.mixer import ReferencePrefix
 from rayseq.algos.sampling import POLICY, Sampler
 from rayseq.algos.scst import GreedyBaseline
 from rayseq.config import ConfigError, build_config
-from rayseq.distributed.actors.learner import Learner
 from rayseq.distributed.actors.scorer import ScorerActor
-from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.types import PromptBatch, RolloutRequest
-from tests.conftest import tiny_config
+from tests.algos.test_algos import make_pair
 
 
 def _worker(*overrides, pretrain_steps: int = 0):
-    cfg = tiny_config(*overrides)
-    learner, worker = Learner(cfg), RolloutWorker(cfg)
-    rng = np.random.default_rng(1)
-    for i in range(pretrain_steps):  # stage "mle"
-        learner.update(learner.task.sample_prompts(rng, 64, with_targets=True), i)
+    cfg, learner, worker = make_pair(*overrides, pretrain_steps=pretrain_steps)
     worker.set_weights(learner.get_weights(), 0)
     return cfg, learner.task, worker
 

@@ -4,6 +4,8 @@ object-store run's bit for bit with the same driver traffic."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -267,28 +269,29 @@ def test_the_object_store_transport_sends_nothing_and_the_collective_one_queues_
 
     ray = _Recorder()
     learner, workers = ray.actor("learner"), [ray.actor("w0"), ray.actor("w1")]
+    learners = SimpleNamespace(actor=learner)  # the learner group: rank 0 is the group's root
     store = make_transport(RolloutConfig(), ray)
     assert isinstance(store, ObjectStoreTransport)
-    store.broadcast(learner, workers, 1, (0, (0, 1)))
+    store.broadcast(learners, workers, 1, (0, (0, 1)))
     store.forget()
     store.wait()
     assert ray.calls == []  # the calls carry the reference: nothing else goes out
 
     t = make_transport(RolloutConfig(weight_sync="collective", weight_bucket_mb=0.5, weight_sync_timeout_s=7.0), ray)
     assert isinstance(t, CollectiveTransport) and (t.bucket_bytes, t.timeout_s) == (1 << 19, 7.0)
-    t.broadcast(learner, workers, 1, (0, (0, 1)))  # the first version: the group is built, its members join
+    t.broadcast(learners, workers, 1, (0, (0, 1)))  # the first version: the group is built, its members join
     spec = t.spec
     assert (spec.address, spec.port, spec.world, spec.timeout_s) == ("10.0.0.1", 4242, 3, 7.0)
     assert ray.calls == [("learner", "rendezvous", ()), ("learner", "send_weights", (spec, 1 << 19)),
                          ("w0", "receive_weights", (spec, 1, 1, 1 << 19, True)),
                          ("w1", "receive_weights", (spec, 2, 1, 1 << 19, True))]
     ray.calls.clear()
-    t.broadcast(learner, workers, 2, (0, (0, 1)))  # the same workers: the same group, joined already
+    t.broadcast(learners, workers, 2, (0, (0, 1)))  # the same workers: the same group, joined already
     assert ray.calls == [("learner", "send_weights", (spec, 1 << 19)),
                          ("w0", "receive_weights", (spec, 1, 2, 1 << 19, False)),
                          ("w1", "receive_weights", (spec, 2, 2, 1 << 19, False))]
     ray.calls.clear()
-    t.broadcast(learner, workers[1:], 3, (0, (1,)))  # worker 0 left out: every member leaves, a new group
+    t.broadcast(learners, workers[1:], 3, (0, (1,)))  # worker 0 left out: every member leaves, a new group
     left = [(member, "leave_weight_group", (spec.name,)) for member in ("learner", "w0", "w1")]
     assert ray.calls[:4] == [*left, ("learner", "rendezvous", ())]
     assert t.spec.name != spec.name and t.spec.world == 2 and t.rebuilds == 1

@@ -1,7 +1,7 @@
 """Learner: holds the generator, its optimizer and the configured algorithm with the modules it declared
-(``Algorithm.build_modules``: the value baseline, a critic, a discriminator, ...; the frozen KL reference), the way its
-strategy holds them (:mod:`.strategies`: replicated or FSDP2); applies the stage's update (MLE pretraining, then the
-algorithm's) and the algorithm's other updates."""
+(``Algorithm.build_modules``: the value baseline, the models it trains besides the generator, the frozen KL
+reference), the way its strategy holds them (:mod:`.strategies`: replicated or FSDP2); applies the stage's update (MLE
+pretraining, then the algorithm's) and the algorithm's other updates."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ class RolloutGroup:
         behind its update, the workers' receive ahead of their next calls, which still carry the object-store ref:
         read only where the broadcast failed)."""
         if version > self.version:
-            self.transport.broadcast(self._learner.actor, self.live_actors, version,
+            self.transport.broadcast(self._learner, self.live_actors, version,
                                      (self._manager.restarts, tuple(self.live)))
 
     def published(self) -> tuple:

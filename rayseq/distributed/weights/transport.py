@@ -26,11 +26,11 @@ from rayseq.distributed.weights.collective import GroupSpec
 class WeightTransport(Protocol):
     """What the rollout group calls on its transport (Ray actor handles in, nothing waited for)."""
 
-    def broadcast(self, learner, workers: list, version: int, key) -> None:
+    def broadcast(self, learners, workers: list, version: int, key) -> None:
         """Send weights ``version`` to the workers besides the reference their calls carry.
 
         Args:
-            learner: the learner actor that holds the version (rank 0).
+            learners: the learner group, whose rank 0 (``learners.actor``) holds the version.
             workers: the live rollout worker actors, in shard order.
             version: the weights version (the learner's update count).
             key: what the set of workers is (the worker re-creations so far and the live workers): a transport
@@ -48,7 +48,7 @@ class ObjectStoreTransport:
     """``rollout.weight_sync=object_store``: each worker pulls the packed version through the object store the first
     time one of its calls carries it; nothing else goes out."""
 
-    def broadcast(self, learner, workers: list, version: int, key) -> None:
+    def broadcast(self, learners, workers: list, version: int, key) -> None:
         """Nothing to send: the workers' next calls carry the version's reference."""
 
     def forget(self) -> None:
@@ -119,10 +119,11 @@ class CollectiveTransport:
                 worker.leave_weight_group.remote(self.spec.name)
         self.spec, self._members = None, []
 
-    def broadcast(self, learner, workers: list, version: int, key) -> None:
+    def broadcast(self, learners, workers: list, version: int, key) -> None:
         """Queue weights ``version``: the learner's send (behind its update) and each worker's receive (ahead of its
         next call). ``key``: what the group must be built for (the worker re-creations so far and the live workers:
         a re-created or returning worker is not in the current group)."""
+        learner = learners.actor  # rank 0: the group's root
         if not self._healthy(key):
             self._rebuild(learner, workers, key)
         self._pending = [learner.send_weights.remote(self.spec, self.bucket_bytes),

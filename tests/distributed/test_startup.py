@@ -188,6 +188,34 @@ def test_a_worker_recreated_after_a_crash_whose_constructor_raises_ends_the_run(
     assert killed and time.monotonic() - killed[0] < 60
 
 
+@pytest.mark.ray
+def test_a_learner_rebuilt_after_a_crash_whose_constructor_raises_ends_the_run(ray_session, corpus, hf_dir, tmp_path):
+    """A learner killed mid-run is rebuilt by the driver (learner.max_restarts); its model directory is gone from the
+    node by then, so the new learner cannot start: the run ends at once naming it and model.path, not a rebuild
+    after rebuild that fails the same way."""
+    from tests.hf.test_hf_training import hf_config
+
+    model = copy_of(hf_dir, tmp_path)
+    killed: list = []
+
+    def report(row, trainer):
+        if row["stage"] == "train" and not killed:
+            shutil.rmtree(model)
+            pid = ray_session.get(trainer.groups.learner.actors[0].placement.remote())["pid"]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    cfg = hf_config(corpus, model, "rollout.num_workers=1", "algo.name=grpo", "train.iters=6",
+                    "rollout.num_cpus_per_worker=0.5", "learner.num_cpus=0.5", run_dir=tmp_path / "run")
+    assert cfg.learner.max_restarts > 0
+    with pytest.raises(StartupFailed, match=rf"^learner rank 0 on {NODE} was re-created after a failure and could "
+                                            rf"not start: ConfigError: invalid config: model.path={model}: no such "
+                                            r"directory \(the key to change: model.path\)$"):
+        Trainer(cfg, report=report).run()
+    assert killed and time.monotonic() - killed[0] < 60
+    assert released(ray_session)  # the rebuilt learner, the worker and the placement group are gone
+
+
 @pytest.mark.slow
 def test_a_placement_no_node_can_meet_ends_the_cli_in_seconds(tmp_path):
     """On the Ray the run starts itself (nothing can add a node to it), a learner that asks for a resource no node

@@ -36,18 +36,18 @@ class LearnerGroup:
             self._cfg, self._actor_options = cfg, actor_options
             self._start()
 
-    def _start(self, wait_s: float | None = None) -> None:
+    def _start(self, wait_s: float | None = None, again: bool = False) -> None:
         """Start the learner actors (and, with more than one, their process group: rank 0's address, then every
         rank joins), once every actor created so far has started (:meth:`ActorManager.wait_started`: a constructor
         that raised ends the run with :class:`~.startup.StartupFailed`). ``wait_s``: how long they may take to be
         placed and started (a bundle on a lost node waits for Ray to re-place it); None: as long as it takes (the
-        placement group is ready)."""
+        placement group is ready). ``again``: they replace actors that failed (:meth:`restart`)."""
         import ray
 
         self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg) for opts in self._actor_options]
         for rank, (actor, opts) in enumerate(zip(self.actors, self._actor_options)):
             bundle = getattr(opts.get("scheduling_strategy"), "placement_group_bundle_index", None)
-            self._manager.starting(f"learner rank {rank}", bundle, actor, actor.get_version.remote())
+            self._manager.starting(f"learner rank {rank}", bundle, actor, actor.get_version.remote(), again)
         try:
             self._manager.wait_started(timeout=wait_s)
         except TimeoutError:
@@ -96,7 +96,7 @@ class LearnerGroup:
     def restart(self) -> None:
         """Replace every learner actor by a fresh one in its bundle (its state: the caller loads a checkpoint)."""
         self._kill()
-        self._start(wait_s=180.0)
+        self._start(wait_s=180.0, again=True)
 
     def _call(self, method, *args, keeps_version: bool = False, every_rank: bool = False):
         """``method(learner)`` (the Learner's bound method, or the actor's) with ``args``, waited for: on the reading

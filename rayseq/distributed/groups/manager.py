@@ -62,12 +62,14 @@ class Call:
 @dataclass
 class Starting:
     """An actor just created, not yet known to have started: ``member`` names it (``rollout worker 1``), ``bundle`` is
-    its placement-group bundle (None: not in one), ``ping`` a call it answers once its constructor has returned."""
+    its placement-group bundle (None: not in one), ``ping`` a call it answers once its constructor has returned;
+    ``again``: it replaces one that failed (a rebuilt learner)."""
 
     member: str
     bundle: int | None
     actor: Any
     ping: Any
+    again: bool = False
 
 
 @dataclass
@@ -101,9 +103,9 @@ class ActorManager:
         self._starting: list[Starting] = []  # actors created since the last wait_started
 
     # -- start-up -----------------------------------------------------------------------------------
-    def starting(self, member: str, bundle: int | None, actor, ping) -> None:
+    def starting(self, member: str, bundle: int | None, actor, ping, again: bool = False) -> None:
         """An actor just created (:class:`Starting`): the next :meth:`wait_started` checks that it started."""
-        self._starting.append(Starting(member, bundle, actor, ping))
+        self._starting.append(Starting(member, bundle, actor, ping, again))
 
     def wait_started(self, timeout: float | None = None, every: float = 30.0) -> None:
         """Wait until every actor registered with :meth:`starting` has answered its ping. The first whose constructor
@@ -132,7 +134,7 @@ class ActorManager:
                 try:
                     ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                    self.check_started(exc, member.member, member.bundle)
+                    self.check_started(exc, member.member, member.bundle, again=member.again)
                     # it crashed while starting: wait for Ray to re-create it (a learner is not re-created)
                     if (last := self._poll_alive(member.actor, 120.0, True, member.member, member.bundle)) is not None:
                         raise StartupFailed(f"{member.member} on {self._node(member.bundle)} died while starting and "

@@ -135,3 +135,20 @@ def test_an_actor_recreated_whose_constructor_raises_ends_the_wait_at_once(ray_s
         manager.get(group, 0, actor.crash.remote(), lambda j: actor.pid.remote())
     assert time.monotonic() - t0 < 30
     assert group.restored == []
+
+
+def test_the_actors_still_starting_are_named_every_so_often(ray_session):
+    """While actors start, the progress display names those not started yet every ``every`` seconds, counted from the
+    start of the wait (an actor that started meanwhile does not put the next line off)."""
+    ray = ray_session
+    fast, slow = (ray.remote(num_cpus=0)(Answerer).remote() for _ in range(2))
+    ray.get([fast.pid.remote(), slow.pid.remote()])
+    notes: list = []
+    manager = ActorManager(ray, NoPlacement(), note=lambda text: notes.append((time.monotonic(), text)))
+    manager.starting("rollout worker 0", None, fast, fast.answer.remote(0, 0.6))
+    manager.starting("rollout worker 1", None, slow, slow.answer.remote(1, 2.6))
+    t0 = time.monotonic()
+    manager.wait_started(every=1.0)
+    assert [text for _, text in notes] == ["still starting after 1 s: rollout worker 1",
+                                           "still starting after 2 s: rollout worker 1"]
+    assert notes[0][0] - t0 < 1.4, notes  # not 1 s after the first actor answered (at 0.6 s)

@@ -124,7 +124,9 @@ class ActorManager:
             if timeout is not None and waited >= timeout:
                 raise TimeoutError(f"{', '.join(m.member for m in pending.values())} did not start within "
                                    f"{timeout:.0f} s")
-            step = every if timeout is None else min(every, timeout - waited)
+            step = every - (time.monotonic() - shown)  # until the next note, whatever started meanwhile
+            if timeout is not None:
+                step = min(step, timeout - waited)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, step))
             if time.monotonic() - shown >= every:
                 shown = time.monotonic()

@@ -173,11 +173,13 @@ def test_default_cli_path_runs_on_embedded_ray(tmp_path):
     assert "Token authentication" not in r.stderr and "\r" not in r.stderr
     assert r.stderr.splitlines()[0] == f"run dir: {tmp_path / 'ray'}"
     lines = r.stderr.splitlines()
-    start = [line for line in lines if line.startswith("start-up: ")]
+    # (a start slower than 30 s also names the actors still starting, every 30 s)
+    waits = [line for line in lines if line.startswith("start-up: still starting after ")]
+    start = [line for line in lines if line.startswith("start-up: ") and line not in waits]
     assert start[:2] == ["start-up: reserving 3 bundles (PACK) for the run's actors",
                          "start-up: starting 1 learner, 2 rollout workers and 0 scorers"], lines
     assert len(start) == 3 and start[2].startswith("start-up: started in ")
-    assert len(lines) <= 9, r.stderr  # run dir, Ray started, the start's 3 steps, one line per stage
+    assert len(lines) - len(waits) <= 9, r.stderr  # run dir, Ray started, the start's 3 steps, one line per stage
 
 
 @pytest.mark.e2e

@@ -121,8 +121,7 @@ class StartsOnce:
 
 def test_an_actor_recreated_whose_constructor_raises_ends_the_wait_at_once(ray_session, tmp_path):
     """Ray re-creates a crashed actor; its constructor raises now: the call's wait ends at once with one line naming
-    the actor, the error and the key to change (it waited 2 minutes for an actor that could not come back, then
-    blamed a lost node)."""
+    the actor, the error and the key to change (no wait for an actor that cannot come back, no node-loss message)."""
     ray = ray_session
     marker = str(tmp_path / "gone")
     actor = ray.remote(num_cpus=0, max_restarts=1)(StartsOnce).remote(marker)

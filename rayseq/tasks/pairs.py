@@ -61,6 +61,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from rayseq.config import blame
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.hf_text import HFVocab, context_length, retokenized
 from rayseq.data.preparation import DataError, PrepareOptions
@@ -113,10 +114,10 @@ class PairsTask(Task):
                              "DIR, then task.data=DIR; or task.source=jsonl:FILE task.prepare=true task.data=DIR)")
         if not (Path(cfg.data) / "manifest.json").is_file():
             source = cfg.source or "jsonl:FILE"
-            raise FileNotFoundError(
+            raise blame("task.data", FileNotFoundError(
                 f"task.data={cfg.data}: no prepared dataset there; run "
                 f"`python -m rayseq.data prepare {source} --out {cfg.data}` (or set task.source and task.prepare=true)"
-            )
+            ))
         self.data = DialogueData.load(cfg.data)
         kind = self.data.tokenizer.get("kind", "words")
         if cfg.tokenizer and cfg.tokenizer != kind:

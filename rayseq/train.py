@@ -20,6 +20,11 @@ on the command line may change only what a checkpoint does not fix (:data:`rayse
 evaluation and checkpoint schedule, learning rates, resources, progress output); a key repeated with its saved
 value is fine. Everything is checked before a file is written or Ray starts; a run directory without a
 checkpoint is an error at once (exit code 2).
+
+A run whose actors cannot start ends as soon as one constructor raises, with one line naming the actor, its node, the
+error and, where known, the key to change (``error: rollout worker 1 on node … could not start: ValueError: … (the
+key to change: rollout.engine_kwargs)``; exit code 2 with a key, else 1); so does a placement the cluster Ray started
+here can never meet. The progress lines before it (``start-up: …``) say which step was starting.
 """
 
 from __future__ import annotations
@@ -209,6 +214,7 @@ def main(argv=None) -> int:
     from rayseq.data.preparation import DataError
     from rayseq.distributed.driver import Interrupted, Trainer
     from rayseq.distributed.groups.placement import NodeLost
+    from rayseq.distributed.groups.startup import StartupFailed
     from rayseq.rewards.reward import RewardError
 
     trainer = None
@@ -245,6 +251,12 @@ def main(argv=None) -> int:
         else:
             print("lost before the first checkpoint: nothing to resume; start the run again", file=sys.stderr)
         return 1
+    except StartupFailed as exc:  # an actor that could not start (or start again), a placement never met: one line
+        print(f"error: {exc}", file=sys.stderr)
+        if trainer is not None and _has_checkpoint(trainer.run_dir):
+            print("Continue from the last checkpoint, once that is mended, with:", file=sys.stderr)
+            print(resume_command(trainer.run_dir), file=sys.stderr)
+        return 2 if exc.config_key else 1
     except (ConfigError, FileExistsError, FileNotFoundError, DataError, RewardError) as exc:
         # a reward function's error raised on a scorer actor arrives as Ray's RayTaskError, an instance of both
         # that and the RewardError: its `cause` is the error itself, without the remote traceback

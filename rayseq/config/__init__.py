@@ -12,7 +12,7 @@
 - :mod:`rayseq.config.base`: :class:`ConfigError` and the helpers they share.
 """
 
-from rayseq.config.base import ConfigError, did_you_mean, rename_aliases
+from rayseq.config.base import ConfigError, blame, did_you_mean, rename_aliases
 from rayseq.config.declared import (
     TASK_ALIASES,
     AlgoConfig,
@@ -53,7 +53,7 @@ __all__ = [
     "ALGOS", "RESUMABLE", "TASKS", "TASK_ALIASES", "AlgoConfig", "ConfigError", "LearnerConfig", "ModelConfig",
     "RewardConfig", "RewardTerm", "RolloutConfig", "RunConfig", "ScorerConfig", "TaskConfig", "TrainConfig",
     "_custom_resources", "_format_validation_error", "_installed", "_known_keys", "_refuse_on_resume",
-    "algorithm_config_model", "algorithm_sections", "build_config", "check_applicable", "check_pipeline",
+    "algorithm_config_model", "algorithm_sections", "blame", "build_config", "check_applicable", "check_pipeline",
     "config_to_dict", "declared_algo_keys", "declared_task_keys", "deep_merge", "described_yaml", "did_you_mean",
     "given_later", "load_yaml", "parse_overrides", "rename_aliases", "resolve_algo_section", "resolve_task_section",
     "resume_config", "set_path", "task_config_model",

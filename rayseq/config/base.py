@@ -11,6 +11,15 @@ class ConfigError(ValueError):
     """A bad config key or value; the message names the key."""
 
 
+def blame(key: str, exc: BaseException) -> BaseException:
+    """Record on ``exc`` the config key whose value it is about, as ``exc.config_key`` (an attribute, so it survives
+    the pickling that carries an actor's exception to the driver): what the start-up report names as the key to
+    change. A key recorded already is kept (the code nearest the failure knows best). Returns ``exc``."""
+    if getattr(exc, "config_key", None) is None:
+        exc.config_key = key
+    return exc
+
+
 class Section(BaseModel):
     """A config section: unknown keys are errors, assignments are validated."""
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from rayseq import registry
-from rayseq.config.base import ConfigError, did_you_mean
+from rayseq.config.base import ConfigError, blame, did_you_mean
 from rayseq.config.base import Section as _Section
 from rayseq.config.declared import (
     AlgoConfig,
@@ -290,7 +290,9 @@ class RolloutConfig(_Section):
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="rollout.engine=vllm: keyword arguments of vllm.LLM as they are, e.g. "
         "{kv_cache_memory_bytes: 268435456, enable_prefix_caching: false, tensor_parallel_size: 1, dtype: bfloat16} "
-        "(defaults: dtype = model.dtype, prefix caching on, the run's seed).",
+        "(defaults: dtype = model.dtype, prefix caching on, the run's seed; without kv_cache_memory_bytes or "
+        "gpu_memory_utilization the engines on a node share its memory: on CPUs half of what it has available split "
+        "among them, at most what an engine's sequences fill; on GPUs vLLM's 0.92 × rollout.num_gpus_per_worker).",
     )
     logp_correction: Literal["tis", "none"] = Field(
         "tis", description="Where the engine's log-probs are not the policy's own (rollout.engine=vllm; the builtin "
@@ -625,8 +627,17 @@ class RunConfig(_Section):
 
 
 def _validated(data: dict) -> RunConfig:
-    """A RunConfig from :func:`config_to_dict`'s dict (how a pickled one comes back)."""
-    return RunConfig.model_validate(data)
+    """A RunConfig from :func:`config_to_dict`'s dict (how a pickled one comes back). What no longer holds where it
+    is loaded (``model.path`` gone from an actor's node) is a ConfigError naming the key (:func:`blame`: the start-up
+    report names it), as pydantic's own error cannot be pickled back to the driver."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        exc = ConfigError(_format_validation_error(err))
+        if errors := err.errors():  # the key a section's check names first (model.path=...), else where it failed
+            named = re.match(r"([a-z_]+(?:\.[A-Za-z0-9_]+)+)[=:]", errors[0]["msg"].removeprefix("Value error, "))
+            blame(named.group(1) if named else ".".join(map(str, errors[0]["loc"])), exc)
+        raise exc from None
 
 
 def _known_keys(loc: tuple) -> list[str]:

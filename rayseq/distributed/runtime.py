@@ -88,3 +88,23 @@ def placement_group_id() -> str | None:
     if not ray.is_initialized():
         return None
     return ray.get_runtime_context().get_placement_group_id()
+
+
+def bundles_on_this_node(bundles: range) -> int:
+    """How many of the placement group's ``bundles`` (indices) are placed on the node this process's actor runs on,
+    as the placement group says now (after a node loss Ray may have re-placed them); 1 in-process or outside a
+    placement group."""
+    if "ray" not in sys.modules:
+        return 1
+    import ray
+
+    if not ray.is_initialized():
+        return 1
+    from ray.util.placement_group import get_current_placement_group, placement_group_table
+
+    pg = get_current_placement_group()
+    if pg is None:
+        return 1
+    node = ray.get_runtime_context().get_node_id()
+    placed = placement_group_table(pg)["bundles_to_node_id"]
+    return max(1, sum(1 for b in bundles if placed.get(b) == node))

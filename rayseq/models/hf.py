@@ -34,6 +34,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from rayseq.config import blame
 from rayseq.models.protocol import GeneratorOutput, StepDecoding
 
 
@@ -61,8 +62,15 @@ def load_causal_lm(path: str):
     except ImportError:
         raise ImportError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]'") from None
     hf_logging.disable_progress_bar()  # one bar per actor that builds the model, in every log
-    return AutoModelForCausalLM.from_pretrained(str(Path(path).expanduser()), local_files_only=True,
-                                                dtype=torch.float32)
+    where = Path(path).expanduser()
+    if not (where / "config.json").is_file():  # every process that builds the policy reads it: on every node
+        raise blame("model.path", FileNotFoundError(
+            f"model.path={path}: no Hugging Face model there (no config.json) on this node"))
+    try:
+        return AutoModelForCausalLM.from_pretrained(str(where), local_files_only=True, dtype=torch.float32)
+    except OSError as exc:  # a weights file missing or unreadable: the same error, naming the key
+        blame("model.path", exc)
+        raise
 
 
 class HFCausalLM(nn.Module):

@@ -61,6 +61,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from rayseq.config import blame
 from rayseq.config.paths import LOCAL_PATH
 from rayseq.data.dataset import DialogueData, encode_text
 from rayseq.data.hf_files import context_length
@@ -116,10 +117,10 @@ class PairsTask(Task):
                              "DIR, then task.data=DIR; or task.source=jsonl:FILE task.prepare=true task.data=DIR)")
         if not (Path(cfg.data) / "manifest.json").is_file():
             source = cfg.source or "jsonl:FILE"
-            raise FileNotFoundError(
+            raise blame("task.data", FileNotFoundError(
                 f"task.data={cfg.data}: no prepared dataset there; run "
                 f"`python -m rayseq.data prepare {source} --out {cfg.data}` (or set task.source and task.prepare=true)"
-            )
+            ))
         self.data = DialogueData.load(cfg.data)
         kind = self.data.tokenizer.get("kind", "words")
         if cfg.tokenizer and cfg.tokenizer != kind:

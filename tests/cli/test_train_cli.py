@@ -164,14 +164,22 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
 @pytest.mark.ray
 def test_default_cli_path_runs_on_embedded_ray(tmp_path):
     """`python -m rayseq.train` with 2 rollout workers on an embedded Ray (tiny budget), its output in a file:
-    progress as plain lines, no notice about the token authentication of the cluster it starts itself."""
+    progress as plain lines (a line per step of the start, then per stage), no notice about the token authentication
+    of the cluster it starts itself."""
     r = run_cli(*TINY, "rollout.num_workers=2", "progress=true", f"run_dir={tmp_path / 'ray'}", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["rollout_workers"] == 2 and summary["algo"] == "ppo_dynamic"
     assert "Token authentication" not in r.stderr and "\r" not in r.stderr
     assert r.stderr.splitlines()[0] == f"run dir: {tmp_path / 'ray'}"
-    assert len(r.stderr.splitlines()) <= 6, r.stderr  # run dir, Ray started, one line per stage
+    lines = r.stderr.splitlines()
+    # (a start slower than 30 s also names the actors still starting, every 30 s)
+    waits = [line for line in lines if line.startswith("start-up: still starting after ")]
+    start = [line for line in lines if line.startswith("start-up: ") and line not in waits]
+    assert start[:2] == ["start-up: reserving 3 bundles (PACK) for the run's actors",
+                         "start-up: starting 1 learner, 2 rollout workers and 0 scorers"], lines
+    assert len(start) == 3 and start[2].startswith("start-up: started in ")
+    assert len(lines) - len(waits) <= 9, r.stderr  # run dir, Ray started, the start's 3 steps, one line per stage
 
 
 @pytest.mark.e2e
@@ -233,6 +241,21 @@ def test_progress_bar_has_a_label_no_early_eta_and_keeps_each_stage_on_screen():
     lines = out.getvalue().split("\n")
     assert "MLE pretraining: 100%" in lines[0] and "nll=2.010" in lines[0].rsplit("\r", 1)[-1]
     assert lines[1].rsplit("\r", 1)[-1].startswith("ppo_dynamic:  10%")
+
+
+def test_start_up_steps_are_shown_before_the_first_stage():
+    """What the run is starting (its placement group, its actors, what vLLM's engines took) is a line each, in either
+    mode; nothing with progress=false."""
+    for mode in ("lines", "bar"):
+        out = io.StringIO()
+        p = Progress(mode, stream=out)
+        p.note("starting 1 learner, 2 rollout workers and 0 scorers")
+        p.start("MLE pretraining", 10, 0)
+        p.close()
+        assert out.getvalue().splitlines()[0] == "start-up: starting 1 learner, 2 rollout workers and 0 scorers"
+    out = io.StringIO()
+    Progress(False, stream=out).note("starting")
+    assert out.getvalue() == ""
 
 
 def test_progress_mode_is_checked():

@@ -1,5 +1,6 @@
 """ActorManager's waits on many calls at once (``as_completed``, ``wait_all``): every call's result once, whatever the
-order the results arrive in, placed by call; a crashed actor's call re-sent to the restarted actor."""
+order the results arrive in, placed by call; a crashed actor's call re-sent to the restarted actor; a re-created actor
+whose constructor raises ends the wait at once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from functools import partial
 import numpy as np
 import pytest
 
+from rayseq.config import blame
 from rayseq.distributed.groups.manager import ActorManager, Call
+from rayseq.distributed.groups.startup import StartupFailed
 
 pytestmark = pytest.mark.ray
 
@@ -97,3 +100,54 @@ def test_a_crashed_actors_call_is_sent_again_among_many(ray_session, tmp_path):
     assert calls[17].refs != sent and results[17][0] is calls[17].refs[0]  # the re-sent call's result
     assert results[17][1]["pid"] != first_pid  # answered by the restarted actor, given the weights first
     assert manager.restarts == 1 and group.restored == [crashing]
+
+
+class StartsOnce:
+    """An actor whose constructor raises once ``marker`` exists (as a worker's whose model directory has gone from
+    its node); ``crash`` writes the marker and exits, as a kill -9 would end it."""
+
+    def __init__(self, marker: str):
+        if os.path.exists(marker):
+            raise blame("model.path", FileNotFoundError(f"model.path={marker}: no Hugging Face model there"))
+        self.marker = marker
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def crash(self) -> None:
+        open(self.marker, "w").close()
+        os._exit(1)
+
+
+def test_an_actor_recreated_whose_constructor_raises_ends_the_wait_at_once(ray_session, tmp_path):
+    """Ray re-creates a crashed actor; its constructor raises now: the call's wait ends at once with one line naming
+    the actor, the error and the key to change (no wait for an actor that cannot come back, no node-loss message)."""
+    ray = ray_session
+    marker = str(tmp_path / "gone")
+    actor = ray.remote(num_cpus=0, max_restarts=1)(StartsOnce).remote(marker)
+    ray.get(actor.pid.remote())
+    group, manager = Group([actor]), ActorManager(ray, NoPlacement())
+    t0 = time.monotonic()
+    with pytest.raises(StartupFailed, match=r"^rollout worker 0 on node \S+ was re-created after a failure and could "
+                                            rf"not start: FileNotFoundError: model.path={marker}: no Hugging Face "
+                                            r"model there \(the key to change: model.path\)$"):
+        manager.get(group, 0, actor.crash.remote(), lambda j: actor.pid.remote())
+    assert time.monotonic() - t0 < 30
+    assert group.restored == []
+
+
+def test_the_actors_still_starting_are_named_every_so_often(ray_session):
+    """While actors start, the progress display names those not started yet every ``every`` seconds, counted from the
+    start of the wait (an actor that started meanwhile does not put the next line off)."""
+    ray = ray_session
+    fast, slow = (ray.remote(num_cpus=0)(Answerer).remote() for _ in range(2))
+    ray.get([fast.pid.remote(), slow.pid.remote()])
+    notes: list = []
+    manager = ActorManager(ray, NoPlacement(), note=lambda text: notes.append((time.monotonic(), text)))
+    manager.starting("rollout worker 0", None, fast, fast.answer.remote(0, 0.6))
+    manager.starting("rollout worker 1", None, slow, slow.answer.remote(1, 2.6))
+    t0 = time.monotonic()
+    manager.wait_started(every=1.0)
+    assert [text for _, text in notes] == ["still starting after 1 s: rollout worker 1",
+                                           "still starting after 2 s: rollout worker 1"]
+    assert notes[0][0] - t0 < 1.4, notes  # not 1 s after the first actor answered (at 0.6 s)

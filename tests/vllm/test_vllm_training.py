@@ -5,6 +5,8 @@ engine's log-probs are recorded beside the policy's, their mismatch reported (``
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -15,9 +17,8 @@ from tests.vllm.conftest import ENGINE_KWARGS
 
 TINY = ["task.name=pairs", "task.test_size=100", "task.val_size=10", "train.pretrain_iters=0", "train.iters=12",
         "train.batch_size=16", "train.eval_every=0", "algo.name=grpo", "algo.group_size=4", "algo.minibatch_size=64",
-        "algo.lr=0.03", "progress=false", "seed=0",
-        f"rollout.engine_kwargs={{kv_cache_memory_bytes: {ENGINE_KWARGS['kv_cache_memory_bytes']}}}",
-        "reward.fn=tests.vllm.test_vllm_training:share_of_e"]
+        "algo.lr=0.03", "progress=false", "seed=0", "reward.fn=tests.vllm.test_vllm_training:share_of_e"]
+SIZED = f"rollout.engine_kwargs={{kv_cache_memory_bytes: {ENGINE_KWARGS['kv_cache_memory_bytes']}}}"
 
 
 def share_of_e(prompts, replies, references):
@@ -25,9 +26,11 @@ def share_of_e(prompts, replies, references):
     return [r.count("e") / max(len(r), 1) for r in replies]
 
 
-def vllm_config(corpus, model_dir, *extra, run_dir):
-    return build_config(None, [*TINY, f"task.data={corpus}", "model.arch=hf", f"model.path={model_dir}",
-                               "rollout.engine=vllm", f"run_dir={run_dir}", *extra])
+def vllm_config(corpus, model_dir, *extra, run_dir, sized: bool = True):
+    """The tiny GRPO run on vLLM rollouts; ``sized``: with the engine's key/value cache set (64 MiB), else vLLM's
+    memory as rayseq sizes it by default."""
+    return build_config(None, [*TINY, *([SIZED] if sized else []), f"task.data={corpus}", "model.arch=hf",
+                               f"model.path={model_dir}", "rollout.engine=vllm", f"run_dir={run_dir}", *extra])
 
 
 def train_rows(run_dir) -> list[dict]:
@@ -119,3 +122,49 @@ def test_grpo_on_vllm_rollouts_with_weights_over_the_collective(ray_session, cor
     assert np.mean(reward[-3:]) > np.mean(reward[:3]) + 0.05, reward
     check_engine_metrics(rows)
     assert [c for (_, c), in loads] == list(range(2, 14)) and all(n == c for (n, c), in loads)  # all over gloo
+
+
+@pytest.mark.ray
+def test_two_workers_train_with_the_engine_memory_left_to_rayseq(ray_session, corpus, vllm_hf_dir, tmp_path):
+    """rollout.engine=vllm alone, two workers on one machine: each engine takes a share of the node's memory
+    (vLLM's own default reserves 92% of the machine for the first engine, and the second could not start); for the
+    tiny model, what its sequences can fill (32 MiB), said at start; the run trains."""
+    cfg = vllm_config(corpus, vllm_hf_dir, "rollout.num_workers=2", "rollout.num_cpus_per_worker=1",
+                      "scorer.num_scorers=0", "learner.num_cpus=1", "train.iters=4", run_dir=tmp_path / "run",
+                      sized=False)
+    assert cfg.rollout.engine_kwargs == {}
+    memory = []
+
+    def report(row, trainer):
+        if not memory:
+            memory.extend(s["engine_memory"] for s in trainer.groups.rollout.stats())
+
+    Trainer(cfg, report=report).run()
+    rows = train_rows(tmp_path / "run")
+    assert len(rows) == 4 and all(r["rollout/live_workers"] == 2 for r in rows)
+    check_engine_metrics(rows)
+    # 2 layers × 1 head × 32 dims × keys and values × fp32 = 512 bytes a token; 256 sequences of 128 (+128) tokens
+    assert len(memory) == 2
+    for m in memory:
+        assert m.startswith(f"kv_cache_memory_bytes={512 * 256 * 256} (32 MiB: what 256 sequences of 128 tokens "
+                            "fill; at most 0.5 of the "), m
+        assert m.endswith(" GiB available on its node over its 2 engines)"), m
+
+
+@pytest.mark.ray
+def test_an_engine_that_cannot_reserve_its_memory_ends_the_run_at_once(ray_session, corpus, vllm_hf_dir, tmp_path):
+    """An engine whose memory the node cannot give (99% of the machine, as vLLM reserves on CPUs): the worker's
+    constructor raises, and the run ends as it does with one line naming the worker, vLLM's error and the key to
+    change (no wait for a re-creation that would fail the same way)."""
+    from rayseq.distributed.groups.startup import StartupFailed
+
+    cfg = vllm_config(corpus, vllm_hf_dir, "rollout.num_workers=1", "rollout.num_cpus_per_worker=1",
+                      "scorer.num_scorers=0", "learner.num_cpus=1",
+                      "rollout.engine_kwargs={gpu_memory_utilization: 0.99}", run_dir=tmp_path / "run", sized=False)
+    t0 = time.monotonic()
+    with pytest.raises(StartupFailed, match=r"^rollout worker 0 on node [0-9a-f]{56} \(\S+\) could not start: "
+                                            r"ValueError: Available memory on node \d+ .* is less than desired CPU "
+                                            r"memory utilization \(0.99, .*\(the key to change: "
+                                            r"rollout.engine_kwargs\)$"):
+        Trainer(cfg).run()
+    assert time.monotonic() - t0 < 90  # the actors' processes and vLLM's import, then at once

@@ -5,6 +5,7 @@ pretraining, then the algorithm's) and the algorithm's other updates."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -14,7 +15,7 @@ import torch
 from rayseq.algos import MLE, LearnerState, make_algo
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.checkpoint import algorithm_entries
-from rayseq.config import RunConfig
+from rayseq.config import RunConfig, blame
 from rayseq.distributed.actors.strategies import files_of, make_strategy
 from rayseq.distributed.handles import as_rollout, resolve
 from rayseq.distributed.runtime import placement_group_id
@@ -40,8 +41,9 @@ class Learner:
         np.random.seed(c.seed % 2**32)  # noqa: NPY002 -- seeds third-party code that uses the legacy RNG
         use_cuda = c.learner.device == "cuda" or (c.learner.device == "auto" and c.learner.num_gpus > 0)
         if use_cuda and not torch.cuda.is_available():  # never a silent CPU fallback
-            raise RuntimeError(f"learner.device={c.learner.device} with learner.num_gpus={c.learner.num_gpus}, but "
-                               "no CUDA device is visible to the learner; use learner.device=cpu")
+            raise blame("learner.device", RuntimeError(
+                f"learner.device={c.learner.device} with learner.num_gpus={c.learner.num_gpus}, but no CUDA device is "
+                "visible to the learner; use learner.device=cpu"))
         self.device = torch.device("cuda" if use_cuda else "cpu")
         self.task = make_task(c.task, c.reward)
         generator = make_generator(c, self.task).to(self.device)
@@ -70,10 +72,11 @@ class Learner:
         """Whose ``update`` the stage runs: the algorithm's in ``train``, MLE's before."""
         return self.algo if self.stage == "train" else self.pretrainer
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def placement(self) -> dict:
         """Where the learner runs: pid, device, placement group id (diagnostics)."""
-        import os
-
         return {"pid": os.getpid(), "device": str(self.device), "placement_group": placement_group_id()}
 
     # -- data parallel (learner.num_learners > 1; rayseq.distributed.groups.LearnerGroup sets it up) ------------

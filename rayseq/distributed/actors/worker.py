@@ -14,7 +14,7 @@ import torch
 
 from rayseq.algos.sampling import POLICY, Sampled, SamplingCall
 from rayseq.config import RunConfig
-from rayseq.distributed.runtime import placement_group_id
+from rayseq.distributed.runtime import bundles_on_this_node, placement_group_id
 from rayseq.distributed.weights.flat import as_state_dicts
 from rayseq.engines import make_engine
 from rayseq.losses.mismatch import truncated_is_weights
@@ -40,7 +40,9 @@ class RolloutWorker:
         dtype = getattr(torch, self.cfg.model.dtype)  # samples in the policy's compute precision (bf16: a bf16 copy)
         self.generator = make_generator(self.cfg, self.task).to(self.device, dtype)
         self.generator.eval()
-        self.engine = make_engine(self.cfg, self.generator, self.task, self.device)  # what samples (rollout.engine)
+        # what samples (rollout.engine); vLLM's engines share their node's memory with the other workers' there
+        self.engine = make_engine(self.cfg, self.generator, self.task, self.device,
+                                  engines_on_node=bundles_on_this_node(range(1, 1 + self.cfg.rollout.num_workers)))
         # what the algorithm keeps here (Algorithm.worker_modules), built now, not on the first weights (in-process
         # runs draw the same global random numbers before and after a resume); in ``modules`` once weights arrive
         self._held = {k: m.to(dtype) for k, m in self.cfg.algorithm.worker_modules(self.cfg, self.task,
@@ -65,9 +67,11 @@ class RolloutWorker:
         }
 
     def engine_stats(self) -> dict:
-        """The engine's name and weights version; an engine with a model of its own (vLLM) also gives the checksum
+        """The engine's name, weights version and what it took of its node's memory (vLLM: ``memory_note``; None for
+        the built-in engine); an engine with a model of its own (vLLM) also gives the checksum
         (Σ w, Σ |w|) of what it runs beside the policy's (:func:`rayseq.engines.vllm_engine.weights_checksum`)."""
-        out = {"engine": self.engine.name, "engine_version": self.engine.version}
+        out = {"engine": self.engine.name, "engine_version": self.engine.version,
+               "engine_memory": getattr(self.engine, "memory_note", None)}
         if hasattr(self.engine, "checksum"):
             out["engine_checksum"], out["policy_checksum"] = self.engine.checksum(), self.engine.policy_checksum()
         return out

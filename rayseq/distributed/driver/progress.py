@@ -28,6 +28,7 @@ class Progress:
     """What a run shows on stderr while it runs (``progress``): on a terminal a tqdm bar per stage, left on
     screen with its last figures when the next stage starts; elsewhere (``ray job logs``, CI, a file) a plain
     line every ``progress_every`` seconds and one at the end of each stage; nothing with ``progress=false``.
+    Before the first stage, a line per step of the start-up (:meth:`note`).
     No rate or time left is shown before a stage's third iteration (its first ones carry start-up costs)."""
 
     WARMUP = 3  # iterations of a stage before a rate is shown
@@ -57,6 +58,17 @@ class Progress:
                              file=self.stream, bar_format=self._warmup_format)
 
     _warmup_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+    def note(self, text: str) -> None:
+        """A line about what the run does between stages (``start-up: reserving 4 bundles``: its actors starting, what
+        vLLM's engines took), in either mode; nothing with ``progress=false``. A failure during start-up comes right
+        after the line saying which step it was in."""
+        if self.mode == "off":
+            return
+        if self._bar is not None:
+            self._bar.write(f"start-up: {text}", file=self.stream)
+        else:
+            print(f"start-up: {text}", file=self.stream, flush=True)
 
     def update(self, figures: dict) -> None:
         """One iteration done; ``figures``: the short metrics it produced (kept until replaced)."""

@@ -176,9 +176,11 @@ class Trainer:
         self.store.write_text("config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.metrics = MetricsLog(self.store)
         self._start_state = self._rng_state()  # where a learner lost before the first checkpoint starts again
-        groups = self.groups = ActorGroups(cfg, self._placement_group)
-        old_handlers = _install_signal_handlers(self)
         bar = Progress(cfg.progress, cfg.progress_every)
+        # a start-up that fails (an actor whose constructor raised, a placement the cluster cannot meet) raises
+        # StartupFailed, its line after the progress lines of the step that was starting
+        groups = self.groups = ActorGroups(cfg, self._placement_group, note=bar.note)
+        old_handlers = _install_signal_handlers(self)
         try:
             if ck is not None:
                 self._restore(groups, *ck)

@@ -36,20 +36,28 @@ class LearnerGroup:
             self._cfg, self._actor_options = cfg, actor_options
             self._start()
 
-    def _start(self, wait_s: float | None = None) -> None:
+    def _start(self, wait_s: float | None = None, again: bool = False) -> None:
         """Start the learner actors (and, with more than one, their process group: rank 0's address, then every
-        rank joins). ``wait_s``: how long they may take to be placed and started (a bundle on a lost node waits
-        for Ray to re-place it); None: as long as it takes (the placement group is ready)."""
+        rank joins), once every actor created so far has started (:meth:`ActorManager.wait_started`: a constructor
+        that raised ends the run with :class:`~.startup.StartupFailed`). ``wait_s``: how long they may take to be
+        placed and started (a bundle on a lost node waits for Ray to re-place it); None: as long as it takes (the
+        placement group is ready). ``again``: they replace actors that failed (:meth:`restart`)."""
         import ray
 
         self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg) for opts in self._actor_options]
-        if wait_s is not None:
-            try:
-                ray.get([a.get_version.remote() for a in self.actors], timeout=wait_s)
-            except ray.exceptions.GetTimeoutError:
-                raise RuntimeError(f"the rebuilt learner actors did not start within {wait_s:.0f} s (available: "
-                                   f"{ray.available_resources()}); --resume continues the run once the cluster can "
-                                   "place them") from None
+        for rank, (actor, opts) in enumerate(zip(self.actors, self._actor_options)):
+            bundle = getattr(opts.get("scheduling_strategy"), "placement_group_bundle_index", None)
+            self._manager.starting(f"learner rank {rank}", bundle, actor, actor.get_version.remote(), again)
+        try:
+            self._manager.wait_started(timeout=wait_s)
+        except TimeoutError:
+            self._kill()
+            raise RuntimeError(f"the rebuilt learner actors did not start within {wait_s:.0f} s (available: "
+                               f"{ray.available_resources()}); --resume continues the run once the cluster can "
+                               "place them") from None
+        except BaseException:
+            self._kill()
+            raise
         self.actor = self.actors[0]
         self._manager.learner_ids = [a.actor_id.remote() for a in self.actors]  # tells their failures apart
         # the ranks that take part in what reads the model (rank 0's answer is the group's), and the other ranks,
@@ -66,6 +74,12 @@ class LearnerGroup:
                                                                    self.COLLECTIVE_TIMEOUT_S)
                                        for rank, a in enumerate(self.actors)], self)
 
+    def _kill(self) -> None:
+        """Kill the learner actors (a start that failed: nothing left behind)."""
+        ray = self._manager.ray
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+
     def _wait_peers(self) -> None:
         """Wait for the peers' parts of earlier collectives (a lost rank raises LearnerLost here)."""
         refs, self._peer_refs = self._peer_refs, []
@@ -81,10 +95,8 @@ class LearnerGroup:
 
     def restart(self) -> None:
         """Replace every learner actor by a fresh one in its bundle (its state: the caller loads a checkpoint)."""
-        ray = self._manager.ray
-        for a in self.actors:
-            ray.kill(a, no_restart=True)
-        self._start(wait_s=180.0)
+        self._kill()
+        self._start(wait_s=180.0, again=True)
 
     def _call(self, method, *args, keeps_version: bool = False, every_rank: bool = False):
         """``method(learner)`` (the Learner's bound method, or the actor's) with ``args``, waited for: on the reading

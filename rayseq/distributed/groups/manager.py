@@ -10,6 +10,11 @@ from the last checkpoint).
 
 Calls whose results are still out (``RolloutGroup.sample(wait=False)``: the learner fetches their shards itself)
 are tracked here until they are confirmed: a crashed worker's shard (and its chained scoring) is sent again.
+
+An actor whose constructor raised is not a crash: Ray does not re-create it, and one it re-created after a crash whose
+constructor raises will not come back either. Both end the run at once with
+:class:`~rayseq.distributed.groups.startup.StartupFailed` (:meth:`ActorManager.wait_started` checks every actor once
+as the groups start; the waits for re-created actors check it too), never with a wait for Ray or a node-loss message.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from rayseq.distributed.groups.startup import LABELS, StartupFailed, creation_failure, describe_error, startup_failed
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,19 @@ class Call:
 
 
 @dataclass
+class Starting:
+    """An actor just created, not yet known to have started: ``member`` names it (``rollout worker 1``), ``bundle`` is
+    its placement-group bundle (None: not in one), ``ping`` a call it answers once its constructor has returned;
+    ``again``: it replaces one that failed (a rebuilt learner)."""
+
+    member: str
+    bundle: int | None
+    actor: Any
+    ping: Any
+    again: bool = False
+
+
+@dataclass
 class PendingShard:
     """A shard of ``RolloutGroup.sample(wait=False)`` not confirmed yet: the worker's call ``sample`` and, when the
     scorers score the rollouts, the scorer call ``score`` chained on its result by reference; ``rescore(rollout ref)
@@ -72,13 +92,73 @@ class ActorManager:
     """Waits for calls on stateless actors, re-creating and re-sending after a crash; counts what the driver
     fetches (``recv_bytes``) and the actors restarted (``restarts``)."""
 
-    def __init__(self, ray, placement):
+    def __init__(self, ray, placement, note=None):
         self.ray = ray
         self.placement = placement  # rayseq.distributed.groups.placement.Placement: bundle -> node
+        self.note = note or (lambda text: None)  # shows a line on the run's progress display
         self.learner_ids: list = []  # refs of the learner actors' Ray ids (hex), answered while they were alive
         self.restarts = 0
         self.recv_bytes = 0  # pickled size of everything the driver fetched (ray.get) through the groups
         self._unconfirmed: dict = {}  # shard ref -> PendingShard
+        self._starting: list[Starting] = []  # actors created since the last wait_started
+
+    # -- start-up -----------------------------------------------------------------------------------
+    def starting(self, member: str, bundle: int | None, actor, ping, again: bool = False) -> None:
+        """An actor just created (:class:`Starting`): the next :meth:`wait_started` checks that it started."""
+        self._starting.append(Starting(member, bundle, actor, ping, again))
+
+    def wait_started(self, timeout: float | None = None, every: float = 30.0) -> None:
+        """Wait until every actor registered with :meth:`starting` has answered its ping. The first whose constructor
+        raised ends the run at once (:class:`StartupFailed`, without waiting for the others); so does any other error
+        of the start (a runtime environment that cannot be set up). An actor that crashed while starting (its process
+        killed, its node lost) is waited for as Ray re-creates it (up to 120 s). ``timeout``: TimeoutError naming the
+        actors not started after that long (None: no limit; a large model takes its time). Every ``every`` seconds
+        the progress display names the actors still starting."""
+        ray = self.ray
+        members, self._starting = self._starting, []
+        pending = {m.ping: m for m in members}
+        t0 = time.monotonic()
+        shown = t0
+        while pending:
+            waited = time.monotonic() - t0
+            if timeout is not None and waited >= timeout:
+                raise TimeoutError(f"{', '.join(m.member for m in pending.values())} did not start within "
+                                   f"{timeout:.0f} s")
+            step = every - (time.monotonic() - shown)  # until the next note, whatever started meanwhile
+            if timeout is not None:
+                step = min(step, timeout - waited)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, step))
+            if time.monotonic() - shown >= every:
+                shown = time.monotonic()
+                self.note(f"still starting after {shown - t0:.0f} s: {', '.join(m.member for m in pending.values())}")
+            for ref in ready:
+                member = pending.pop(ref)
+                try:
+                    ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                    self.check_started(exc, member.member, member.bundle, again=member.again)
+                    # it crashed while starting: wait for Ray to re-create it (a learner is not re-created)
+                    if (last := self._poll_alive(member.actor, 120.0, True, member.member, member.bundle)) is not None:
+                        raise StartupFailed(f"{member.member} on {self._node(member.bundle)} died while starting and "
+                                            f"is not back: {describe_error(last)}") from exc
+                except ray.exceptions.RayError as exc:
+                    raise StartupFailed(f"{member.member} on {self._node(member.bundle)} could not start: "
+                                        f"{describe_error(exc)}", cause=exc) from exc
+
+    def check_started(self, exc, member: str, bundle: int | None, again: bool = False) -> None:
+        """Raises :class:`StartupFailed` if ``exc`` (a call's failure) says that ``member``'s constructor raised
+        (``again``: after Ray re-created it); else nothing."""
+        failure = creation_failure(self.ray, exc)
+        if failure is not None:
+            cause, ip = failure
+            raise startup_failed(member, self._node(bundle, ip), cause, again=again) from exc
+
+    def _node(self, bundle: int | None, ip: str | None = None) -> str:
+        """The node of placement-group bundle ``bundle`` as a report names it (its id and address; else ``ip``)."""
+        describe = getattr(self.placement, "describe_bundle", None)
+        if describe is not None and bundle is not None and (text := describe(bundle)):
+            return text
+        return f"node {ip}" if ip else "its node"
 
     def received(self, value):
         """Count ``value``'s pickled size in ``recv_bytes`` (what the driver fetched); returns it."""
@@ -258,32 +338,36 @@ class ActorManager:
                 self.placement.check_learner(wait_s=20)
                 raise
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                # a call on an actor Ray re-created whose constructor raised: it will not come back
+                self.check_started(exc, f"{LABELS[kind]} {i}", group.first_bundle + i, again=True)
                 named = self._check_node_loss(exc, group, i)
                 self.restarts += 1
                 log.warning("%s %d failed (%s); re-dispatching its work", kind, i, type(exc).__name__)
                 actor = group.actors[i]
-                if group.elastic and not self._back_within(actor, group.grace_s):
+                who = (f"{LABELS[kind]} {i}", group.first_bundle + i)
+                if group.elastic and not self._back_within(actor, group.grace_s, *who):
                     j = group.take_over(i, actor.pid.remote())
                     if j is not None:
                         i = j
                         ref = resubmit(j)
                         continue
-                self._wait_alive(actor)
+                self._wait_alive(actor, *who)
                 if not named:  # the GCS may mark the node dead after the actor's error reached us: by now it has
                     self._warn_node_lost(group, i, "Ray re-created it on a surviving node")
                 group.restore(actor)
                 ref = resubmit(i)
         raise RuntimeError(f"{kind} {i} failed {max_attempts} times in a row; giving up")
 
-    def _back_within(self, actor, grace_s: float) -> bool:
+    def _back_within(self, actor, grace_s: float, member: str, bundle: int | None) -> bool:
         """Whether Ray has re-created ``actor`` within ``grace_s`` seconds; False at once if it is dead for good (its
         restarts spent)."""
-        return self._poll_alive(actor, grace_s, dead_is_final=True) is None
+        return self._poll_alive(actor, grace_s, True, member, bundle) is None
 
-    def _poll_alive(self, actor, timeout: float, dead_is_final: bool):
-        """Ask ``actor`` for its pid every half second (a call to an actor being re-created fails at once) until it
-        answers (None) or ``timeout`` seconds have passed (the last failure); with ``dead_is_final`` a dead actor's
-        failure is returned at once."""
+    def _poll_alive(self, actor, timeout: float, dead_is_final: bool, member: str, bundle: int | None):
+        """Ask ``actor`` (``member``, in ``bundle``) for its pid every half second (a call to an actor being re-created
+        fails at once) until it answers (None) or ``timeout`` seconds have passed (the last failure); with
+        ``dead_is_final`` a dead actor's failure is returned at once. A re-created actor whose constructor raised
+        will not answer: :class:`StartupFailed` at once."""
         ray = self.ray
         deadline = time.monotonic() + timeout
         while True:
@@ -298,6 +382,7 @@ class ActorManager:
                 except ray.exceptions.ActorUnavailableError as exc:  # being re-created
                     last = exc
                 except ray.exceptions.RayActorError as exc:  # dead, not to be re-created
+                    self.check_started(exc, member, bundle, again=True)
                     if dead_is_final:
                         return exc
                     last = exc
@@ -323,10 +408,10 @@ class ActorManager:
             return True
         return False
 
-    def _wait_alive(self, actor, timeout: float = 120.0) -> None:
+    def _wait_alive(self, actor, member: str, bundle: int | None, timeout: float = 120.0) -> None:
         """Until Ray has restarted ``actor`` (a worker or scorer); after a node loss that waits for its bundle
         to be re-placed on a surviving node, which needs room there."""
-        exc = self._poll_alive(actor, timeout, dead_is_final=False)
+        exc = self._poll_alive(actor, timeout, False, member, bundle)
         if exc is not None:
             raise RuntimeError(
                 f"a failed actor was not back within {timeout:.0f} s ({type(exc).__name__}): if its node was "

@@ -13,6 +13,7 @@ Only the GCS's tables are read (``ray.nodes()``, ``ray.util.placement_group_tabl
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from rayseq.config import RunConfig
 
@@ -66,6 +67,13 @@ class Placement:
     def describe(self, node_id: str) -> str:
         return self._described.get(node_id, f"node {node_id}")
 
+    def describe_bundle(self, bundle: int) -> str | None:
+        """The node bundle ``bundle`` is placed on now (re-read: Ray may have re-placed it), described; None if the
+        bundle is not placed."""
+        self._update({bundle})
+        node = self.bundle_nodes.get(bundle)
+        return self.describe(node) if node else None
+
     @property
     def nodes(self) -> set[str]:
         """Ids of the nodes the run's bundles are (or were last) placed on."""
@@ -111,3 +119,58 @@ def bundles(cfg: RunConfig) -> list[dict]:
 def _bundle(cpus: float, gpus: float, custom: dict[str, float]) -> dict:
     """One actor's bundle: CPUs, GPUs if any, and its custom resources (those > 0) that pick its node."""
     return {"CPU": cpus} | ({"GPU": gpus} if gpus else {}) | {k: v for k, v in custom.items() if v}
+
+
+class Unmet(NamedTuple):
+    """Why a placement can never be met (:func:`unmet`); ``bundle``: the index of the bundle that fits on no node
+    (None: they fit one by one, not together), ``lacking``: its resources no node has enough of (all of them when
+    only their combination is missing)."""
+
+    why: str
+    bundle: int | None = None
+    lacking: dict | None = None
+
+
+def unmet(wanted: list[dict], strategy: str, nodes: list[dict]) -> Unmet | None:
+    """Why a cluster of ``nodes`` (each node's total resources) can never hold the bundles ``wanted`` placed with
+    ``strategy``, however idle it is; None if it can (or might: a bundle may have to wait for others to free room).
+    Checked: each bundle fits on some node, each resource's sum fits in the cluster's, STRICT_PACK's sum on one node,
+    STRICT_SPREAD's bundles on as many nodes."""
+
+    def fits(bundle: dict, node: dict) -> bool:
+        return all(node.get(k, 0.0) >= v for k, v in bundle.items())
+
+    def shown(resources: dict, keys) -> str:
+        return "{" + ", ".join(f"{k}: {resources.get(k, 0):g}" for k in keys) + "}"
+
+    for i, bundle in enumerate(wanted):
+        if not any(fits(bundle, node) for node in nodes):
+            lacking = {k: v for k, v in bundle.items() if all(node.get(k, 0.0) < v for node in nodes)} or bundle
+            return Unmet(f"no node can hold the bundle {shown(bundle, bundle)} (the nodes have "
+                         f"{', '.join(shown(node, bundle) for node in nodes) or 'none'})", i, lacking)
+    total = {k: sum(b.get(k, 0.0) for b in wanted) for b in wanted for k in b}
+    cluster = {k: sum(node.get(k, 0.0) for node in nodes) for k in total}
+    over = [k for k in total if total[k] > cluster[k] + 1e-9]
+    if over:
+        return Unmet(f"the bundles want {shown(total, over)} in all, the cluster has {shown(cluster, over)}")
+    if strategy == "STRICT_PACK" and not any(fits(total, node) for node in nodes):
+        return Unmet(f"STRICT_PACK puts {shown(total, total)} on one node, and no node has that much")
+    if strategy == "STRICT_SPREAD" and len(wanted) > len(nodes):
+        return Unmet(f"STRICT_SPREAD puts each of the {len(wanted)} bundles on a node of its own; the cluster has "
+                     f"{len(nodes)}")
+    return None
+
+
+def bundle_keys(cfg: RunConfig, index: int, resources: dict) -> str:
+    """The config keys that size ``resources`` of bundle ``index`` of :func:`bundles`, e.g. ``learner.resources`` for
+    a learner's custom resource."""
+    n, m = cfg.rollout.num_workers, cfg.num_scorers
+    if 1 <= index <= n:
+        section, cpus, gpus, custom = "rollout", "num_cpus_per_worker", "num_gpus_per_worker", "resources_per_worker"
+    elif n < index <= n + m:
+        section, cpus, gpus, custom = "scorer", "num_cpus_per_scorer", "num_gpus_per_scorer", "resources_per_scorer"
+    else:
+        section, cpus, gpus, custom = "learner", "num_cpus", "num_gpus", "resources"
+    keys = [cpus if "CPU" in resources else None, gpus if "GPU" in resources else None,
+            custom if set(resources) - {"CPU", "GPU"} else None]
+    return " / ".join(f"{section}.{k}" for k in keys if k)

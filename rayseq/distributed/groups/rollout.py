@@ -134,7 +134,9 @@ class RolloutGroup:
             try:
                 ray.get(ping)
                 self.restore(self.actors[i])
-            except ray.exceptions.RayActorError:  # ActorUnavailableError among them
+            except ray.exceptions.RayActorError as exc:  # ActorUnavailableError among them
+                # re-created, and its constructor raised: it will not come back (StartupFailed ends the run)
+                self._manager.check_started(exc, f"rollout worker {i}", self.first_bundle + i, again=True)
                 self._out[i] = self.actors[i].pid.remote()  # not back (or gone for good): asked again next time
                 continue
             del self._out[i]

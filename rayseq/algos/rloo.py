@@ -55,7 +55,7 @@ class RLOO(RolloutAlgo):
         out = state.generator.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev), tokens)
         mask = policy.mask(torch.as_tensor(rollout.action_mask, device=dev), tokens, to_torch(rollout.token_mask, dev),
                            state.generator)
-        loss, stats = policy.fn(out.logp, adv, mask, keep=policy.keep(out.logits, mask, None, None))
+        loss, stats = policy.fn(out.logp, adv, mask, keep=policy.keep(out, mask, None, None))
         extra: dict = {}
         loss = with_entropy(state, loss, out.logits, mask, extra)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)

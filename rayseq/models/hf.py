@@ -73,6 +73,7 @@ class HFCausalLM(nn.Module):
     # rows × (prompt + reply) positions per learner pass when learner.micro_batch_size is unset: its passes with and
     # without gradients take max(1, this // (S + T)) rows at a time (rayseq.algos.common.micro_batch_rows)
     micro_batch_tokens = 16_384
+    logit_elements = LOGIT_ELEMENTS  # fp32 logits per chunk of the head (rayseq.models.chunked)
 
     def __init__(self, path: str, specials, *, vocab_size: int | None = None, banned_ids: tuple[int, ...] = (),
                  lora_r: int = 0, lora_alpha: float = 16.0, lora_dropout: float = 0.0,
@@ -233,11 +234,11 @@ class HFCausalLM(nn.Module):
     def fits_one_pass(self, rows: int, length: int) -> bool:
         """Whether ``rows`` of ``length`` = S + T positions are small enough for one pass with the head on every
         position, as the LM's own forward runs it: at most ``micro_batch_tokens`` positions and one chunk's worth of
-        logits (:data:`rayseq.models.chunked.LOGIT_ELEMENTS`). Larger passes run the head on the reply's positions
-        only, a chunk at a time (the same values to float rounding: the head's matmul over fewer rows rounds
-        differently)."""
+        logits (``logit_elements``, :data:`rayseq.models.chunked.LOGIT_ELEMENTS`). Larger passes run the head on the
+        reply's positions only, a chunk at a time (the same values to float rounding: the head's matmul over fewer
+        rows rounds differently)."""
         positions = rows * length
-        return positions <= self.micro_batch_tokens and positions * self.vocab_size <= LOGIT_ELEMENTS
+        return positions <= self.micro_batch_tokens and positions * self.vocab_size <= self.logit_elements
 
     def _reply_head(self, hidden: torch.Tensor, start: int, T: int) -> torch.Tensor:
         """Logits (B, T, V) of the reply's positions: the head on the whole sequence then sliced while that fits one
@@ -269,7 +270,8 @@ class HFCausalLM(nn.Module):
             return GeneratorOutput(self.token_logp(logits, tokens), states, None,
                                    entropy_of_logits(logits) if entropy else None)
         logp, ent = chunked_token_logprobs(self.output_logits, states, tokens, self.pad_id,
-                                           chunk or positions_per_chunk(self.vocab_size), entropy)
+                                           chunk or positions_per_chunk(self.vocab_size, self.logit_elements),
+                                           entropy)
         return GeneratorOutput(logp, states, None, ent)
 
     def lean_logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor,

@@ -125,7 +125,8 @@ def _assert_same_update(runs, modules=("baseline",), atol=1e-6):
     for part in ("generator", *modules):
         sa, sb = ((x.state.generator if part == "generator" else x.algo.modules[part]).state_dict() for x in (a, b))
         for k in sa:
-            torch.testing.assert_close(sa[k], sb[k], rtol=1e-5, atol=atol, msg=lambda m, k=k, part=part: f"{part}.{k}: {m}")
+            torch.testing.assert_close(sa[k], sb[k], rtol=1e-5, atol=atol,
+                                       msg=lambda m, k=k, part=part: f"{part}.{k}: {m}")
     for k in ma:  # explained variance, a ratio of means, is the parts' weighted average (rayseq.algos.parallel)
         if not k.startswith("time/") and k != "value/explained_variance":
             assert mb[k] == pytest.approx(ma[k], rel=1e-5, abs=1e-6), k

@@ -44,8 +44,8 @@ QUICK = {"vocab": 4096, "prompt": 64, "reply": 64, "width": 32, "layers": 1}
 # (code, batch, micro-batch, chunked): before = the --before revision; chunked False = the head's chunk raised to the
 # whole micro-batch
 FULL_RUNS = [("before", 1, None, False), ("before", 2, None, False),
-             ("after", 1, None, True), ("after", 2, None, True), ("after", 4, None, True), ("after", 8, None, True),
-             ("after", 8, 1, True), ("after", 8, 2, True), ("after", 2, 1, False), ("after", 2, 2, False)]
+             ("after", 1, None, True), ("after", 2, None, True), ("after", 8, None, True), ("after", 8, 2, True),
+             ("after", 2, 1, False)]
 QUICK_RUNS = [("after", 2, None, True), ("after", 4, None, True), ("after", 4, 1, True), ("after", 4, 1, False)]
 
 
@@ -133,7 +133,8 @@ def logits_mb(rows: int, positions: int, vocab: int) -> float:
 
 def report(rows: list[dict], shape: dict, provenance: list[str]) -> str:
     reply = shape["reply"]
-    lines = [f"# One PPO update's peak memory at V = {shape['vocab']:,}, {shape['prompt']:,} + {reply:,} tokens per row",
+    title = f"One PPO update's peak memory at V = {shape['vocab']:,}, {shape['prompt']:,} + {reply:,} tokens per row"
+    lines = [f"# {title}",
              "", *provenance, "",
              f"Policy: Llama-shaped, {shape['layers']} layers × {shape['width']} wide, tied embeddings; one minibatch "
              "of the whole batch, entropy bonus 0.01, value baseline. `update MB`: the update process's peak resident "

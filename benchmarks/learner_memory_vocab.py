@@ -171,7 +171,11 @@ def plot(rows: list[dict], shape: dict, out: Path) -> None:
         if r["code"] == "after" and r["micro"] is not None:
             ax.plot(r["batch"], r["update_mb"], "s" if r["chunked"] else "x",
                     label=f"after, micro-batch {r['micro']}" + ("" if r["chunked"] else ", one chunk"))
-    ax.set(xscale="log", xlabel="rows in the batch", ylabel="update's peak MB (RSS)",
+    batches = sorted({r["batch"] for r in rows})
+    ax.set_xscale("log")
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.minorticks_off()
+    ax.set(xlabel="rows in the batch", ylabel="update's peak MB (RSS)",
            title=f"One PPO update, V = {shape['vocab']:,}, {shape['prompt']} + {shape['reply']} tokens per row")
     ax.legend(fontsize=7)
     fig.tight_layout()

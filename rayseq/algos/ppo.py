@@ -83,7 +83,12 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, policy: PolicyLoss, s
     holding b(s_t) (``baseline``) and its Adam (``base_opt``). ``mixer``: the tokens forced from the reference
     (token_mask − action_mask) add MIXER's cross-entropy (:func:`rayseq.losses.mixer_combine`).
     ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's group-normalised rewards); then no value baseline
-    is used or trained (``modules`` is not read)."""
+    is used or trained (``modules`` is not read).
+
+    Each minibatch (a learner rank's part of it) goes through the policy :func:`~rayseq.algos.common.micro_batch_rows`
+    rows at a time, the gradients accumulated: each micro-batch's losses scaled by its share of the minibatch's
+    denominators (as a rank's are, :mod:`rayseq.algos.parallel`), then one clip and one step, so the update is the one
+    pass's up to float rounding and its memory is the micro-batch's."""
     b = rollout_tensors(rollout, state.device, returns_gamma(cfg))
     loss_mask = policy.mask(b.action_mask, b.tokens, b.token_mask, state.generator)  # (B, T) the tokens it counts
     proximal = cfg.ratio_to == "proximal"  # the decoupled objective: ρ against the weights before this update

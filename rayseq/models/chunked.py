@@ -9,10 +9,12 @@ reduced to its log-probs and entropies, and dropped, and the backward pass recom
 (activation checkpointing per chunk, ``torch.utils.checkpoint`` without re-entry). At most one chunk's (chunk, V)
 logits and their by-products exist at once, forwards and backwards, for one more head matmul per chunk.
 
-The same idea elsewhere: Liger-Kernel's fused linear cross-entropy (the head's gradient computed chunk by chunk in the
-forward), veRL's and OpenRLHF's chunked log-prob/entropy helpers, Apple's Cut Cross-Entropy (blockwise over the
-vocabulary); recomputation keeps this one to the torch operators of the unchunked pass, so its values are the same
-and its gradients agree to float rounding (the head's weight gradient is summed chunk by chunk).
+The same idea elsewhere: Liger-Kernel's fused linear RLHF losses (``LigerFusedLinearRLHFBase``, an autograd
+function that runs the head chunk by chunk and computes its gradient in the forward pass), prime-rl's
+``chunked_selective_log_softmax`` (the head and the log-softmax per chunk of positions), veRL's
+``entropy_from_logits_with_chunking`` (the entropy over row chunks), NeMo RL's ``ChunkedDistributedGatherLogprob``
+and ``ChunkedDistributedEntropy``. Recomputation keeps this one to the torch operators of the unchunked pass, so its
+values are the same and its gradients agree to float rounding (the head's weight gradient is summed chunk by chunk).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    grad_pass,
     optimizer_step,
     rollout_metrics,
     rollout_tensors,
@@ -66,7 +67,7 @@ def critic_step(modules: dict, values: torch.Tensor, targets: torch.Tensor, mask
 def critic_pass(state: LearnerState, critic, rollout: Rollout, gamma: float):
     """The rollout's tensors, the generator's teacher-forced pass, V_ψ(s_t) (B, T) and the rewards r_t (B, T)."""
     b = rollout_tensors(rollout, state.device, gamma)
-    out = state.generator.logprobs(b.src, b.src_len, b.tokens)
+    out = grad_pass(state.generator, b.src, b.src_len, b.tokens, bool(state.entropy_coef))
     return b, out, critic(out.states), to_torch(rollout.rewards, state.device)
 
 
@@ -76,7 +77,7 @@ def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.
     loss, stats = reinforce_loss(out_g.logp, adv, mask)
     out = {"loss/policy": loss.item(), "policy/advantage_mean": float(stats.advantage_mean),
            "critic/warmup": float(not train)}
-    loss = with_entropy(state, loss, out_g.logits, mask, out)
+    loss = with_entropy(state, loss, out_g.logits, mask, out, entropy=out_g.entropy)
     if train:
         out["policy/grad_norm"] = optimizer_step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
     return out

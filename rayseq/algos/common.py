@@ -16,9 +16,10 @@ from rayseq.algos.iteration import Groups, Step, ahead_step
 from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, KLController, entropy_bonus, kl_penalty
 from rayseq.losses import discounted_returns, masked_mean
+from rayseq.losses.menu import token_entropy
 from rayseq.losses.mismatch import logp_mismatch
 from rayseq.models.baseline import ValueBaseline
-from rayseq.models.protocol import lean_logprobs
+from rayseq.models.protocol import GeneratorOutput, lean_logprobs
 from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
 
 
@@ -28,7 +29,8 @@ class LearnerState:
     gen_opt: torch.optim.Optimizer
     device: torch.device
     entropy_coef: float = 0.0  # weight of the entropy bonus in rollout algorithms' policy losses (regularizers.py)
-    micro_batch: int | None = None  # rows per pass without gradients (learner.micro_batch_size; None: all at once)
+    # rows per pass, with gradients or without (learner.micro_batch_size; None: micro_batch_rows decides)
+    micro_batch: int | None = None
     dp: DataParallel | None = None  # this learner's rank when learner.num_learners > 1 (rayseq.algos.parallel)
     # the longest reply the task allows (its max_tgt_len): the constant of the losses that divide by it (Dr.GRPO)
     max_reply_len: int | None = None
@@ -76,10 +78,13 @@ def policy_pass(policy, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.
 
 def without_grad(state: LearnerState, fn, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> tuple:
     """A forward pass without gradients over a batch, ``fn(src, src_len, tokens, lean) -> tuple of (m, ...)
-    tensors``: one call on the whole batch, or (``learner.micro_batch_size`` set, or several learner ranks) in row
-    micro-batches shared by the ranks with ``lean`` passes (:func:`rayseq.algos.parallel.rows_without_grad`).
+    tensors``: one call on the whole batch, or (``learner.micro_batch_size`` set, several learner ranks, or a batch
+    too large for the policy's one pass: an HF policy's ``fits_one_pass``) in row micro-batches of
+    :func:`micro_batch_rows` shared by the ranks with ``lean`` passes (:func:`rayseq.algos.parallel.rows_without_grad`).
     Returns the tuple for every row."""
-    if state.micro_batch is None and state.dp is None:
+    length = src.shape[1] + tokens.shape[1]
+    fits = getattr(state.generator, "fits_one_pass", None)  # a policy that bounds its passes itself (HF)
+    if state.micro_batch is None and state.dp is None and (fits is None or fits(len(tokens), length)):
         with torch.no_grad():
             return fn(src, src_len, tokens, False)
 
@@ -87,7 +92,41 @@ def without_grad(state: LearnerState, fn, src: torch.Tensor, src_len: torch.Tens
         idx = idx.to(tokens.device)
         return fn(src[idx], src_len[idx], tokens[idx], True)
 
-    return rows_without_grad(rows, len(tokens), state.micro_batch, state.dp)
+    return rows_without_grad(rows, len(tokens), micro_batch_rows(state, length), state.dp)
+
+
+def micro_batch_rows(state: LearnerState, length: int) -> int | None:
+    """Rows per learner pass (with or without gradients) over rows of ``length`` = S + T positions:
+    ``learner.micro_batch_size`` when set; else, for a policy that declares ``micro_batch_tokens`` (an HF policy),
+    max(1, micro_batch_tokens // length), so an unset micro-batch is bounded by the lengths, not the batch; else None
+    (the whole batch at once: the built-in models, whose passes are small)."""
+    if state.micro_batch is not None:
+        return state.micro_batch
+    tokens = getattr(state.generator, "micro_batch_tokens", None)
+    return None if tokens is None else max(1, int(tokens) // max(int(length), 1))
+
+
+def micro_batches(idx: torch.Tensor, rows: int | None) -> list[torch.Tensor]:
+    """``idx`` (m,) in consecutive pieces of at most ``rows`` (None: one piece) for gradient accumulation."""
+    if rows is None or rows >= len(idx):
+        return [idx]
+    return list(torch.split(idx, rows))
+
+
+def grad_pass(policy, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor,
+              entropy: bool = False) -> GeneratorOutput:
+    """``policy``'s teacher-forced pass with gradients: its ``chunked_logprobs`` when it has one (an HF policy: the
+    log-probs and, with ``entropy``, the entropies, without (B, T, V) logits; :mod:`rayseq.models.chunked`), else its
+    ``logprobs`` (the logits kept, the entropies taken from them where needed: :func:`token_entropies`)."""
+    chunked = getattr(policy, "chunked_logprobs", None)
+    if chunked is None:
+        return policy.logprobs(src, src_len, tokens)
+    return chunked(src, src_len, tokens, entropy=entropy)
+
+
+def token_entropies(out: GeneratorOutput) -> torch.Tensor:
+    """H(π(·|s_t)) (B, T) of a pass: the entropies it computed, else from its logits."""
+    return out.entropy if out.entropy is not None else token_entropy(out.logits)
 
 
 def reference_logp(state: LearnerState, policy, rollout: Rollout) -> np.ndarray:
@@ -120,6 +159,14 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_g
     minibatch's gradient (:mod:`rayseq.algos.parallel`)."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    return apply_gradients(opt, params, max_grad_norm, dp)
+
+
+def apply_gradients(opt: torch.optim.Optimizer, params, max_grad_norm: float | None,
+                    dp: DataParallel | None = None) -> float:
+    """:func:`optimizer_step` after its backward: the gradients already in ``.grad`` (one backward pass, or several
+    accumulated over micro-batches, each loss scaled by its share) summed over the ranks, clipped, stepped; returns
+    the pre-clip norm."""
     params = [p for p in params if p.grad is not None]
     if dp is not None:
         dp.all_reduce_grads(params)
@@ -133,11 +180,12 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params, max_g
     return float(norm)
 
 
-def with_entropy(state: LearnerState, loss: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor,
-                 metrics: dict, share: float | None = None) -> torch.Tensor:
+def with_entropy(state: LearnerState, loss: torch.Tensor, logits: torch.Tensor | None, mask: torch.Tensor,
+                 metrics: dict, share: float | None = None, entropy: torch.Tensor | None = None) -> torch.Tensor:
     """``loss`` − entropy_coef · H(π(·|s_t)) over ``mask`` (rayseq.algos.regularizers); logs policy/entropy.
-    ``share``: a data-parallel rank's share of ``mask``'s sum, which scales the bonus (rayseq.algos.parallel)."""
-    bonus, h = entropy_bonus(logits, mask, state.entropy_coef)
+    ``share``: a data-parallel rank's (or a micro-batch's) share of ``mask``'s sum, which scales the bonus
+    (rayseq.algos.parallel). ``entropy`` (B, T): the entropies, from a pass without ``logits``."""
+    bonus, h = entropy_bonus(logits, mask, state.entropy_coef, entropy)
     if share is not None:
         bonus = bonus * share
     if state.entropy_coef:

@@ -135,15 +135,18 @@ class PolicyLoss:
             return action_mask
         return action_mask * ended(tokens, token_mask, policy.eos_id)[:, None]
 
-    def keep(self, logits: torch.Tensor, mask: torch.Tensor, dp: DataParallel | None,
-             whole_mask: torch.Tensor | None) -> torch.Tensor | None:
+    def keep(self, out, mask: torch.Tensor, dp: DataParallel | None, whole_mask: torch.Tensor | None,
+             population: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor | None:
         """The high-entropy tokens of ``mask`` (B, T), the quantile taken over the whole minibatch (``whole_mask``
-        with ``dp``: every rank's entropies gathered); None when every token keeps its term."""
+        with ``dp``: every rank's entropies gathered); None when every token keeps its term. ``out``: the pass's
+        :class:`rayseq.models.protocol.GeneratorOutput` (its ``entropy``, else its ``logits``). ``population``
+        (entropies, mask) of the whole minibatch, given when ``out`` holds only a micro-batch of it."""
         if self.top_entropy_quantile >= 1.0:
             return None
         with torch.no_grad():
-            h = token_entropy(logits)
-            population = None if dp is None else (dp.gather_rows(h, len(whole_mask)), whole_mask)
+            h = (token_entropy(out.logits) if out.entropy is None else out.entropy).detach()
+            if population is None and dp is not None:
+                population = (dp.gather_rows(h, len(whole_mask)), whole_mask)
             return high_entropy_mask(h, mask, self.top_entropy_quantile, population=population)
 
     def counted(self, mask: torch.Tensor) -> torch.Tensor:

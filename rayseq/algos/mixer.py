@@ -28,6 +28,7 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    grad_pass,
     optimizer_step,
     rollout_metrics,
     rollout_tensors,
@@ -99,13 +100,13 @@ class Mixer(RolloutAlgo):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
         b = rollout_tensors(rollout, state.device, cfg.gamma)
-        out = state.generator.logprobs(b.src, b.src_len, b.tokens)
+        out = grad_pass(state.generator, b.src, b.src_len, b.tokens, bool(state.entropy_coef))
         values = self.modules["baseline"](out.states)
         adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
         xent_mask = b.token_mask - b.action_mask
         loss, stats = mixer_loss(out.logp, adv, xent_mask, b.action_mask)
         extra: dict = {}
-        loss = with_entropy(state, loss, out.logits, b.action_mask, extra)
+        loss = with_entropy(state, loss, out.logits, b.action_mask, extra, entropy=out.entropy)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), cfg.max_grad_norm)
         v_loss, v_stats = value_loss(values, b.returns, b.action_mask)
         optimizer_step(self.modules["base_opt"], v_loss, self.modules["baseline"].parameters(), None)

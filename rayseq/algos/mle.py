@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayseq.algos.common import LearnerState, SupervisedAlgo, optimizer_step
+from rayseq.algos.common import LearnerState, SupervisedAlgo, grad_pass, optimizer_step
 from rayseq.losses import token_nll_loss
 from rayseq.types import PromptBatch, to_torch
 
@@ -31,7 +31,7 @@ class MLE(SupervisedAlgo):
             whole = mask
             rows = dp.part(torch.arange(len(tgt), device=dev))
             tgt, src, src_len, mask = tgt[rows], src[rows], src_len[rows], mask[rows]
-        out = state.generator.logprobs(src, src_len, tgt)
+        out = grad_pass(state.generator, src, src_len, tgt)  # an HF policy's head in chunks
         loss, stats = token_nll_loss(out.logp, mask)
         nll = float(stats.nll)
         if dp is not None:

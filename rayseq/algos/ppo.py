@@ -19,11 +19,15 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
-    optimizer_step,
+    apply_gradients,
+    grad_pass,
+    micro_batch_rows,
+    micro_batches,
     policy_pass,
     returns_gamma,
     rollout_metrics,
     rollout_tensors,
+    token_entropies,
     value_baseline,
     with_entropy,
     without_grad,
@@ -37,6 +41,7 @@ from rayseq.algos.loss_menu import (
     clip_policy_loss,
     ended,
 )
+from rayseq.algos.parallel import DataParallel
 from rayseq.losses import masked_mean, mixer_combine, ppo_clip_loss, value_loss
 from rayseq.losses.mismatch import truncated_is_weights
 from rayseq.seeding import derive_seed
@@ -78,7 +83,12 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, policy: PolicyLoss, s
     holding b(s_t) (``baseline``) and its Adam (``base_opt``). ``mixer``: the tokens forced from the reference
     (token_mask − action_mask) add MIXER's cross-entropy (:func:`rayseq.losses.mixer_combine`).
     ``given_advantages`` (B, T): the algorithm's own (e.g. GRPO's group-normalised rewards); then no value baseline
-    is used or trained (``modules`` is not read)."""
+    is used or trained (``modules`` is not read).
+
+    Each minibatch (a learner rank's part of it) goes through the policy :func:`~rayseq.algos.common.micro_batch_rows`
+    rows at a time, the gradients accumulated: each micro-batch's losses scaled by its share of the minibatch's
+    denominators (as a rank's are, :mod:`rayseq.algos.parallel`), then one clip and one step, so the update is the one
+    pass's up to float rounding and its memory is the micro-batch's."""
     b = rollout_tensors(rollout, state.device, returns_gamma(cfg))
     loss_mask = policy.mask(b.action_mask, b.tokens, b.token_mask, state.generator)  # (B, T) the tokens it counts
     proximal = cfg.ratio_to == "proximal"  # the decoupled objective: ρ against the weights before this update
@@ -110,52 +120,71 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, policy: PolicyLoss, s
     mb = min(cfg.minibatch_size or B, B)
     perm_rng = torch.Generator().manual_seed(seed)
     dp = state.dp  # N learners: each its rows of every minibatch, its losses scaled by its share (algos/parallel.py)
+    # gradient accumulation: a rank's rows of a minibatch go through the policy this many at a time (None: at once)
+    rows_per_pass = micro_batch_rows(state, b.src.shape[1] + b.tokens.shape[1])
+    need_entropy = bool(state.entropy_coef) or policy.top_entropy_quantile < 1.0
+    share = DataParallel.share
     sums = defaultdict(float)
     n = 0
     for _ in range(cfg.epochs):
         perm = torch.randperm(B, generator=perm_rng).to(state.device)
         for start in range(0, B, mb):
             idx = whole_idx = perm[start : start + mb]
-            # shares of the denominators: the loss's (its tokens or replies; MIXER's all tokens), the tokens it counts
-            # (its entropy bonus, its diagnostics), the sampled tokens (the value regression)
-            w = w_tok = w_val = 1.0
             if dp is not None:
                 idx = dp.part(whole_idx)
-            part = b.index(idx)
-            mask = loss_mask[idx]
-            whole_mask = None if dp is None else loss_mask[whole_idx]
-            out = state.generator.logprobs(part.src, part.src_len, part.tokens)
-            keep = policy.keep(out.logits, mask, dp, whole_mask)
-            loss, stats = policy.fn(out.logp, old_logp[idx], adv_all[idx], mask, keep=keep)
-            if dp is not None:
-                whole = b.index(whole_idx)
-                w = dp.share(policy.counted(mask), policy.counted(whole_mask))
-                w_tok = dp.share(mask, whole_mask)
-                w_val = dp.share(part.action_mask, whole.action_mask)
-            if keep is not None:
-                sums["policy/kept_token_frac"] += float(masked_mean(keep, mask)) * w_tok
-            if mixer:
-                loss = mixer_combine(loss, mask, out.logp, part.token_mask - part.action_mask)
-                if dp is not None:
-                    w = dp.share(part.token_mask, whole.token_mask)
-            extra: dict = {}
-            loss = with_entropy(state, loss if dp is None else loss * w, out.logits, mask, extra,
-                                None if dp is None else w_tok)
-            for k, v in extra.items():
-                sums[k] += v * w_tok
-            sums["policy/grad_norm"] += optimizer_step(state.gen_opt, loss, state.generator.parameters(),
-                                                       cfg.max_grad_norm, dp)
+            whole = b.index(whole_idx)
+            whole_mask = loss_mask[whole_idx]
+            pieces = micro_batches(idx, rows_per_pass)
+            # a part of the minibatch (a rank's, a micro-batch's) scales each loss by its share of that loss's
+            # denominator, so the parts' gradients sum to the minibatch's (rayseq.algos.parallel)
+            split = dp is not None or len(pieces) > 1
+            population = None  # the minibatch's entropies, when the high-entropy selection sees a micro-batch at once
+            if len(pieces) > 1 and policy.top_entropy_quantile < 1.0:
+                population = entropy_population(state, b, pieces, dp, whole_mask)
+            state.gen_opt.zero_grad(set_to_none=True)
             if given_advantages is None:
-                v_loss, v_stats = value_loss(modules["baseline"](out.states), part.returns, part.action_mask)
-                if dp is not None:
-                    v_loss = v_loss * w_val
-                optimizer_step(modules["base_opt"], v_loss, modules["baseline"].parameters(), None, dp)
-                sums["loss/value"] += v_loss.item()
-                sums["value/explained_variance"] += float(v_stats.explained_variance) * w_val
-            sums["loss/policy"] += loss.item()
-            sums["policy/clipfrac"] += float(stats.clipfrac) * w_tok
-            sums["policy/approx_kl"] += float(stats.approx_kl) * w_tok
-            sums["policy/ratio_mean"] += float(stats.ratio_mean) * w_tok
+                modules["base_opt"].zero_grad(set_to_none=True)
+            for rows in pieces:
+                # shares of the denominators: the loss's (its tokens or replies; MIXER's all tokens), the tokens it
+                # counts (its entropy bonus, its diagnostics), the sampled tokens (the value regression)
+                w = w_tok = w_val = 1.0
+                part = b.index(rows)
+                mask = loss_mask[rows]
+                out = grad_pass(state.generator, part.src, part.src_len, part.tokens, need_entropy)
+                keep = policy.keep(out, mask, dp, whole_mask, population)
+                loss, stats = policy.fn(out.logp, old_logp[rows], adv_all[rows], mask, keep=keep)
+                if split:
+                    w = share(policy.counted(mask), policy.counted(whole_mask))
+                    w_tok = share(mask, whole_mask)
+                    w_val = share(part.action_mask, whole.action_mask)
+                if keep is not None:
+                    sums["policy/kept_token_frac"] += float(masked_mean(keep, mask)) * w_tok
+                if mixer:
+                    loss = mixer_combine(loss, mask, out.logp, part.token_mask - part.action_mask)
+                    if split:
+                        w = share(part.token_mask, whole.token_mask)
+                extra: dict = {}
+                loss = with_entropy(state, loss * w if split else loss, out.logits, mask, extra,
+                                    w_tok if split else None, out.entropy)
+                for k, v in extra.items():
+                    sums[k] += v * w_tok
+                loss.backward()
+                if given_advantages is None:
+                    v_loss, v_stats = value_loss(modules["baseline"](out.states), part.returns, part.action_mask)
+                    if split:
+                        v_loss = v_loss * w_val
+                    v_loss.backward()
+                    sums["loss/value"] += v_loss.item()
+                    sums["value/explained_variance"] += float(v_stats.explained_variance) * w_val
+                sums["loss/policy"] += loss.item()
+                sums["policy/clipfrac"] += float(stats.clipfrac) * w_tok
+                sums["policy/approx_kl"] += float(stats.approx_kl) * w_tok
+                sums["policy/ratio_mean"] += float(stats.ratio_mean) * w_tok
+                del out, loss  # this micro-batch's graph and activations, before the next one's
+            sums["policy/grad_norm"] += apply_gradients(state.gen_opt, state.generator.parameters(),
+                                                        cfg.max_grad_norm, dp)
+            if given_advantages is None:
+                apply_gradients(modules["base_opt"], modules["baseline"].parameters(), None, dp)
             n += 1
     if dp is not None:  # the ranks' weighted sums (the gradient norm is the summed gradient's: the same on each)
         sums.update(dp.reduce({k: v for k, v in sums.items() if k != "policy/grad_norm"}))
@@ -165,6 +194,15 @@ def ppo_update(cfg, state: LearnerState, rollout: Rollout, policy: PolicyLoss, s
     if policy.mask_truncated:  # the replies the length cap cut, left out of the policy loss
         out["rollout/truncated_frac"] = 1.0 - float(ended(b.tokens, b.token_mask, state.generator.eos_id).mean())
     return {**rollout_metrics(rollout), **out, **extra_metrics}
+
+
+def entropy_population(state: LearnerState, b, pieces: list, dp, whole_mask: torch.Tensor) -> tuple:
+    """(entropies, mask) of a whole minibatch, for the high-entropy token selection of an update that sees it a
+    micro-batch at a time: one pass without gradients over this rank's ``pieces`` of rows (each rank's gathered)."""
+    with torch.no_grad():
+        h = torch.cat([token_entropies(grad_pass(state.generator, p.src, p.src_len, p.tokens, True))
+                       for p in (b.index(rows) for rows in pieces)])
+    return (h if dp is None else dp.gather_rows(h, len(whole_mask))), whole_mask
 
 
 def clip_surrogate(cfg) -> PolicyLoss:

@@ -96,10 +96,12 @@ def kl_penalty(rollout: Rollout, logp_ref: np.ndarray, controller: KLController)
             "kl/coef": coef}
 
 
-def entropy_bonus(logits: torch.Tensor, mask: torch.Tensor, coef: float) -> tuple[torch.Tensor, float]:
+def entropy_bonus(logits: torch.Tensor | None, mask: torch.Tensor, coef: float,
+                  entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
     """(−coef · mean entropy of π(·|s_t) over unmasked tokens, that mean entropy). logits (B, T, V) (−inf for
-    banned ids), mask (B, T). Zero (and not computed) when coef is 0."""
+    banned ids), or ``entropy`` (B, T) already computed (a pass without logits); mask (B, T). Zero (and not computed)
+    when coef is 0."""
     if coef == 0:
-        return torch.zeros((), device=logits.device), float("nan")
-    ent = masked_mean(token_entropy(logits), mask)
+        return torch.zeros((), device=mask.device), float("nan")
+    ent = masked_mean(token_entropy(logits) if entropy is None else entropy, mask)
     return -coef * ent, float(ent.detach())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, optimizer_step, rollout_metrics, with_entropy
+from rayseq.algos.common import LearnerState, RolloutAlgo, grad_pass, optimizer_step, rollout_metrics, with_entropy
 from rayseq.algos.grpo import GROUP_FIELDS, check_groups, group_metrics, group_training_step, token_advantages
 from rayseq.algos.loss_menu import LOSS_TYPE_FIELDS, check_loss_menu, own_objective_loss
 from rayseq.losses import reinforce_loss
@@ -52,12 +52,13 @@ class RLOO(RolloutAlgo):
         policy = own_objective_loss(self.cfg, reinforce_loss, state.max_reply_len)
         adv = token_advantages(leave_one_out_advantages(rollout.score, self.cfg.group_size), rollout).to(dev)
         tokens = to_torch(rollout.tokens, dev)
-        out = state.generator.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev), tokens)
+        out = grad_pass(state.generator, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev), tokens,
+                        bool(state.entropy_coef) or policy.top_entropy_quantile < 1.0)
         mask = policy.mask(torch.as_tensor(rollout.action_mask, device=dev), tokens, to_torch(rollout.token_mask, dev),
                            state.generator)
-        loss, stats = policy.fn(out.logp, adv, mask, keep=policy.keep(out.logits, mask, None, None))
+        loss, stats = policy.fn(out.logp, adv, mask, keep=policy.keep(out, mask, None, None))
         extra: dict = {}
-        loss = with_entropy(state, loss, out.logits, mask, extra)
+        loss = with_entropy(state, loss, out.logits, mask, extra, entropy=out.entropy)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {**rollout_metrics(rollout), **group_metrics(rollout, self.cfg.group_size), "loss/policy": loss.item(),
                 "policy/advantage_mean": float(stats.advantage_mean), "policy/grad_norm": grad_norm, **extra}

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from rayseq.algos.common import LearnerState, SupervisedAlgo, optimizer_step
+from rayseq.algos.common import LearnerState, SupervisedAlgo, grad_pass, optimizer_step
 from rayseq.losses import token_nll_loss
 from rayseq.models.sampling import sample_with_logp
 from rayseq.seeding import derive_seed
@@ -89,7 +89,7 @@ def scheduled_sampling_logprobs(
     if tgt_len is not None:
         use_model &= torch.arange(T, device=dev)[None, :] < tgt_len.to(dev)[:, None]
     if not bool(use_model.any()):  # every input is the reference: teacher forcing in one pass
-        return generator.logprobs(src, src_len, tgt).logp, use_model.float()
+        return grad_pass(generator, src, src_len, tgt).logp, use_model.float()
 
     uniforms = uniforms.to(dev)
     h = generator.encode(src, src_len)

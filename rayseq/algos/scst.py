@@ -14,7 +14,7 @@ import dataclasses
 
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, optimizer_step, rollout_metrics, with_entropy
+from rayseq.algos.common import LearnerState, RolloutAlgo, grad_pass, optimizer_step, rollout_metrics, with_entropy
 from rayseq.algos.sampling import Sampled, SamplingCall
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, RolloutRequest, to_torch
@@ -61,11 +61,11 @@ class SCST(RolloutAlgo):
         dev = state.device
         mask = to_torch(rollout.action_mask, dev)
         adv = self_critical_advantages(to_torch(rollout.score, dev), to_torch(baseline_score, dev), mask)
-        out = state.generator.logprobs(to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
-                                       to_torch(rollout.tokens, dev))
+        out = grad_pass(state.generator, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
+                        to_torch(rollout.tokens, dev), bool(state.entropy_coef))
         loss, stats = reinforce_loss(out.logp, adv, mask)
         extra: dict = {}
-        loss = with_entropy(state, loss, out.logits, mask, extra)
+        loss = with_entropy(state, loss, out.logits, mask, extra, entropy=out.entropy)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {
             **rollout_metrics(rollout),

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from rayseq.config import blame
+from rayseq.models.chunked import LOGIT_ELEMENTS, chunked_token_logprobs, entropy_of_logits, positions_per_chunk
 from rayseq.models.protocol import GeneratorOutput, StepDecoding
 
 
@@ -77,6 +78,10 @@ class HFCausalLM(nn.Module):
     """A Hugging Face causal LM with the rayseq policy interface (module docstring)."""
 
     weights_format = "safetensors"  # checkpoints write the trained weights as safetensors (rayseq.checkpoint)
+    # rows × (prompt + reply) positions per learner pass when learner.micro_batch_size is unset: its passes with and
+    # without gradients take max(1, this // (S + T)) rows at a time (rayseq.algos.common.micro_batch_rows)
+    micro_batch_tokens = 16_384
+    logit_elements = LOGIT_ELEMENTS  # fp32 logits per chunk of the head (rayseq.models.chunked)
 
     def __init__(self, path: str, specials, *, vocab_size: int | None = None, banned_ids: tuple[int, ...] = (),
                  lora_r: int = 0, lora_alpha: float = 16.0, lora_dropout: float = 0.0,
@@ -234,13 +239,48 @@ class HFCausalLM(nn.Module):
         pos = (mask.cumsum(1) - 1).clamp(min=0)
         return self._hidden(ids, mask, pos), start
 
+    def fits_one_pass(self, rows: int, length: int) -> bool:
+        """Whether ``rows`` of ``length`` = S + T positions are small enough for one pass with the head on every
+        position, as the LM's own forward runs it: at most ``micro_batch_tokens`` positions and one chunk's worth of
+        logits (``logit_elements``, :data:`rayseq.models.chunked.LOGIT_ELEMENTS`). Larger passes run the head on the
+        reply's positions only, a chunk at a time (the same values to float rounding: the head's matmul over fewer
+        rows rounds differently)."""
+        positions = rows * length
+        return positions <= self.micro_batch_tokens and positions * self.vocab_size <= self.logit_elements
+
+    def _reply_head(self, hidden: torch.Tensor, start: int, T: int) -> torch.Tensor:
+        """Logits (B, T, V) of the reply's positions: the head on the whole sequence then sliced while that fits one
+        pass (:meth:`fits_one_pass`), else on the reply's positions only (the prompt's predict nothing)."""
+        if self.fits_one_pass(hidden.shape[0], hidden.shape[1]):
+            return self.output_logits(hidden)[:, start : start + T]
+        return self.output_logits(hidden[:, start : start + T])
+
     def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
         """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}`` (without a
-        separator ``x y_1 … y_{T−1}``)."""
+        separator ``x y_1 … y_{T−1}``); the logits (B, T, V) of the reply's positions (:meth:`_reply_head`)."""
         T = tokens.shape[1]
         hidden, start = self._sequence_states(src, src_len, tokens)
-        logits = self.output_logits(hidden)[:, start : start + T]  # the head on the whole sequence, as the LM's forward
+        logits = self._reply_head(hidden, start, T)
         return GeneratorOutput(self.token_logp(logits, tokens), hidden[:, start : start + T], logits)
+
+    def chunked_logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor, *,
+                         entropy: bool = False, chunk: int | None = None) -> GeneratorOutput:
+        """:meth:`logprobs` for the gradient pass without its (B, T, V) logits (``logits`` None): the log-probs and
+        (``entropy``) the entropies H(π(·|s_t)) (B, T) come from the head run on the reply's positions, ``chunk`` at a
+        time (default: :func:`rayseq.models.chunked.positions_per_chunk` of V), each chunk's logits recomputed in the
+        backward pass (:func:`rayseq.models.chunked.chunked_token_logprobs`). A pass that :meth:`fits_one_pass` (and
+        no ``chunk`` given) is :meth:`logprobs`' arithmetic, its logits dropped after the log-probs and entropies."""
+        T = tokens.shape[1]
+        hidden, start = self._sequence_states(src, src_len, tokens)
+        states = hidden[:, start : start + T]
+        if chunk is None and self.fits_one_pass(hidden.shape[0], hidden.shape[1]):
+            logits = self._reply_head(hidden, start, T)
+            return GeneratorOutput(self.token_logp(logits, tokens), states, None,
+                                   entropy_of_logits(logits) if entropy else None)
+        logp, ent = chunked_token_logprobs(self.output_logits, states, tokens, self.pad_id,
+                                           chunk or positions_per_chunk(self.vocab_size, self.logit_elements),
+                                           entropy)
+        return GeneratorOutput(logp, states, None, ent)
 
     def lean_logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor,
                       chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:

@@ -59,7 +59,8 @@ from rayseq.models.sampling import sample_with_logp
 class GeneratorOutput(NamedTuple):
     logp: torch.Tensor  # (B, T) log π(y_t | x, y_<t) of the given tokens
     states: torch.Tensor  # (B, T, H) decoder states s_t that produced the distribution of y_t
-    logits: torch.Tensor  # (B, T, V)
+    logits: torch.Tensor | None  # (B, T, V); None from a pass that keeps none (an HF policy's chunked_logprobs)
+    entropy: torch.Tensor | None = None  # (B, T) H(π(·|s_t)), from a pass without logits that was asked for it
 
 
 class SampleOutput(NamedTuple):

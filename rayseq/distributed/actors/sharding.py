@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 # the policy protocol's phase methods the learner calls (rayseq.models.protocol): forwards of the sharded policy
-PHASE_METHODS = ("logprobs", "lean_logprobs", "sample", "greedy", "generate", "first_step_logprobs",
+PHASE_METHODS = ("logprobs", "lean_logprobs", "chunked_logprobs", "sample", "greedy", "generate", "first_step_logprobs",
                  "prefix_states", "decode_step", "encode", "advance", "output_logits")
 
 

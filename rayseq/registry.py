@@ -64,6 +64,7 @@ TASKS: dict[str, str] = {
     "oracle": "rayseq.tasks.oracle:OracleTask",
     "pairs": "rayseq.tasks.pairs:PairsTask",
     "chitchat": "rayseq.tasks.chitchat:ChitchatTask",
+    "env": "rayseq.episodes.task:EnvTask",  # episodes of the env: section's environment (set by env.name)
 }
 MODELS: dict[str, str] = {  # model.arch: the generator (policy) class, see rayseq/models/protocol.py
     "rnn": "rayseq.models.generator:Seq2SeqGRU",

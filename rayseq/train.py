@@ -203,6 +203,7 @@ def main(argv=None) -> int:
     from rayseq.data.preparation import DataError
     from rayseq.distributed.driver import Interrupted, Trainer
     from rayseq.distributed.groups.placement import NodeLost
+    from rayseq.episodes.protocol import EnvError
     from rayseq.rewards.reward import RewardError
 
     trainer = None
@@ -239,7 +240,7 @@ def main(argv=None) -> int:
         else:
             print("lost before the first checkpoint: nothing to resume; start the run again", file=sys.stderr)
         return 1
-    except (ConfigError, FileExistsError, FileNotFoundError, DataError, RewardError) as exc:
+    except (ConfigError, FileExistsError, FileNotFoundError, DataError, RewardError, EnvError) as exc:
         # a reward function's error raised on a scorer actor arrives as Ray's RayTaskError, an instance of both
         # that and the RewardError: its `cause` is the error itself, without the remote traceback
         print(f"error: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)

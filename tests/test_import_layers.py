@@ -78,7 +78,6 @@ SIDEWAYS = {
     ("rayseq.tasks", "rayseq.rewards"),  # task rewards, BLEU, the configured reward
     ("rayseq.rewards", "rayseq.data"),  # rewards on text: tokenize, detokenize
     ("rayseq.rewards", "rayseq.models"),  # Monte-Carlo search runs the generator's decoder
-    ("rayseq.algos", "rayseq.episodes"),  # the rollout metrics of episodes (episode/*)
     ("rayseq.episodes", "rayseq.algos"),  # the episode sampler is a rollout sampler (algos/sampling.py's protocol)
     ("rayseq.episodes", "rayseq.engines"),  # evaluation plays episodes with the policy's own decoding loop
 }

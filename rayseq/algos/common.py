@@ -12,10 +12,10 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from rayseq.algos.episode_metrics import episode_metrics
 from rayseq.algos.iteration import Groups, Step, ahead_step
 from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, KLController, entropy_bonus, kl_penalty
-from rayseq.episodes.metrics import episode_metrics
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.losses.mismatch import logp_mismatch
 from rayseq.models.baseline import ValueBaseline

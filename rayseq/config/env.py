@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from rayseq import registry
 from rayseq.config.base import Section
 
 
@@ -18,12 +19,12 @@ class EnvConfig(Section):
     """An environment and the limits of its episodes."""
 
     name: str | None = Field(
-        None, description="The environment: a built-in (guess_number, tictactoe; adapters: reasoning_gym, textarena, "
-        "gem, openenv, trl) or your own class as an import path package.module:Class with reset(seed, **row) and "
-        "step(action) -> (observation, reward, done, info) (rayseq/episodes/protocol.py). None: no environment.")
+        None, description="The environment: a built-in (guess_number, tictactoe) or your own class as an import path "
+        "package.module:Class with reset(seed, **row) and step(action) -> (observation, reward, done, info) "
+        "(rayseq/episodes/protocol.py). None: no environment.")
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of the environment's class (guess_number: lo, hi, "
-        "max_guesses; tictactoe: opponent; the adapters: the environment's id and options).")
+        "max_guesses; tictactoe: opponent; your class: its own).")
     max_turns: int = Field(10, ge=1, description="Actions per episode at most; then it ends (truncated).")
     max_tokens: int = Field(
         256, ge=1, description="Tokens of an episode after its first prompt at most (actions and observations); an "
@@ -48,3 +49,10 @@ class EnvConfig(Section):
         "the rollout worker's process.")
     num_cpus_per_actor: float = Field(0.0, ge=0, description="CPUs each environment actor reserves.")
     transcripts: int = Field(4, ge=0, description="Episodes written as text to the run's viewer/ at each evaluation.")
+
+    @field_validator("name")
+    @classmethod
+    def _resolves(cls, v: str | None) -> str | None:
+        if v is not None:
+            registry.environment_factory(v)  # ValueError saying what is wrong (a module not found, no such class)
+        return v

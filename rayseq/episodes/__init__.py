@@ -2,8 +2,7 @@
 
 - :mod:`~rayseq.episodes.protocol` — the environment protocol (``reset(seed, **row)``, ``step(action)`` ->
   ``(observation, reward, done, info)``), the built-in names and a user's class by import path (``env.name``);
-- :mod:`~rayseq.episodes.games` — guess-the-number and tic-tac-toe; :mod:`~rayseq.episodes.adapters` — the packages
-  users have (reasoning-gym, textarena, GEM, OpenEnv, TRL's ``environment_factory`` classes);
+- :mod:`~rayseq.episodes.games` — guess-the-number and tic-tac-toe;
 - :mod:`~rayseq.episodes.render` — observations as tokens: a chat template's suffix proven to extend the prefix, or
   rayseq's own vocabulary; :mod:`~rayseq.episodes.decode` — the policy's next action after the episode so far;
 - :mod:`~rayseq.episodes.runner` — a batch of episodes run concurrently, kept as a rollout (sampled ids, the engine's

@@ -17,20 +17,21 @@ return is positive) and anything else worth logging. ``step`` may also return a 
 those keys (OpenEnv's and skyrl-gym's shape).
 
 Optional attributes: ``tools`` (callables the chat template describes to the model: rendered into the first prompt
-as ``apply_chat_template(tools=...)``; calling them is the environment's business, e.g. TRL's classes through
-:mod:`rayseq.episodes.adapters.trl`), ``vocabulary`` (the words of its observations and actions: a policy trained
-from scratch on ``task.vocabulary=env`` gets one token per word), ``downloads`` (a string saying what it fetches at
-run time: such an environment is refused, nothing may be downloaded during a run).
+as ``apply_chat_template(tools=...)``; calling them is the environment's business), ``vocabulary`` (the words of its
+observations and actions: a policy trained from scratch on ``task.vocabulary=env`` gets one token per word),
+``downloads`` (a string saying what it fetches at run time: such an environment is refused, nothing may be downloaded
+during a run).
 
 A user's environment is named by import path, ``env.name=package.module:Class`` (a class or a factory function), as
-every other plug-in; the built-in names are :data:`BUILTIN`.
+every other plug-in; the built-in names are :data:`rayseq.registry.ENVIRONMENTS`.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from rayseq import registry
 
 
 class Action(str):
@@ -107,41 +108,35 @@ def as_step_result(out: Any) -> StepResult:
     raise TypeError(f"an environment's step returned {type(out).__name__}; expected (observation, reward, done, info)")
 
 
-# built-in environments and adapters: env.name -> import path of a class or factory taking env.kwargs
-BUILTIN = {
-    "guess_number": "rayseq.episodes.games:GuessNumber",
-    "tictactoe": "rayseq.episodes.games:TicTacToe",
-    "reasoning_gym": "rayseq.episodes.adapters.reasoning_gym:ReasoningGymEnv",
-    "textarena": "rayseq.episodes.adapters.textarena:TextArenaEnv",
-    "gem": "rayseq.episodes.adapters.gem:GemEnv",
-    "openenv": "rayseq.episodes.adapters.openenv:OpenEnvEnv",
-    "trl": "rayseq.episodes.adapters.trl:TRLEnvironment",
-}
+class EnvError(RuntimeError):
+    """An environment could not be made or started (its class raised, or it is not an environment): the run stops
+    before its first episode, with this message."""
 
 
-class DownloadRefused(RuntimeError):
+class DownloadRefused(EnvError):
     """An environment would download something at run time (a word list, a hub dataset); nothing may be."""
 
 
 def environment_factory(name: str):
-    """The class (or factory) of ``env.name``: a built-in name or an import path ``package.module:Name``."""
-    path = BUILTIN.get(name, name)
-    if ":" not in path:
-        raise ValueError(f"env.name={name!r}: a built-in environment ({', '.join(sorted(BUILTIN))}) or your own "
-                         "class as an import path package.module:Class")
-    module, _, attr = path.partition(":")
+    """The class (or factory) of ``env.name``: a built-in name (:data:`rayseq.registry.ENVIRONMENTS`) or an import
+    path ``package.module:Name``. ValueError naming ``env.name`` when it does not resolve."""
     try:
-        obj = getattr(importlib.import_module(module), attr)
-    except ImportError as exc:
-        raise ImportError(f"env.name={name}: {exc}") from exc
-    except AttributeError:
-        raise ValueError(f"env.name={name}: {module} has no {attr}") from None
-    return obj
+        return registry.environment_factory(name)
+    except ValueError as exc:
+        raise ValueError(f"env.name={exc}") from None
 
 
 def make_environment(name: str, kwargs: Mapping | None = None):
-    """A new environment of ``env.name`` with ``env.kwargs``; refused when it says it downloads at run time."""
-    env = environment_factory(name)(**dict(kwargs or {}))
+    """A new environment of ``env.name`` with ``env.kwargs``. :class:`EnvError` when its class raises or what it
+    makes is no environment; :class:`DownloadRefused` when it says it downloads at run time."""
+    factory = environment_factory(name)
+    kwargs = dict(kwargs or {})
+    try:
+        env = factory(**kwargs)
+    except Exception as exc:  # noqa: BLE001 (a user's class: its error, said in one line with the key)
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise EnvError(f"env.name={name}: {getattr(factory, '__name__', name)}({args}) raised "
+                       f"{type(exc).__name__}: {exc} (env.kwargs are its keyword arguments)") from exc
     downloads = getattr(env, "downloads", None)
     if downloads:
         close_environment(env)
@@ -149,7 +144,7 @@ def make_environment(name: str, kwargs: Mapping | None = None):
                               "with the environment, or choose another)")
     for method in ("reset", "step"):
         if not callable(getattr(env, method, None)):
-            raise TypeError(f"env.name={name}: {type(env).__name__} has no {method}() (rayseq.episodes.protocol)")
+            raise EnvError(f"env.name={name}: {type(env).__name__} has no {method}() (rayseq/episodes/protocol.py)")
     return env
 
 
@@ -160,5 +155,5 @@ def close_environment(env) -> None:
         close()
 
 
-__all__ = ["Action", "BUILTIN", "DownloadRefused", "Environment", "StepResult", "as_step_result",
+__all__ = ["Action", "DownloadRefused", "EnvError", "Environment", "StepResult", "as_step_result",
            "close_environment", "environment_factory", "make_environment"]

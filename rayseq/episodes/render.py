@@ -7,7 +7,9 @@ encoded again; only what the environment adds is rendered, and appended (veRL's 
 Two renderers, chosen once by the task's vocabulary:
 
 - :class:`VocabRenderer` — rayseq's own vocabulary (a policy trained from scratch): an observation is its words (or
-  characters) followed by ``<bos>``, the token every reply starts after; nothing to prove, token lists are joined.
+  characters) followed by :data:`TURN`, the token that hands the turn back to the policy; nothing to prove, token
+  lists are joined. (Not ``<bos>``: the policies never emit it, so their log-prob of it is −inf, and a trained row
+  holds only tokens of finite log-prob.)
 - :class:`ChatRenderer` — a Hugging Face tokenizer with a chat template: the observation's tokens are the template's
   suffix for the new messages. After each action the conversation is rendered twice (with the action as the
   assistant's message, and with the new messages and the generation prompt), and the suffix is used only when the
@@ -26,6 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+TURN = "<turn>"  # the token after each observation in rayseq's own vocabulary: the policy's turn
 
 def as_messages(observation: Any, role: str = "user") -> list[dict]:
     """An observation as chat messages: text -> one ``role`` message; a message or a list of them as they are."""
@@ -64,6 +67,9 @@ class VocabRenderer:
     def __init__(self, vocab, mode: str = "words", system: str | None = None):
         self.vocab, self.mode, self.system = vocab, mode, system
         self.specials = vocab.specials
+        if TURN not in vocab.stoi:
+            raise ValueError(f"the vocabulary has no {TURN} token (the episodes' task adds it)")
+        self.turn_id = int(vocab.stoi[TURN])
 
     def _ids(self, text: str) -> list[int]:
         pieces = text.split() if self.mode == "words" else list(text)
@@ -80,22 +86,31 @@ class VocabRenderer:
         return (" " if self.mode == "words" else "").join(words)
 
     def next(self, conv: dict, action_ids: list[int], ended: bool, observation) -> list[int] | Split:
-        """The tokens that follow the action: the observation's, then ``<bos>`` (an action cut short by the token
+        """The tokens that follow the action: the observation's, then :data:`TURN` (an action cut short by the token
         limit gets its end token first, as an observation token: it was not sampled)."""
         new = as_messages(observation)
         conv["messages"] += [{"role": "assistant", "content": self.action_text(action_ids)}, *new]
-        return ([] if ended else [self.specials.eos]) + self._ids(messages_text(new)) + [self.specials.bos]
+        return ([] if ended else [self.specials.eos]) + self._ids(messages_text(new)) + [self.turn_id]
+
+    def finish(self, conv: dict, action_ids: list[int], ended: bool) -> None:
+        """The episode ended after this action: it joins the conversation (what :meth:`conversation_ids` reads)."""
+        conv["messages"] = conv["messages"] + [{"role": "assistant", "content": self.action_text(action_ids)}]
+        conv["last_ended"] = ended
 
     def conversation_ids(self, conv: dict) -> list[int]:
-        """The whole conversation encoded again from its text (what :func:`retokenization_drift` compares)."""
+        """The whole conversation encoded again from its text (what :func:`retokenization_drift` compares): every
+        reply followed by the end token (the last one only when the policy sampled it)."""
         out, first = [], True
-        for m in conv["messages"]:
+        msgs = conv["messages"]
+        for k, m in enumerate(msgs):
             if m["role"] == "assistant":
-                out += self._ids(m["content"]) + [self.specials.eos]
+                last = k == len(msgs) - 1
+                out += self._ids(m["content"]) + ([self.specials.eos] if not last or conv.get("last_ended", True)
+                                                   else [])
             else:
                 out += self._ids(m["content"])
                 if not first:
-                    out += [self.specials.bos]
+                    out += [self.turn_id]
             first = first and m["role"] == "system"
         return out
 
@@ -160,7 +175,12 @@ class ChatRenderer:
         suffix = ("" if ended else self.eos_text) + before[len(head):] + after[len(before):]
         return self._ids(suffix)
 
+    def finish(self, conv: dict, action_ids: list[int], ended: bool) -> None:
+        """The episode ended after this action: it joins the conversation (what :meth:`conversation_ids` reads)."""
+        conv["messages"] = conv["messages"] + [{"role": "assistant", "content": self.action_text(action_ids)}]
+
     def conversation_ids(self, conv: dict) -> list[int]:
+        """The final conversation rendered by the template and encoded again from its text."""
         return self._ids(self._render(conv["messages"], conv.get("tools"), generation=False))
 
 

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from rayseq.episodes.metrics import FIGURES, episode_metrics  # noqa: F401 (re-exported)
+from rayseq.algos.episode_metrics import FIGURES, episode_metrics  # noqa: F401 (re-exported)
 from rayseq.episodes.pool import Failure
 from rayseq.episodes.protocol import Action, as_step_result
-from rayseq.episodes.render import Split, as_messages
+from rayseq.episodes.render import Split, as_messages, retokenization_drift
 from rayseq.seeding import derive_seed
 
 
@@ -82,6 +82,14 @@ class Episode:
     @property
     def n_tokens(self) -> int:
         return sum(len(s.tokens) for s in self.samples)
+
+    def drift(self, renderer) -> int:
+        """How many ids of the episode's last sample (its prompt and tokens, as sampled and rendered) a
+        re-tokenisation of the final conversation's text would change (:func:`retokenization_drift`)."""
+        if self.conv is None:
+            return 0
+        s = self.samples[-1]
+        return retokenization_drift(np.asarray(s.src + s.tokens), np.asarray(renderer.conversation_ids(self.conv)))
 
 
 def _observation_text(obs) -> str:
@@ -145,27 +153,27 @@ def run_episodes(envs, renderer, continuation, seeds, rows, limits: Limits, *, t
         results = envs.call([(b, "step", (a[2],), {}) for b, a in zip(active, actions)])
         for b, (ids, ended, _), res in zip(active, actions, results):
             ep = episodes[b]
+            if not isinstance(res, Failure):
+                try:
+                    res = as_step_result(res)
+                except TypeError as exc:
+                    res = Failure("raised", str(exc))
             if isinstance(res, Failure):
                 ep.failure, ep.done = f"{res.kind}: {res.error}", True
                 ep.rewards.append(0.0)
+                renderer.finish(ep.conv, ids, ended)
                 continue
-            try:
-                step = as_step_result(res)
-            except TypeError as exc:
-                ep.failure, ep.done = f"raised: {exc}", True
-                ep.rewards.append(0.0)
-                continue
+            step = res
             ep.rewards.append(step.reward)
             s = ep.samples[-1]
+            said = list(ep.conv["messages"])  # the conversation before this turn's observation
             if ids:
                 s.reward[-1] += step.reward  # the turn's reward on its last sampled token
             if "success" in step.info:
                 ep.success = bool(step.info["success"])
-            if step.done:
-                ep.done = True
-                continue
-            if turn >= limits.max_turns:
-                ep.done, ep.truncated = True, "turns"
+            if step.done or turn >= limits.max_turns:
+                ep.done, ep.truncated = True, (None if step.done else "turns")
+                renderer.finish(ep.conv, ids, ended)
                 continue
             ep.transcript.append(("observation", _observation_text(step.observation)))
             nxt = renderer.next(ep.conv, ids, ended, step.observation)
@@ -175,6 +183,8 @@ def run_episodes(envs, renderer, continuation, seeds, rows, limits: Limits, *, t
                 continue
             if ep.n_tokens + len(nxt) + 1 > limits.max_tokens:
                 ep.done, ep.truncated = True, "tokens"
+                ep.conv["messages"] = said  # the observation that did not fit is not part of the episode
+                renderer.finish(ep.conv, ids, ended)
                 continue
             s.tokens += nxt
             s.sampled += [0] * len(nxt)
@@ -198,9 +208,10 @@ def episode_rows(episodes: list[Episode]) -> list[tuple[Episode, Sample]]:
     return out
 
 
-def rollout_arrays(episodes: list[Episode], pad: int) -> dict[str, np.ndarray]:
+def rollout_arrays(episodes: list[Episode], pad: int, renderer=None) -> dict[str, np.ndarray]:
     """The episodes' rows as arrays: src (N, S), src_len (N,), tokens, token_mask, action_mask, logp, rewards, turn
-    (N, T), and per row the episode's figures (returns, turns, success, failure, tokens, splits, continues)."""
+    (N, T), and per row the episode's figures (returns, turns, success, failure, tokens, splits, continues, and with
+    ``renderer`` the ids a re-tokenisation would change)."""
     rows = episode_rows(episodes)
     N = len(rows)
     S = max(1, max(len(s.src) for _, s in rows))
@@ -212,7 +223,9 @@ def rollout_arrays(episodes: list[Episode], pad: int) -> dict[str, np.ndarray]:
          "seed": np.zeros(N, np.int64)}
     figures = {k: np.zeros(N, np.float32) for k in ("episode_return", "episode_turns", "episode_success",
                                                     "episode_failed", "episode_timeout", "episode_tokens",
-                                                    "episode_truncated", "episode_splits", "episode_continues")}
+                                                    "episode_truncated", "episode_splits", "episode_continues",
+                                                    "episode_drift")}
+    drift = {id(ep): ep.drift(renderer) for ep in episodes} if renderer is not None else {}
     for i, (ep, s) in enumerate(rows):
         n = len(s.tokens)
         a["src"][i, : len(s.src)] = s.src
@@ -233,6 +246,7 @@ def rollout_arrays(episodes: list[Episode], pad: int) -> dict[str, np.ndarray]:
         figures["episode_truncated"][i] = float(ep.truncated is not None)
         figures["episode_splits"][i] = len(ep.splits)
         figures["episode_continues"][i] = float(s.continues)
+        figures["episode_drift"][i] = drift.get(id(ep), 0)
     return {**a, **figures}
 
 
@@ -284,7 +298,7 @@ class EpisodeSampler:
             raise ValueError("episodes are started from their seeds: the prompts need keys (task.name=env gives them)")
         seed = int(torch.randint(0, 2**62, (1,), generator=call.rng).item()) if call.rng is not None else 0
         episodes = self.run(call.prompts.key, call.temperature, seed)
-        a = rollout_arrays(episodes, call.policy.pad_id)
+        a = rollout_arrays(episodes, call.policy.pad_id, self.renderer)
         dev = call.src.device
         t = {k: torch.from_numpy(a[k]).to(dev) for k in ("tokens", "token_mask", "action_mask", "logp")}
         out = SampleOutput(t["tokens"], t["token_mask"], t["action_mask"], t["logp"])

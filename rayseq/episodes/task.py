@@ -26,16 +26,22 @@ from pydantic import Field
 from rayseq.config.env import EnvConfig
 from rayseq.episodes.decode import make_continuation
 from rayseq.episodes.pool import LocalEnvs
-from rayseq.episodes.protocol import close_environment, make_environment
-from rayseq.episodes.render import ChatRenderer, VocabRenderer
-from rayseq.episodes.runner import EpisodeSampler, Limits, episode_metrics, rollout_arrays, run_episodes, \
-    transcript_text
+from rayseq.episodes.protocol import EnvError, close_environment, make_environment
+from rayseq.episodes.render import TURN, ChatRenderer, VocabRenderer
+from rayseq.episodes.runner import (
+    EpisodeSampler,
+    Limits,
+    episode_metrics,
+    rollout_arrays,
+    run_episodes,
+    transcript_text,
+)
 from rayseq.tasks.base import Task
 from rayseq.types import PromptBatch
 from rayseq.vocab import Vocab
 
 METRICS = ("success", "return", "reward", "turns", "reward_per_turn", "failures", "timeouts", "tokens", "truncated",
-           "splits")
+           "splits", "retokenization_drift")
 
 
 class EnvTask(Task):
@@ -62,12 +68,15 @@ class EnvTask(Task):
         self.cfg = cfg
         self.env = EnvConfig(**(cfg.env or {}))
         if not self.env.name:
-            raise ValueError("task.name=env: set env.name")
+            raise EnvError("task.name=env: set env.name")
+        # one environment made and reset here, so that a class that cannot start stops the run before any episode
         probe = make_environment(self.env.name, self.env.kwargs)
         try:
             self.tools = list(getattr(probe, "tools", None) or []) or None
             words = getattr(probe, "vocabulary", None)
             first = probe.reset(0)
+        except Exception as exc:  # noqa: BLE001 (a user's environment: its error in one line, with the key)
+            raise EnvError(f"env.name={self.env.name}: reset(0) raised {type(exc).__name__}: {exc}") from exc
         finally:
             close_environment(probe)
         if cfg.hf_tokenizer:
@@ -77,17 +86,17 @@ class EnvTask(Task):
             if self.env.chat_template:
                 self.vocab.tokenizer.chat_template = self.env.chat_template
             if not getattr(self.vocab.tokenizer, "chat_template", None):
-                raise ValueError(f"{cfg.hf_tokenizer}: the tokenizer has no chat template; episodes render observations "
-                                 "as its suffix (give one with env.chat_template)")
+                raise EnvError(f"{cfg.hf_tokenizer}: the tokenizer has no chat template; episodes render observations "
+                               "as its suffix (give one with env.chat_template)")
             self.renderer = ChatRenderer(self.vocab.tokenizer, self.env.system_prompt)
         else:
             if cfg.vocabulary == "env":
                 if not words:
-                    raise ValueError(f"env.name={self.env.name} declares no vocabulary; use task.vocabulary=chars (or a "
-                                     "Hugging Face policy, model.arch=hf)")
-                self.vocab = Vocab(list(dict.fromkeys(str(w) for w in words)))
+                    raise EnvError(f"env.name={self.env.name} declares no vocabulary; use task.vocabulary=chars (or "
+                                   "a Hugging Face policy, model.arch=hf)")
+                self.vocab = Vocab(list(dict.fromkeys([*(str(w) for w in words), TURN])))
             else:
-                self.vocab = Vocab(list(string.printable[:-5]) + ["\n"])  # printable ASCII with space and newline
+                self.vocab = Vocab(list(string.printable[:-5]) + ["\n", TURN])  # printable ASCII, space, newline
             self.renderer = VocabRenderer(self.vocab, "words" if cfg.vocabulary == "env" else "chars",
                                           self.env.system_prompt)
         self.specials = self.vocab.specials
@@ -99,7 +108,7 @@ class EnvTask(Task):
             lines = Path(self.env.rows).expanduser().read_text().splitlines()
             self._rows = [json.loads(line) for line in lines if line.strip()]
             if not self._rows:
-                raise ValueError(f"env.rows={self.env.rows}: no rows")
+                raise EnvError(f"env.rows={self.env.rows}: no rows")
 
     @classmethod
     def check_config(cls, run_cfg) -> None:
@@ -165,7 +174,7 @@ class EnvTask(Task):
         finally:
             envs.close()
             generator.train(was_training)
-        a = rollout_arrays(episodes, self.specials.pad)
+        a = rollout_arrays(episodes, self.specials.pad, self.renderer)
         m = episode_metrics(a, prefix=f"{split}/")
         m[f"{split}/reward"] = m[f"{split}/return"]
         m.pop(f"{split}/count", None)

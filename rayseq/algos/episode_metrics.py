@@ -1,8 +1,10 @@
-"""Per-episode figures of a rollout of episodes (its rows' ``extras``), as the learner logs them: ``episode/turns``,
+"""Per-episode figures of a rollout of episodes (its rows' ``extras``, written by :mod:`rayseq.episodes.runner`), as
+the learner logs them (:func:`rayseq.algos.common.rollout_metrics`): ``episode/turns``,
 ``episode/success``, ``episode/return``, ``episode/reward_per_turn``, ``episode/failures`` (an environment raised or
 timed out), ``episode/timeouts``, ``episode/tokens`` (after the prompt), ``episode/truncated`` (a turn or token
 limit ended it), ``episode/splits`` (new samples started where a chat template could not be shown to extend the
-prefix). numpy only: the algorithms' metrics read it.
+prefix), ``episode/retokenization_drift`` (ids per episode that encoding the final conversation's text again would
+have changed: what training on re-tokenised text would have got wrong). numpy only: the algorithms' metrics read it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 FIGURES = ("episode_return", "episode_turns", "episode_success", "episode_failed", "episode_timeout",
-           "episode_tokens", "episode_truncated", "episode_splits", "episode_continues")
+           "episode_tokens", "episode_truncated", "episode_splits", "episode_continues", "episode_drift")
 
 
 def episode_metrics(extras: dict, prefix: str = "episode/") -> dict:
@@ -34,6 +36,7 @@ def episode_metrics(extras: dict, prefix: str = "episode/") -> dict:
             f"{prefix}timeouts": float(np.asarray(extras["episode_timeout"])[first].sum()),
             f"{prefix}tokens": mean("episode_tokens"), f"{prefix}truncated": mean("episode_truncated"),
             f"{prefix}splits": float(np.asarray(extras["episode_splits"])[first].sum()),
+            f"{prefix}retokenization_drift": mean("episode_drift"),
             f"{prefix}count": float(first.sum())}
 
 

@@ -214,7 +214,7 @@ def train_commands():
 
 # What a command names that only a reader's machine has, and what stands in for it here.
 PLACEHOLDERS = {"PATH/seqgan_oracle.npz": None, "runs/<name>": None}
-NEEDS_FILES = ("my_models:", "my_algo:", "math_rewards:", "--resume", "models/my-", "task.init_from=",
+NEEDS_FILES = ("my_models:", "my_algo:", "math_rewards:", "my_env:", "--resume", "models/my-", "task.init_from=",
                "train.init_from=")
 
 

@@ -197,3 +197,22 @@ def test_grpo_on_guess_the_number_with_ray_rollout_workers(tmp_path, capsys):
     rows = train_rows(run)
     assert len(rows) == 2 and all(r["rollout/worker_restarts"] == 0 for r in rows)
     assert all(1 <= r["episode/turns"] <= 4 for r in rows)
+
+
+@pytest.mark.e2e
+def test_the_guides_own_environment_trains_with_the_guides_command(tmp_path, monkeypatch, capsys):
+    """docs/guides/environments.md: its my_env.py is examples/episodes/my_env.py, and its command trains it (with a
+    tiny budget appended) from the folder that holds the file."""
+    from tests.doc_examples import ROOT, code_blocks, commands, page
+
+    blocks = code_blocks(page("docs/guides/environments.md"))
+    example = (ROOT / "examples" / "episodes" / "my_env.py").read_text(encoding="utf-8")
+    assert next(b for lang, b in blocks if lang == "python") == example
+    cmd = next(c for lang, b in blocks if lang == "bash" for c in commands(b) if any("my_env:" in a for a in c))
+    (tmp_path / "my_env.py").write_text(example)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    code = train_main([*cmd[3:], "train.iters=2", "train.batch_size=8", f"run_dir={tmp_path / 'run'}", *SMALL])
+    assert code == 0, capsys.readouterr().err
+    rows = train_rows(tmp_path / "run")
+    assert len(rows) == 2 and all(1 <= r["episode/turns"] <= 2 for r in rows)

@@ -4,7 +4,7 @@ The environment is tinker-cookbook's multi-turn recipe (``recipes/multiplayer_rl
 ``env.name=guess_number``): a hidden integer in [lo, hi], at most ``max_guesses`` guesses, each answered ``higher`` or
 ``lower``, reward 1 on a hit. Its published figure: a pretrained 4B model with LoRA goes from ~0 to >= 80% success in
 20 steps of 256 episodes (~5,000 episodes) on 0-1024 in 10 guesses. Here the policy is a Transformer trained from
-nothing on a smaller range (by default 0-15 in 4 guesses: binary search wins every game), with one token per action
+nothing on a smaller range (by default 0-15 in 4 guesses: binary search wins 15 of 16), with one token per action
 (the guess). The priors differ completely: the 4B model can already read "higher" and count, this one learns what
 the words and the numbers mean from the rewards alone. The two numbers sit side by side, not as a comparison.
 
@@ -15,13 +15,13 @@ reached each threshold, and two references: a policy that guesses uniformly at r
 search (the ceiling).
 
 Run book (from the repository root)
-  python benchmarks/guess_number.py                                  # GRPO and REINFORCE, 3 seeds, 0-15 in 4
+  python benchmarks/guess_number.py                  # GRPO and REINFORCE, 3 seeds, 0-15 in 4 (what results/ holds)
   python benchmarks/guess_number.py --algos grpo --seeds 0 --iters 300                    # a quick look
   python benchmarks/guess_number.py --hi 100 --max-guesses 7 --iters 3000                 # the larger range
   python benchmarks/guess_number.py --report-only                    # the table again from the runs
 
-Time on the 2-core development machine: ~0.1 s per iteration of 64 episodes with the default model; the default
-(2 algorithms x 3 seeds x 800 iterations) takes ~15 min.
+Time on the 2-core development machine: 90-170 s per run of 1,000 iterations of 64 episodes (evaluations included);
+the default (2 algorithms x 3 seeds) takes ~12 min.
 
 Outputs in ``--out`` (default benchmarks/results): guess_number.md (the table), guess_number.json (every run's curve,
 the command, commit, machine); the runs in ``runs/guess_number/``.
@@ -63,9 +63,11 @@ def curve(run_dir: Path) -> dict:
     import pyarrow.parquet as pq
 
     rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
-    val = [(int(r["iteration"]), float(r["val/success"])) for r in rows if r.get("val/success") is not None]
-    train = [float(r["episode/success"]) for r in rows if r["stage"] == "train"]
     summary = json.loads((run_dir / "summary.json").read_text())
+    start = summary["pretrain_metrics"].get("val/success")  # the evaluation before the first update
+    val = [(0, float(start))] if start is not None else []
+    val += [(int(r["iteration"]), float(r["val/success"])) for r in rows if r.get("val/success") is not None]
+    train = [float(r["episode/success"]) for r in rows if r["stage"] == "train"]
     return {"val": val, "train": train, "test_success": summary["metrics"].get("test/success"),
             "wall_s": summary.get("wall_s")}
 
@@ -103,6 +105,16 @@ def table(args, runs: dict) -> str:
         cells.append(f"{statistics.mean(tests):.3f}" if tests else "–")
         cells.append(f"{statistics.mean(r['wall_s'] for r in mine):.0f}")
         lines.append("| " + " | ".join(cells) + " |")
+    step = max(args.eval_every, (args.iters // 10) // args.eval_every * args.eval_every)
+    marks = list(range(0, args.iters + 1, step))
+    lines += ["", "Validation success against iterations (mean over seeds):", "",
+              "| algorithm | " + " | ".join(str(m) for m in marks) + " |", "|" + " --- |" * (len(marks) + 1)]
+    for algo in args.algos:
+        mine = [runs[(algo, s)] for s in args.seeds if (algo, s) in runs]
+        if mine:
+            means = [[dict(r["val"]).get(m) for r in mine] for m in marks]
+            lines.append(f"| {algo} | " + " | ".join(f"{statistics.mean(v):.2f}" if None not in v else "–"
+                                                     for v in means) + " |")
     lines += ["", f"References: random distinct guesses {random_guesser(args.lo, args.hi, args.max_guesses):.3f}; "
               f"binary search {binary_search_wins(args.lo, args.hi, args.max_guesses)}/{n} = "
               f"{binary_search_wins(args.lo, args.hi, args.max_guesses) / n:.3f}.", "",
@@ -110,7 +122,11 @@ def table(args, runs: dict) -> str:
               f"Budget: {args.iters} iterations of {args.batch} episodes (GRPO: groups of {args.group} from one seed), "
               f"algo.lr={args.lr}, a Transformer of width 64 (2 layers) from scratch, one token per action; "
               f"val/success on {args.val_size} fixed episodes every {args.eval_every} iterations, sampling at "
-              "temperature 1."]
+              "temperature 1.", "",
+              f"Runs: `python benchmarks/guess_number.py --algos {' '.join(args.algos)} --seeds "
+              f"{' '.join(map(str, args.seeds))} --lo {args.lo} --hi {args.hi} --max-guesses {args.max_guesses} "
+              f"--iters {args.iters} --batch {args.batch} --group {args.group} --lr {args.lr:g}"
+              + "".join(f" {x}" for x in args.extra) + "`."]
     return "\n".join(lines)
 
 
@@ -121,7 +137,7 @@ def main(argv=None) -> int:
     p.add_argument("--lo", type=int, default=0)
     p.add_argument("--hi", type=int, default=15)
     p.add_argument("--max-guesses", type=int, default=4)
-    p.add_argument("--iters", type=int, default=800)
+    p.add_argument("--iters", type=int, default=1000)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)

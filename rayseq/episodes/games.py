@@ -7,7 +7,8 @@ a policy trained from scratch reads one token per word (``task.vocabulary=env``)
 Guess-the-number is tinker-cookbook's multi-turn recipe (``recipes/multiplayer_rl/guess_number``): a hidden integer
 in [lo, hi], at most ``max_guesses`` guesses, each answered "higher" or "lower", reward 1 on a hit. The first integer
 in a reply is its guess; a reply without one (or out of range) is answered "invalid" and costs a guess. Binary search
-wins every game where ``max_guesses`` ≥ ⌈log2(hi − lo + 1)⌉ (0–100 in 7) and 1,023 of 1,025 at 0–1024 in 10.
+finds at most 2^``max_guesses`` − 1 secrets: every game of 0–100 in 7, 15 of 16 at 0–15 in 4, 1,023 of 1,025 at
+0–1024 in 10.
 
 Tic-tac-toe: the policy plays x and moves first, against a random opponent (seeded by the episode's seed) or a
 fixed one (the first free cell). A move is the first digit 1–9 in the reply (cells row by row); an occupied cell or

@@ -1,5 +1,6 @@
 """Episodes with exact tokens: a whole episode replayed, the environments' failures survived and counted, the clear
-errors of an environment that cannot start, and GRPO / REINFORCE trained on an environment through the CLI."""
+errors of an environment that cannot start, and GRPO, REINFORCE, RLOO and PPO trained on an environment through the
+CLI."""
 
 from __future__ import annotations
 
@@ -153,12 +154,13 @@ def train_rows(run_dir):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(("algo", "arch"), [("grpo", "transformer"), ("reinforce", "rnn")])
+@pytest.mark.parametrize(("algo", "arch"), [("grpo", "transformer"), ("reinforce", "rnn"), ("rloo", "rnn"),
+                                           ("ppo", "transformer")])
 def test_an_algorithm_trains_on_guess_the_number_from_the_cli(algo, arch, tmp_path, capsys):
     """``python -m rayseq.train env.name=guess_number ...``: episodes per iteration, their figures logged, the policy
     updated, the evaluation's episodes written as text to viewer/."""
     run = tmp_path / "run"
-    group = ["algo.group_size=4"] if algo == "grpo" else []
+    group = ["algo.group_size=4"] if algo in ("grpo", "rloo") else []
     code = train_main(["env.name=guess_number", "env.kwargs.hi=15", "env.kwargs.max_guesses=4", f"algo.name={algo}",
                        f"model.arch={arch}", "train.batch_size=8", "train.iters=2", "train.eval_every=2",
                        f"run_dir={run}", *group, *SMALL])

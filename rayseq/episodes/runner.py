@@ -12,7 +12,9 @@ every action as sampled and every observation as rendered, in order; ``action_ma
 belongs to (its action, then the observation that answers it: what credit over turns reads). Where the renderer
 cannot prove the observation extends the prefix, the episode goes on in a new sample (the next row, marked
 ``continues``); the earlier sample's last sampled token then also carries the later samples' rewards, so that each
-row's undiscounted return is the episode's.
+row's undiscounted return is the episode's from that row on (the first row's: the whole episode's). In a group
+(episodes sharing a seed: GRPO's, RLOO's G rows) the episode ends there instead (truncated, ``split``), so that every
+episode stays one row of its group.
 
 :class:`EpisodeSampler` is the rollout worker's sampler for a run with an environment (``env.name``): the
 :class:`rayseq.algos.sampling.Sampler` protocol, so the worker, the learner and every algorithm read its rollout as
@@ -66,7 +68,7 @@ class Episode:
     done: bool = False
     success: bool | None = None  # what the environment said (info["success"]); None: the return is positive
     failure: str | None = None  # "raised: ..." / "timeout: ..." when the environment failed
-    truncated: str | None = None  # "turns" / "tokens" when a limit ended it
+    truncated: str | None = None  # "turns" / "tokens" when a limit ended it, "split" (a group's episode, a split)
     splits: list[str] = field(default_factory=list)  # why each new sample was started
     transcript: list[tuple[str, str]] = field(default_factory=list)  # (role, text), for the viewer
     conv: Any = None  # the renderer's conversation
@@ -97,7 +99,7 @@ def _observation_text(obs) -> str:
 
 
 def run_episodes(envs, renderer, continuation, seeds, rows, limits: Limits, *, temperature: float = 1.0,
-                 seed: int = 0, tools=None) -> list[Episode]:
+                 seed: int = 0, tools=None, split_ends: bool = False) -> list[Episode]:
     """Run one episode per seed (module docstring).
 
     Args:
@@ -110,6 +112,8 @@ def run_episodes(envs, renderer, continuation, seeds, rows, limits: Limits, *, t
         limits: turns and tokens.
         temperature: sampling temperature.
         seed: the call's seed; turn k samples with one derived from it.
+        split_ends: where the renderer cannot prove an observation extends the prefix, end the episode there
+            (truncated, ``split``) instead of going on in a new sample: an episode of a group stays one row.
         tools: the environment's tools, rendered into the first prompt by a chat template.
 
     Returns:
@@ -179,7 +183,12 @@ def run_episodes(envs, renderer, continuation, seeds, rows, limits: Limits, *, t
             nxt = renderer.next(ep.conv, ids, ended, step.observation)
             if isinstance(nxt, Split):
                 ep.splits.append(nxt.reason)
-                ep.samples.append(Sample(src=nxt.src, continues=True))
+                if split_ends:
+                    ep.done, ep.truncated = True, "split"
+                    ep.conv["messages"] = said
+                    renderer.finish(ep.conv, ids, ended)
+                else:
+                    ep.samples.append(Sample(src=nxt.src, continues=True))
                 continue
             if ep.n_tokens + len(nxt) + 1 > limits.max_tokens:
                 ep.done, ep.truncated = True, "tokens"
@@ -286,8 +295,12 @@ class EpisodeSampler:
 
     def run(self, keys, temperature: float, seed: int) -> list[Episode]:
         rows = [self.rows(int(k)) if self.rows is not None else {} for k in keys]
-        return run_episodes(self.envs, self.renderer, self.continuation, [int(k) for k in keys], rows, self.limits,
-                            temperature=temperature, seed=seed, tools=self.tools)
+        keys = [int(k) for k in keys]
+        # episodes that share a seed are a group (GRPO's, RLOO's: rows in consecutive groups of G): one row each, so
+        # an episode whose template cannot be shown to extend the prefix ends there rather than adding a row
+        grouped = len(set(keys)) < len(keys)
+        return run_episodes(self.envs, self.renderer, self.continuation, keys, rows, self.limits,
+                            temperature=temperature, seed=seed, tools=self.tools, split_ends=grouped)
 
     def sample(self, call):
         from rayseq.algos.sampling import Sampled

@@ -16,6 +16,8 @@ import ray
 from rayseq.episodes.pool import Failure
 from rayseq.episodes.protocol import close_environment, make_environment
 
+STARTUP_TIMEOUT_S = 300.0  # an environment actor's start-up, at most (a new process on a busy node)
+
 
 class EnvHost:
     """One environment actor: environments by slot, made on their first call."""
@@ -32,6 +34,9 @@ class EnvHost:
             self.envs.pop(slot, None)
             raise
 
+    def ping(self) -> bool:
+        return True
+
     def close(self) -> None:
         for env in self.envs.values():
             close_environment(env)
@@ -46,12 +51,15 @@ class ActorEnvs:
                  num_cpus: float = 0.0):
         self.name, self.kwargs, self.timeout = name, dict(kwargs), step_timeout_s
         self._remote = ray.remote(EnvHost).options(max_concurrency=max_concurrent, num_cpus=num_cpus)
-        self.actors = [self._new() for _ in range(num_actors)]
+        self.actors = self._started([self._remote.remote(self.name, self.kwargs) for _ in range(num_actors)])
         self.lost: set[int] = set()  # slots whose environment died with a replaced actor
         self.replaced = 0
 
-    def _new(self):
-        return self._remote.remote(self.name, self.kwargs)
+    def _started(self, actors: list) -> list:
+        """``actors`` once each answers: an actor's start-up (a process, imports) is not a step, and is not held to
+        ``env.step_timeout_s``."""
+        ray.get([a.ping.remote() for a in actors], timeout=STARTUP_TIMEOUT_S)
+        return actors
 
     def call(self, calls: list[tuple[int, str, tuple, dict]]) -> list:
         out: list = [None] * len(calls)
@@ -84,9 +92,10 @@ class ActorEnvs:
             hung.add(slot % len(self.actors))
         for a in hung:  # killed and replaced; the episodes it held lose their environments
             ray.kill(self.actors[a], no_restart=True)
-            self.actors[a] = self._new()
+            self.actors[a] = self._remote.remote(self.name, self.kwargs)
             self.replaced += 1
             self.lost |= {slot for _, slot in where.values() if slot % len(self.actors) == a}
+        self._started([self.actors[a] for a in hung])
         return out
 
     def close(self) -> None:

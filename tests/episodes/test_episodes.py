@@ -218,3 +218,27 @@ def test_the_guides_own_environment_trains_with_the_guides_command(tmp_path, mon
     assert code == 0, capsys.readouterr().err
     rows = train_rows(tmp_path / "run")
     assert len(rows) == 2 and all(1 <= r["episode/turns"] <= 2 for r in rows)
+
+
+@pytest.mark.ray
+def test_environment_actors_survive_a_hung_environment(ray_session):
+    """env.num_actors: slot b lives on actor b mod 2. Seed 2 hangs its actor (killed and replaced after
+    env.step_timeout_s), which takes slot 0's environment with it: episode 0 ends as a failure rather than restarting
+    its game silently; odd seeds raise. The next batch on the same pool plays every episode to its end."""
+    from rayseq.distributed.env_actors import ActorEnvs
+
+    cfg = episode_config(f"env.name={ENVS}:Faulty", "algo.name=reinforce", "train.batch_size=4")
+    task = make_task(cfg.task)
+    torch.manual_seed(0)
+    policy = make_generator(cfg, task).eval()
+    cont = StepContinuation(policy, torch.device("cpu"))
+    envs = ActorEnvs(f"{ENVS}:Faulty", {}, num_actors=2, max_concurrent=4, step_timeout_s=1.0)
+    try:
+        first = run_episodes(envs, task.renderer, cont, [0, 1, 2, 3], [{}] * 4, Limits(3, 256, 4), seed=0)
+        again = run_episodes(envs, task.renderer, cont, [0, 4, 8, 12], [{}] * 4, Limits(3, 256, 4), seed=1)
+    finally:
+        envs.close()
+    assert first[2].failure.startswith("timeout") and envs.replaced == 1
+    assert first[1].failure.startswith("raised: RuntimeError") and first[3].failure.startswith("raised")
+    assert "replaced" in first[0].failure and first[0].turns == 3
+    assert all(ep.failure is None and ep.turns == 3 for ep in again)

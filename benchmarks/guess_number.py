@@ -171,7 +171,11 @@ def main(argv=None) -> int:
                 runs[(algo, seed)] = curve(run_dir)
     text = table(args, runs)
     write_report(args.out, "guess_number", text, {
-        "runs": [{"algo": a, "seed": s, **r} for (a, s), r in runs.items()], "anchor": ANCHOR,
+        "runs": [{"algo": a, "seed": s, **{k: v for k, v in r.items() if k != "train"},
+                  # the training episodes' success, averaged per evaluation interval
+                  "train_success": [round(statistics.mean(r["train"][i: i + args.eval_every]), 4)
+                                    for i in range(0, len(r["train"]), args.eval_every)]}
+                 for (a, s), r in runs.items()], "anchor": ANCHOR,
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "random_guesser": random_guesser(args.lo, args.hi, args.max_guesses)})
     return 0 if runs and not any(math.isnan(r["test_success"] or 0.0) for r in runs.values()) else 1

@@ -24,6 +24,9 @@ What a class declares (class attributes):
 Models (``model.arch``) are generator classes of the policy protocol (rayseq/models/protocol.py): a built-in name of
 :data:`MODELS` or ``package.module:Class``; the class builds itself with ``from_config(cfg, task)``.
 
+Environments (``env.name``) are classes or factories of the environment protocol (rayseq/episodes/protocol.py:
+``reset(seed, **row)``, ``step(action)``): a built-in name of :data:`ENVIRONMENTS` or ``package.module:Class``.
+
 Reward functions (``reward.fn``, ``reward.terms[].fn``) are functions ``fn(prompts, replies, references, **kwargs)
 -> Sequence[float]`` on text (:mod:`rayseq.rewards.reward`): a built-in name of :data:`REWARDS` or
 ``package.module:function``.
@@ -64,11 +67,16 @@ TASKS: dict[str, str] = {
     "oracle": "rayseq.tasks.oracle:OracleTask",
     "pairs": "rayseq.tasks.pairs:PairsTask",
     "chitchat": "rayseq.tasks.chitchat:ChitchatTask",
+    "env": "rayseq.episodes.task:EnvTask",  # episodes of the env: section's environment (set by env.name)
 }
 MODELS: dict[str, str] = {  # model.arch: the generator (policy) class, see rayseq/models/protocol.py
     "rnn": "rayseq.models.generator:Seq2SeqGRU",
     "transformer": "rayseq.models.transformer:TransformerGenerator",
     "hf": "rayseq.models.hf:HFCausalLM",  # a local Hugging Face causal LM (hf extra)
+}
+ENVIRONMENTS: dict[str, str] = {  # env.name: a class (or factory) taking env.kwargs, rayseq/episodes/protocol.py
+    "guess_number": "rayseq.episodes.games:GuessNumber",
+    "tictactoe": "rayseq.episodes.games:TicTacToe",
 }
 REWARDS: dict[str, str] = {
     "task": "rayseq.rewards.library:task",
@@ -154,6 +162,21 @@ def model_class(name: str):
     """The generator class of ``model.arch`` ``name``: a key of :data:`MODELS` or an import path
     ``package.module:Class`` (the policy protocol of rayseq/models/protocol.py)."""
     return _load("model", MODELS, name)
+
+
+def environment_factory(name: str):
+    """The class (or factory function) of ``env.name`` ``name``: a key of :data:`ENVIRONMENTS` or an import path
+    ``package.module:Name``, checked to be callable and, when a class, to have ``reset`` and ``step``. ValueError
+    saying what is wrong (the caller names the key)."""
+    obj, attr = _import("environment", ENVIRONMENTS, name)
+    if not callable(obj):
+        raise ValueError(f"{name}: {attr} is not a class or a function (an environment has reset(seed, **row) and "
+                         "step(action); see rayseq/episodes/protocol.py)")
+    missing = [m for m in ("reset", "step") if isinstance(obj, type) and not callable(getattr(obj, m, None))]
+    if missing:
+        raise ValueError(f"{name}: {attr} is not an environment class (it lacks {', '.join(missing)}; see "
+                         "rayseq/episodes/protocol.py)")
+    return obj
 
 
 def reward_function(name: str, kwargs: dict | None = None, *, check_kwargs: bool = True):

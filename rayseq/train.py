@@ -215,6 +215,7 @@ def main(argv=None) -> int:
     from rayseq.distributed.driver import Interrupted, Trainer
     from rayseq.distributed.groups.placement import NodeLost
     from rayseq.distributed.groups.startup import StartupFailed
+    from rayseq.episodes.protocol import EnvError
     from rayseq.rewards.reward import RewardError
 
     trainer = None
@@ -257,7 +258,7 @@ def main(argv=None) -> int:
             print("Continue from the last checkpoint, once that is mended, with:", file=sys.stderr)
             print(resume_command(trainer.run_dir), file=sys.stderr)
         return 2 if exc.config_key else 1
-    except (ConfigError, FileExistsError, FileNotFoundError, DataError, RewardError) as exc:
+    except (ConfigError, FileExistsError, FileNotFoundError, DataError, RewardError, EnvError) as exc:
         # a reward function's error raised on a scorer actor arrives as Ray's RayTaskError, an instance of both
         # that and the RewardError: its `cause` is the error itself, without the remote traceback
         print(f"error: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)

@@ -52,6 +52,8 @@ LAYERS = {
     "rayseq.algos": ALGOS,
     # what rollout workers and serving sample with (the policy's own loop, vLLM): on the models, below their users
     "rayseq.engines": ALGOS,
+    # episodes in environments: what rollout workers run for a run with env.name, and its task (beside the engines)
+    "rayseq.episodes": ALGOS,
     "rayseq.distributed": DISTRIBUTED,
     "rayseq.tuning": SERVICES,
     "rayseq.serving": SERVICES,
@@ -76,6 +78,8 @@ SIDEWAYS = {
     ("rayseq.tasks", "rayseq.rewards"),  # task rewards, BLEU, the configured reward
     ("rayseq.rewards", "rayseq.data"),  # rewards on text: tokenize, detokenize
     ("rayseq.rewards", "rayseq.models"),  # Monte-Carlo search runs the generator's decoder
+    ("rayseq.episodes", "rayseq.algos"),  # the episode sampler is a rollout sampler (algos/sampling.py's protocol)
+    ("rayseq.episodes", "rayseq.engines"),  # evaluation plays episodes with the policy's own decoding loop
 }
 
 # downward imports the layers would allow but the design excludes (importer, imported): serving loads a checkpoint

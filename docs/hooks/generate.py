@@ -35,7 +35,7 @@ from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-RUN_SECTIONS = ("model", "rollout", "scorer", "learner", "disc", "train", "reward")
+RUN_SECTIONS = ("model", "rollout", "scorer", "learner", "disc", "train", "reward", "env")
 CLIS = (  # (title, module, argv for --help)
     ("python -m rayseq.train (rayseq-train)", "rayseq.train", ["--help"]),
     ("python -m rayseq.tune (rayseq-tune)", "rayseq.tune", ["--help"]),
@@ -190,7 +190,7 @@ def section_config(section: str, name: str):
     built-in that accepts it (an algorithm that needs references on chitchat; the oracle task with SeqGAN)."""
     from rayseq.config import ConfigError, build_config, config_to_dict
 
-    for other in ([], ["task.name=chitchat"], ["task.name=oracle"], ["algo.name=seqgan"]):
+    for other in ([], ["task.name=chitchat"], ["task.name=oracle"], ["algo.name=seqgan"], ["env.name=guess_number"]):
         if other and other[0].startswith(f"{section}."):  # the other section's choice only
             continue
         try:
@@ -237,11 +237,18 @@ def config_reference() -> str:
     ]
     for section in RUN_SECTIONS:
         # a section the default run leaves out of its config (disc: SeqGAN's discriminator) from a run that has it
-        src_cfg, src = next((c, d) for c, d in (default_config(), section_config("algo", "seqgan")) if section in d)
+        src_cfg, src = next((c, d) for c, d in (default_config(), section_config("algo", "seqgan"),
+                                                section_config("task", "env")) if section in d)
         model = getattr(src_cfg, section)
         doc = " ".join((type(model).__doc__ or "").split())
-        note = [] if src is data else ["Read only by the algorithms that use it; defaults as a `seqgan` run "
-                                       "resolves them.", ""]
+        if src is data:
+            note = []
+        elif section == "env":
+            note = ["Read only by a run with `env.name` (its rollouts are episodes, its task `env`: "
+                    "[Agents in environments](../guides/environments.md)); defaults as a `guess_number` run resolves "
+                    "them.", ""]
+        else:
+            note = ["Read only by the algorithms that use it; defaults as a `seqgan` run resolves them.", ""]
         out += [f"## {section}", "", *([cell(doc), ""] if doc else []), *note,
                 *key_rows(section, model, src[section]), ""]
     out += ["## algo", "",

@@ -12,6 +12,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from rayseq.algos.episode_metrics import episode_metrics
 from rayseq.algos.iteration import Groups, Step, ahead_step
 from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, KLController, entropy_bonus, kl_penalty
@@ -197,6 +198,7 @@ def rollout_metrics(rollout: Rollout) -> dict:
     out = {
         "rollout/reward_mean": float(rollout.score.mean()),
         "rollout/len_mean": float(rollout.token_mask.sum(1).mean()),
+        **episode_metrics(rollout.extras),  # a rollout of episodes: episode/turns, success, failures, ...
     }
     if rollout.engine_logp is not None:  # an engine with its own log-probs (rayseq.losses.mismatch)
         mask = to_torch(rollout.action_mask)

@@ -37,6 +37,9 @@ class Sampled(NamedTuple):
     # (B, T) the engine's own log-probs of ``sample`` where its kernels are not the policy's (rollout.engine=vllm:
     # ``sample.logp`` is then the policy's recomputation); None otherwise
     engine_logp: torch.Tensor | None = None
+    # the prompts the rows continue, where they are not the call's (an episode's first observation as rendered, one
+    # row per sample: rayseq.episodes); None: the call's prompts, row for row
+    prompts: PromptBatch | None = None
 
 
 @dataclass

@@ -37,6 +37,7 @@ from rayseq.config.declared import (
     resolve_task_section,
     task_config_model,
 )
+from rayseq.config.env import EnvConfig
 from rayseq.config.environment import transformers_problem
 from rayseq.config.overrides import deep_merge, parse_overrides
 from rayseq.config.paths import LOCAL_PATH, same_path
@@ -495,6 +496,7 @@ class RunConfig(_Section):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -512,6 +514,8 @@ class RunConfig(_Section):
             algo = data.get("algo", {})
             name = algo.get("name") if isinstance(algo, dict) else getattr(algo, "name", None)
             data = _with_sections(data, algorithm_sections(name or AlgoConfig.model_fields["name"].default))
+        if isinstance(data, dict):
+            data = _with_environment(data)
         if isinstance(data, dict) and isinstance(data.get("task", {}), dict):
             task = resolve_task_section(data.get("task", {}))
             model = data.get("model")
@@ -627,6 +631,31 @@ class RunConfig(_Section):
         and task's sections are classes made at validation time, which pickle cannot name, and the actor's process
         makes its own."""
         return _validated, (config_to_dict(self),)
+
+
+def _with_environment(data: dict) -> dict:
+    """A run with ``env.name`` runs episodes: its task is ``env`` (the episodes' task, which reads the ``env:``
+    section: handed to it as ``task.env``), and it has no MLE pretraining unless asked for (an environment has no
+    reference replies). Derived here, once."""
+    env = data.get("env")
+    name = env.get("name") if isinstance(env, dict) else getattr(env, "name", None)
+    task = data.get("task", {})
+    tname = task.get("name") if isinstance(task, dict) else getattr(task, "name", None)
+    if not name:
+        if tname == "env":
+            raise ConfigError("task.name=env runs episodes of an environment: set env.name (and leave task.name out)")
+        return data
+    if tname not in (None, "env"):
+        raise ConfigError(f"env.name={name} runs episodes, whose task is the environment's; task.name={tname} cannot "
+                          "be combined with it (leave task.name out)")
+    if not isinstance(task, dict):
+        return data
+    env_dict = env.model_dump() if hasattr(env, "model_dump") else dict(env)
+    data = {**data, "task": {**task, "name": "env", "env": env_dict}}
+    train = data.get("train", {})
+    if isinstance(train, dict) and "pretrain_iters" not in train:
+        data["train"] = {**train, "pretrain_iters": 0}
+    return data
 
 
 def _validated(data: dict) -> RunConfig:
@@ -768,7 +797,9 @@ def config_to_dict(cfg: RunConfig) -> dict:
     d["algo"] = {k: v for k, v in d["algo"].items() if k in reads}
     task_cls = registry.task_class(cfg.task.name)
     task_reads = set(declared_task_keys(cfg.task.name))
-    d["task"] = {k: v for k, v in d["task"].items() if k in task_reads}
+    d["task"] = {k: v for k, v in d["task"].items() if k in task_reads and k != "env"}  # env: the env: section's
+    if cfg.env.name is None:  # a run without an environment has no env: section to show
+        del d["env"]
     if algo.own_reward or not task_cls.has_reward:
         del d["reward"]
     elif cfg.reward.terms:

@@ -97,7 +97,7 @@ def reference_cells(site: Path) -> dict[str, str]:
 
 def listings():
     """(label, --print-config output) for the default run, every built-in algorithm (on counting, or on the first
-    task that accepts it) and every task."""
+    task that accepts it) and every task (the episodes' one, ``env``, with an environment)."""
     from rayseq.config import ALGOS, TASKS
 
     yield "default", print_config()
@@ -106,7 +106,7 @@ def listings():
                                                    ([], ["task.name=chitchat"], ["task.name=oracle"])) if t)
     for task in TASKS:
         yield f"task.name={task}", next(t for t in (print_config(f"task.name={task}", *algo) for algo in
-                                                   ([], ["algo.name=seqgan"])) if t)
+                                                   ([], ["algo.name=seqgan"], ["env.name=guess_number"])) if t)
 
 
 def reference_id(key: str, keys: dict[str, str]) -> str:
@@ -219,7 +219,7 @@ def train_commands():
 
 # What a command names that only a reader's machine has, and what stands in for it here.
 PLACEHOLDERS = {"PATH/seqgan_oracle.npz": None, "runs/<name>": None}
-NEEDS_FILES = ("my_models:", "my_algo:", "math_rewards:", "--resume", "models/my-", "task.init_from=",
+NEEDS_FILES = ("my_models:", "my_algo:", "math_rewards:", "my_env:", "--resume", "models/my-", "task.init_from=",
                "train.init_from=")
 
 

@@ -43,6 +43,14 @@ class RolloutWorker:
         # what samples (rollout.engine); vLLM's engines share their node's memory with the other workers' there
         self.engine = make_engine(self.cfg, self.generator, self.task, self.device,
                                   engines_on_node=bundles_on_this_node(range(1, 1 + self.cfg.rollout.num_workers)))
+        # what a request without a sampler of its own draws: π_θ's replies, or episodes of the run's environment
+        # (env.name: the environments in this process or in actors, rayseq.distributed.env_actors)
+        self.sampler = POLICY
+        if self.cfg.env.name:
+            from rayseq.distributed.env_actors import environments
+
+            self.sampler = self.task.episode_sampler(self.generator, self.engine, self.device,
+                                                     environments(self.cfg, self.task))
         # what the algorithm keeps here (Algorithm.worker_modules), built now, not on the first weights (in-process
         # runs draw the same global random numbers before and after a resume); in ``modules`` once weights arrive
         self._held = {k: m.to(dtype) for k, m in self.cfg.algorithm.worker_modules(self.cfg, self.task,
@@ -138,17 +146,18 @@ class RolloutWorker:
         dev = self.device
         rng = None if request.seed is None else torch.Generator(device=dev).manual_seed(int(request.seed))
         src, src_len = to_torch(prompts.src, dev), to_torch(prompts.src_len, dev)
-        sampler = request.sampler or POLICY
+        sampler = request.sampler or self.sampler
         drawn = sampler.sample(SamplingCall(
             policy=self.generator, task=self.task, prompts=prompts, src=src, src_len=src_len, max_len=request.max_len,
             temperature=request.temperature, rng=rng, engine=partial(self._engine_sample, src, src_len, request)))
         out = drawn.sample
         tokens = out.tokens.cpu().numpy()
+        rows = prompts if drawn.prompts is None else drawn.prompts  # an episode's rows start from its observation
         rollout = Rollout(
-            src=prompts.src, src_len=prompts.src_len, tokens=tokens, token_mask=out.token_mask.cpu().numpy(),
+            src=rows.src, src_len=rows.src_len, tokens=tokens, token_mask=out.token_mask.cpu().numpy(),
             action_mask=out.action_mask.cpu().numpy(), logp=out.logp.cpu().numpy(),
             rewards=np.zeros(tokens.shape, np.float32), score=np.zeros(len(tokens), np.float32),
-            tgt=prompts.tgt, version=self.version, key=prompts.key,
+            tgt=rows.tgt, version=self.version, key=rows.key,
             info={"worker": self.index, "pid": os.getpid(), **drawn.info}, extras=dict(drawn.extras),
         )
         if drawn.engine_logp is not None:

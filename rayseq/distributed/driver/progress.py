@@ -15,9 +15,9 @@ def figures(metrics: dict, keys: dict[str, str]) -> dict[str, str]:
 
 
 def progress_keys(algorithm, task_cls, task_cfg) -> dict[str, str]:
-    """The figures a stage shows: ``algorithm``'s ``progress_metrics`` and the task's first validation metric (as
-    ``val_<name>``)."""
-    keys = dict(algorithm.progress_metrics)
+    """The figures a stage shows: ``algorithm``'s ``progress_metrics``, the task's own (``progress_metrics``, where it
+    has them: an environment's success and turns) and the task's first validation metric (as ``val_<name>``)."""
+    keys = {**algorithm.progress_metrics, **getattr(task_cls, "progress_metrics", {})}  # a task's own (episodes')
     names = task_cls.metric_names(task_cfg, "val")
     if names:
         keys[names[0]] = names[0].replace("/", "_")

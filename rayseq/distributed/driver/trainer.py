@@ -283,6 +283,9 @@ class Trainer:
         cached = self._evaluated.get(split)
         if cached is None or cached[0] != version:
             cached = self._evaluated[split] = (version, *groups.learner.evaluate(split))
+            viewer = cached[2].pop("viewer", None) if isinstance(cached[2], dict) else None
+            if viewer:  # a few of the evaluation's episodes as text (a task of episodes), one file per evaluation
+                self.store.write_text(f"viewer/{split}-{self.iteration:06d}.txt", viewer + "\n")
         return cached[1], cached[2]
 
     def _run_stage(self, groups: ActorGroups, stage: str, n_iters: int, bar) -> dict:

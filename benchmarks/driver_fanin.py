@@ -159,7 +159,7 @@ def one_iteration(path: str, rollout, scorer, prompts, request, seed: int) -> tu
     finished (sent, then waited for with one untimed ``ray.wait``): the fan-in alone, without the sending."""
     c0, t0 = time.process_time(), time.perf_counter()
     if path == "waits":
-        from rayseq.distributed.groups.manager import Call
+        from rayseq.distributed.groups.calls import Call
 
         ray = rollout._manager.ray
         samples, _, _ = rollout._calls(prompts, request)

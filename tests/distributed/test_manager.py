@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from rayseq.config import blame
-from rayseq.distributed.groups.manager import ActorManager, Call
+from rayseq.distributed.groups.calls import Call
+from rayseq.distributed.groups.manager import ActorManager
 from rayseq.distributed.groups.startup import StartupFailed
 
 pytestmark = pytest.mark.ray

@@ -24,10 +24,10 @@ import contextlib
 import logging
 import pickle
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rayseq.distributed.groups.calls import Call, PendingShard
 from rayseq.distributed.groups.startup import LABELS, StartupFailed, creation_failure, describe_error, startup_failed
 
 log = logging.getLogger(__name__)
@@ -43,23 +43,6 @@ class LearnerLost(RuntimeError):
 
 
 @dataclass
-class Call:
-    """Shard ``index``'s call on actor ``worker`` of ``group`` (a rollout or scorer group; ``worker`` None: actor
-    ``index``): its two return refs ``(data, info)``, and ``send(actor) -> (data, info)``, which sends it again to a
-    restarted actor, or to another of the group's (a rollout group's lost worker's shard)."""
-
-    group: Any
-    index: int
-    refs: tuple
-    send: Callable
-    worker: int | None = None
-
-    @property
-    def actor_index(self) -> int:
-        return self.index if self.worker is None else self.worker
-
-
-@dataclass
 class Starting:
     """An actor just created, not yet known to have started: ``member`` names it (``rollout worker 1``), ``bundle`` is
     its placement-group bundle (None: not in one), ``ping`` a call it answers once its constructor has returned;
@@ -70,22 +53,6 @@ class Starting:
     actor: Any
     ping: Any
     again: bool = False
-
-
-@dataclass
-class PendingShard:
-    """A shard of ``RolloutGroup.sample(wait=False)`` not confirmed yet: the worker's call ``sample`` and, when the
-    scorers score the rollouts, the scorer call ``score`` chained on its result by reference; ``rescore(rollout ref)
-    -> send`` builds that scorer call again for a re-sampled shard."""
-
-    sample: Call
-    score: Call | None = None
-    rescore: Callable | None = None
-
-    @property
-    def result(self):
-        """The ref of the shard as the learner takes it: the scored rollout, else the sampled one."""
-        return (self.score or self.sample).refs[0]
 
 
 class ActorManager:

@@ -104,8 +104,8 @@ class RolloutGroup:
         return [self.actors[i] for i in self.live]
 
     def _call(self, shard: int, worker: int, send):
-        """Shard ``shard``'s call, sent to worker ``worker`` (:class:`~rayseq.distributed.groups.manager.Call`)."""
-        from rayseq.distributed.groups.manager import Call
+        """Shard ``shard``'s call, sent to worker ``worker`` (:class:`~rayseq.distributed.groups.calls.Call`)."""
+        from rayseq.distributed.groups.calls import Call
 
         return Call(self, shard, send(self.actors[worker]), send, worker)
 
@@ -157,7 +157,7 @@ class RolloutGroup:
             return [self.local.sample(prompts, shard_request(request, 0))]
         if wait:
             return self._sample_waited(prompts, request)[0]
-        from rayseq.distributed.groups.manager import Call, PendingShard
+        from rayseq.distributed.groups.calls import Call, PendingShard
 
         samples, rescore, scorers = self._calls(prompts, request)
         n_scorers = len(scorers)
@@ -196,7 +196,7 @@ class RolloutGroup:
     def _sample_waited(self, prompts: PromptBatch, request: RolloutRequest, report_score: bool = False) -> tuple:
         """Ray: (shard refs, each shard's final info), every call waited for (a crashed actor's re-sent); a shard goes
         to its scorer as soon as it is sampled."""
-        from rayseq.distributed.groups.manager import Call
+        from rayseq.distributed.groups.calls import Call
 
         manager = self._manager
         samples, rescore, scorers = self._calls(prompts, request, report_score)

@@ -64,7 +64,7 @@ class ScorerGroup:
             ((data, _),) = pending  # run_on_shards' one in-process (data, info)
             result, info = self.local.run_shard(fn, data)
             return [result], [info]
-        from rayseq.distributed.groups.manager import Call
+        from rayseq.distributed.groups.calls import Call
 
         n_scorers = len(self.actors)
         running: list = [None] * len(pending)
@@ -81,7 +81,7 @@ class ScorerGroup:
         if self.is_local:
             result, info = self.local.run_shard(fn, Rollout.concat(shards))
             return [result], [info]
-        from rayseq.distributed.groups.manager import Call
+        from rayseq.distributed.groups.calls import Call
 
         n_scorers = len(self.actors)
         sends = [partial(send_run, fn, (shard,), {}) for shard in shards]

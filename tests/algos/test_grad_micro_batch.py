@@ -13,12 +13,9 @@ import torch
 
 from benchmarks.learner_memory import allocations
 from rayseq.algos.common import LearnerState, micro_batch_rows, micro_batches
-from rayseq.distributed.actors.learner import Learner
-from rayseq.distributed.actors.worker import RolloutWorker
 from rayseq.losses.menu import token_entropy
 from rayseq.models.chunked import chunked_token_logprobs, entropy_of_logits, positions_per_chunk
-from rayseq.types import RolloutRequest
-from tests.conftest import tiny_config
+from tests.algos.test_no_grad_passes import _learner_and_rollout
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}  # float sums in another order
 
@@ -107,19 +104,6 @@ def test_micro_batch_rows():
     assert [p.tolist() for p in micro_batches(idx, None)] == [idx.tolist()]
 
 
-def _learner_and_rollout(*overrides, n=16):
-    cfg = tiny_config(*overrides)
-    learner, worker = Learner(cfg), RolloutWorker(cfg)
-    learner.start_stage("train")
-    worker.set_weights(learner.get_weights(), learner.version)
-    prompts = learner.task.sample_prompts(np.random.default_rng(0), n)
-    rollout = worker.sample(prompts, RolloutRequest(max_len=learner.task.max_tgt_len, seed=4))
-    rollout.score = np.linspace(0, 1, n).astype(np.float32)
-    rollout.rewards = np.zeros_like(rollout.rewards)
-    rollout.rewards[np.arange(n), np.maximum(rollout.token_mask.sum(1).astype(int) - 1, 0)] = rollout.score
-    return learner, rollout
-
-
 def _assert_same_update(runs, modules=("baseline",), atol=1e-6):
     (a, ma), (b, mb) = runs
     for part in ("generator", *modules):
@@ -148,7 +132,7 @@ def test_accumulated_micro_batches_make_the_update_of_one_pass(case):
     common = (*ACCUMULATED[case], "algo.minibatch_size=8", "algo.epochs=2")
     runs = []
     for micro in ([], ["learner.micro_batch_size=3"]):
-        learner, rollout = _learner_and_rollout(*common, *micro)
+        learner, rollout = _learner_and_rollout(*common, *micro, n=16)
         runs.append((learner, learner.update(rollout, 0)))
     assert runs[1][0].state.micro_batch == 3
     _assert_same_update(runs, () if case.startswith("grpo") else ("baseline",))

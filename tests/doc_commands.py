@@ -12,10 +12,10 @@ The comment's lines (``<!-- docs-test`` ... ``-->``, or one line ``<!-- docs-tes
     save as math_rewards.py                                           # (a block of another language) a file the
                                                                       # page shows whole, written for the commands
 
-A prefix is matched against the command's words (``python -m rayseq.train`` matches ``python -m rayseq.train
---config X``); ``*`` matches every command. Every command that is not skipped must exit with status 0. ``python`` is
-the interpreter running the tests, and ``$PWD`` the scratch folder; the repository's code is imported from the
-checkout the tests run in.
+A prefix is matched against the command's words (``python -m rayseq.train`` matches ``python -m rayseq.train --config
+X``); ``*`` matches every command; a line ``A && B`` is two commands, each matched on its own. Every command that is
+not skipped must exit with status 0. ``python`` is the interpreter running the tests, and ``$PWD`` the scratch folder;
+the repository's code is imported from the checkout the tests run in.
 """
 
 from __future__ import annotations
@@ -98,8 +98,17 @@ def page_blocks(relpath: str) -> list[Block]:
 
 
 def command_lines(code: str) -> list[list[str]]:
-    """A block's commands as argument lists: continuation lines joined, comments dropped."""
-    return [args for line in code.replace("\\\n", " ").splitlines() if (args := shlex.split(line, comments=True))]
+    """A block's commands as argument lists: continuation lines joined, comments dropped, and a line ``A && B`` two
+    commands (the second runs when the first exits with 0, as in a shell; each declared on its own)."""
+    out = []
+    for line in code.replace("\\\n", " ").splitlines():
+        args = shlex.split(line, comments=True)
+        while "&&" in args:
+            out.append(args[: args.index("&&")])
+            args = args[args.index("&&") + 1:]
+        if args:
+            out.append(args)
+    return [args for args in out if args]
 
 
 def _starts(args: list[str], prefix: list[str]) -> bool:

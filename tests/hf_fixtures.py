@@ -54,3 +54,16 @@ def make_tiny_classifier(out: Path, tokenizer_dir: Path, *, seed: int = 1) -> Pa
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
     return make(out, tok, labels=("dull", "lively"), seed=seed)
+
+
+def with_chat_template(model_dir: Path, out: Path, template: str) -> Path:
+    """A copy of the HF folder ``model_dir`` at ``out`` whose tokenizer has the chat template ``template``."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    shutil.copytree(model_dir, out)
+    tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+    tok.chat_template = template
+    tok.save_pretrained(out)
+    return out

@@ -4,8 +4,6 @@ give back the engine's, and GRPO trains on it through the CLI."""
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -21,6 +19,7 @@ from rayseq.train import main as train_main
 from tests.episodes.envs_for_tests import Scored
 from tests.episodes.test_chat_render import ENDS_REPLIES
 from tests.episodes.test_episodes import ENVS, SMALL, Recorded, episode_config
+from tests.hf_fixtures import with_chat_template
 
 pytest.importorskip("transformers", reason="the hf extra: pip install -e .[hf]")
 
@@ -28,14 +27,7 @@ pytest.importorskip("transformers", reason="the hf extra: pip install -e .[hf]")
 @pytest.fixture(scope="module")
 def chat_model(hf_dir, tmp_path_factory):
     """The tiny GPT-2 whose tokenizer's chat template closes each reply with its end token."""
-    from transformers import AutoTokenizer
-
-    out = tmp_path_factory.mktemp("episodes") / "tiny-chat"
-    shutil.copytree(hf_dir, out)
-    tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
-    tok.chat_template = ENDS_REPLIES
-    tok.save_pretrained(out)
-    return out
+    return with_chat_template(hf_dir, tmp_path_factory.mktemp("episodes") / "tiny-chat", ENDS_REPLIES)
 
 
 def test_a_replayed_hf_episode_is_its_sampled_ids_and_the_templates_suffixes(chat_model):

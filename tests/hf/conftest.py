@@ -5,7 +5,6 @@ here (``hf_dir`` with a chat template)."""
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import rayseq
+from tests.hf_fixtures import with_chat_template
 
 pytest.importorskip("transformers", reason="the hf extra: pip install -e .[hf]")
 
@@ -26,14 +26,7 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\
 @pytest.fixture(scope="session")
 def chat_hf_dir(hf_dir, tmp_path_factory):
     """The tiny GPT-2 whose tokenizer has a chat template (:data:`CHAT_TEMPLATE`)."""
-    from transformers import AutoTokenizer
-
-    out = tmp_path_factory.mktemp("chat") / "tiny-chat"
-    shutil.copytree(hf_dir, out)
-    tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
-    tok.chat_template = CHAT_TEMPLATE
-    tok.save_pretrained(out)
-    return out
+    return with_chat_template(hf_dir, tmp_path_factory.mktemp("chat") / "tiny-chat", CHAT_TEMPLATE)
 
 
 def _package(filename: str) -> str | None:

@@ -456,6 +456,8 @@ def test_a_config_with_every_algorithms_keys_loads_where_runs_are_read_back():
      "2 * disc.num_negatives mod disc.batch_size=1 rows"),
     (("algo.name=grpo", "learner.backend=nccl", "learner.num_gpus=0.5"),
      "learner.backend=nccl with learner.num_gpus=0.5: NCCL takes one rank per GPU"),
+    (("algo.name=grpo", "learner.strategy=fsdp", "learner.num_gpus=0.5"),
+     "learner.strategy=fsdp with learner.num_gpus=0.5: FSDP splits a model over devices"),
 ])
 def test_num_learners_is_checked_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as err:

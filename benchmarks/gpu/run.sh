@@ -183,7 +183,8 @@ for part in $PARTS; do
   "part_$part"; rc=$?
   if [ "$rc" = 0 ]; then
     echo "$(( $(date +%s) - t0 )) s" > "$OUT/$part.done"
-  elif [ "$rc" = 124 ] || [ "$rc" = 130 ]; then
+  elif [ "$rc" = 124 ] || [ "$rc" = 130 ] || { [ "$rc" = 137 ] && [ "$(left)" -le 0 ]; }; then
+    # 137: the part ignored timeout's TERM and was killed 30 s later: still the budget, not a failure
     echo "== $part stopped by the budget: run the same command again to go on"; exit 3
   else
     echo "== $part failed (exit $rc)"; exit 1

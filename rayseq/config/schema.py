@@ -551,6 +551,11 @@ class RunConfig(_Section):
             raise ValueError(f"learner.backend=nccl with learner.num_gpus={self.learner.num_gpus:g}: NCCL takes one "
                              "rank per GPU, and learners with less than a GPU each share one; use learner.backend=gloo "
                              "(or auto), or learner.num_gpus=1")
+        if self.learner.strategy == "fsdp" and self.learner.num_learners > 1 and 0 < self.learner.num_gpus < 1:
+            raise ValueError(f"learner.strategy=fsdp with learner.num_gpus={self.learner.num_gpus:g}: FSDP splits a "
+                             "model over devices so that each holds a part; learners sharing one GPU would hold every "
+                             "part on the same device (no memory saved, and FSDP2's gradient pass fails there over "
+                             "gloo); use learner.strategy=replicated to share a GPU, or learner.num_gpus=1 per learner")
         if self.learner.activation_checkpointing and self.model.arch != "hf":
             raise ValueError(f"learner.activation_checkpointing recomputes a Hugging Face policy's layers; "
                              f"model.arch={self.model.arch} has none to recompute")

@@ -1,8 +1,8 @@
 """What only a GPU can answer about the scale path: a learner on the GPU checkpointed and resumed by a driver that
 sees no GPU (the checkpoint's head must hold no CUDA tensors: the learners write their own state), and two learner
-actors sharing the one GPU making the update one learner makes, replicated and sharded (FSDP2), with the process
-group's backend chosen by ``learner.backend=auto`` (gloo: NCCL takes one rank per GPU). ``RAYSEQ_TEST_DEVICE=cpu`` runs
-the same on the CPU (gloo)."""
+actors sharing the one GPU making the update one learner makes (replicated), with the process group's backend chosen
+by ``learner.backend=auto`` (gloo: NCCL takes one rank per GPU); sharded learners (FSDP2) sharing a GPU are refused.
+``RAYSEQ_TEST_DEVICE=cpu`` runs the same on the CPU (gloo), where the sharded case runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, tiny_config
 from tests.distributed.test_learner_group import assert_two_learners_make_the_update_of_one
 
 pytestmark = pytest.mark.ray
@@ -54,5 +54,9 @@ def test_two_learners_sharing_the_device_make_the_update_of_one(ray_session, dev
     micro-batched passes without gradients, a Hugging Face GPT-2) with both learner actors on half of the GPU."""
     gpu = 0.5 if device == "cuda" else 0
     overrides = (f"learner.device={device}", f"learner.num_gpus={gpu}", f"learner.backend={backend}")
+    if case.startswith("fsdp:") and gpu:  # sharding on one shared device is refused before any actor starts
+        with pytest.raises(ValueError, match=r"learner.strategy=fsdp with learner.num_gpus=0.5: .* learner.num_gpus=1"):
+            tiny_config("learner.num_learners=2", "learner.strategy=fsdp", *overrides)
+        return
     assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, case, overrides,
                                                {"num_cpus": 0.5, "num_gpus": gpu})

@@ -8,6 +8,9 @@ The comment's lines (``<!-- docs-test`` ... ``-->``, or one line ``<!-- docs-tes
     python -m rayseq.serve skip: a server (tests/serving run one)     # such commands are not run, for this reason
     * skip: installs packages (.ci/run does)                          # no command of the block is run
     timeout: 300                                                      # seconds per command (default 600)
+    python -m rayseq.serve background: http://127.0.0.1:8000/healthz  # started, not waited for: the next commands
+                                                                      # run once the URL answers 200; it is stopped
+                                                                      # (SIGINT, as Ctrl-C) when the page ends
     as written                                                        # run as it is (a block already small)
     save as math_rewards.py                                           # (a block of another language) a file the
                                                                       # page shows whole, written for the commands
@@ -45,6 +48,7 @@ class Block:
     code: str
     append: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (prefix words, args appended)
     skip: list[tuple[list[str], str]] = field(default_factory=list)  # (prefix words, reason)
+    background: list[tuple[list[str], str]] = field(default_factory=list)  # (prefix words, URL that says it is up)
     timeout: int = DEFAULT_TIMEOUT
     declared: bool = False  # a docs-test comment is right above it
     language: str = "bash"
@@ -67,6 +71,8 @@ def _parse(block: Block, text: str) -> None:
             block.timeout = int(m.group(1))
         elif m := re.fullmatch(r"(.+?)\s+\+=\s+(.+)", line):
             block.append.append((_prefix(m.group(1)), shlex.split(m.group(2))))
+        elif m := re.fullmatch(r"(.+?)\s+background:\s*(https?://\S+)", line):
+            block.background.append((_prefix(m.group(1)), m.group(2)))
         elif m := re.fullmatch(r"(.+?)\s+skip:\s*(.+)", line):
             block.skip.append((_prefix(m.group(1)), m.group(2)))
         else:
@@ -149,8 +155,62 @@ class Ran:
     seconds: float
 
 
-def run_block(block: Block, cwd: Path, log=print) -> list[Ran]:
-    """Run a block's commands (those not skipped) in ``cwd``, in order; stops at the first that fails."""
+def background_url(block: Block, args: list[str]) -> str | None:
+    """The URL that says ``args`` is up, when the block runs that command in the background."""
+    return next((url for prefix, url in block.background if _starts(args, prefix)), None)
+
+
+def _answers(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def start_background(argv: list[str], url: str, cwd: Path, env: dict, timeout: float) -> tuple[subprocess.Popen, str]:
+    """Start ``argv`` in a session of its own, its output to a file; wait until ``url`` answers 200. Returns the
+    process and "" when it is up, else why not (it exited, or the time ran out)."""
+    out = open(cwd / f".background-{len(list(cwd.glob('.background-*')))}.log", "w+")  # noqa: SIM115 (kept open)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.log = out
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return proc, f"exited with {proc.returncode} before {url} answered"
+        if _answers(url):
+            return proc, ""
+        time.sleep(1)
+    return proc, f"{url} did not answer within {timeout:.0f} s"
+
+
+def stop_background(proc: subprocess.Popen, grace: float = 60) -> str:
+    """Stop a background command as Ctrl-C does (SIGINT to its session), then harder; its output."""
+    import signal
+
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    proc.log.seek(0)
+    text = proc.log.read()
+    proc.log.close()
+    return text
+
+
+def run_block(block: Block, cwd: Path, log=print, background: list | None = None) -> list[Ran]:
+    """Run a block's commands (those not skipped) in ``cwd``, in order; stops at the first that fails. A command the
+    block runs in the background is appended to ``background`` once it is up (the caller stops it)."""
     env = {**os.environ, "PWD": str(cwd), "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     bindir = str(Path(sys.executable).parent)
@@ -167,6 +227,19 @@ def run_block(block: Block, cwd: Path, log=print) -> list[Ran]:
         if argv[0] == "python":
             argv[0] = sys.executable
         t0 = time.perf_counter()
+        if url := background_url(block, args):
+            proc, why = start_background(argv, url, cwd, env, block.timeout)
+            if why:
+                ran = Ran(block, args, -1, stop_background(proc, grace=10) + f"\n({why})", time.perf_counter() - t0)
+            else:
+                ran = Ran(block, args, 0, f"(up: {url})", time.perf_counter() - t0)
+                if background is not None:
+                    background.append(proc)
+            log(f"{block.where()}: {'up' if not why else why} in {ran.seconds:.1f} s: {shown}")
+            out.append(ran)
+            if ran.returncode != 0:
+                break
+            continue
         try:
             r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=block.timeout)
             ran = Ran(block, args, r.returncode, r.stdout + r.stderr, time.perf_counter() - t0)
@@ -184,18 +257,23 @@ def run_page(relpath: str, cwd: Path, log=print) -> list[Ran]:
     """Every bash block of a page, in order, in one scratch clone (a later block uses what an earlier one made); a
     block that says ``save as FILE`` is written to FILE there when the page reaches it."""
     scratch_clone(cwd)
-    out = []
-    for block in page_blocks(relpath):
-        if block.save_as:
-            if (cwd / block.save_as).is_symlink():
-                raise ValueError(f"{block.where()}: save as {block.save_as}: a file of the repository")
-            (cwd / block.save_as).write_text(block.code, encoding="utf-8")
-            log(f"{block.where()}: saved as {block.save_as}")
-            continue
-        if block.language != "bash":
-            continue
-        ran = run_block(block, cwd, log)
-        out += ran
-        if ran and ran[-1].returncode != 0:
-            break
+    out, background = [], []
+    try:
+        for block in page_blocks(relpath):
+            if block.save_as:
+                if (cwd / block.save_as).is_symlink():
+                    raise ValueError(f"{block.where()}: save as {block.save_as}: a file of the repository")
+                (cwd / block.save_as).write_text(block.code, encoding="utf-8")
+                log(f"{block.where()}: saved as {block.save_as}")
+                continue
+            if block.language != "bash":
+                continue
+            ran = run_block(block, cwd, log, background)
+            out += ran
+            if ran and ran[-1].returncode != 0:
+                break
+    finally:
+        for proc in background:
+            text = stop_background(proc)
+            log(f"stopped a background command (exit {proc.returncode}); its last lines:\n{text[-1500:]}")
     return out

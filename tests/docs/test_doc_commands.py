@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.ray]
 RUN_PAGES = {"docs/getting-started.md": (), "docs/guides/failures.md": (), "docs/concepts/configuration.md": ()}
 # the README and the guides whose commands are a few short runs (test_doc_commands_guides.py)
 GUIDE_PAGES = {"README.md": (), "docs/guides/own-data.md": (), "docs/guides/environments.md": (),
-               "docs/guides/transformer.md": (), "docs/guides/serve.md": ()}
+               "docs/guides/transformer.md": ()}
+# the guides that train, then serve what they trained (test_doc_commands_serving.py)
+SERVING_PAGES = {"docs/guides/serve.md": (), "docs/guides/tune.md": ()}
 HF_PAGES = {"docs/guides/hf-policies.md": ("transformers",), "docs/guides/trl.md": ("transformers",)}
 # the algorithm pages: one training command each, or a few, in one process; those on the chitchat data (which they
 # prepare first) run in test_doc_commands_chitchat.py, the others in test_doc_commands_algos.py (two modules, so
@@ -42,7 +44,7 @@ def test_every_docs_test_comment_is_understood_and_above_a_block():
         outside_code = BLOCK.sub("", page(rel))  # an example of the syntax in a code block is not one
         assert len(MARKER.findall(outside_code)) == sum(b.declared for b in blocks), \
             f"{rel}: a docs-test comment that is not right above a bash block"
-    for rel in {**RUN_PAGES, **GUIDE_PAGES, **HF_PAGES, **ALGO_PAGES}:
+    for rel in {**RUN_PAGES, **GUIDE_PAGES, **SERVING_PAGES, **HF_PAGES, **ALGO_PAGES}:
         blocks = bash_blocks(rel)
         assert blocks and all(b.declared for b in blocks), \
             [b.where() for b in blocks if not b.declared]
@@ -54,7 +56,7 @@ def test_every_command_block_is_run_or_says_why_not():
     every block declares its budget or its skips; on any other page, every block carries a docs-test comment whose
     ``skip:`` lines leave out each of its commands, with the reason (a server, a cluster, a GPU, a placeholder). A new
     page, or a new block, cannot go untested unnoticed."""
-    run = {**RUN_PAGES, **GUIDE_PAGES, **HF_PAGES, **ALGO_PAGES}
+    run = {**RUN_PAGES, **GUIDE_PAGES, **SERVING_PAGES, **HF_PAGES, **ALGO_PAGES}
     problems = []
     for rel in ALL_PAGES:
         for b in page_blocks(rel):
@@ -79,7 +81,7 @@ def test_the_page_commands_run_as_written(rel, tmp_path):
 
 
 def run_and_check(rel: str, tmp_path) -> None:
-    for module in {**RUN_PAGES, **GUIDE_PAGES, **HF_PAGES, **ALGO_PAGES}[rel]:
+    for module in {**RUN_PAGES, **GUIDE_PAGES, **SERVING_PAGES, **HF_PAGES, **ALGO_PAGES}[rel]:
         pytest.importorskip(module, reason="the hf extra: pip install -e .[hf]")
     t0 = time.perf_counter()
     log = []

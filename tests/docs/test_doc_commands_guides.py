@@ -1,7 +1,6 @@
 """The README's and the short guides' commands run as written (tests/docs/test_doc_commands.py has the rest and the
-rules): the README's training commands, your own data with its reward, the environments, the Transformer policy and
-serving (a trained run served, then asked over HTTP and with the OpenAI client), each with the budget its blocks
-declare."""
+rules): the README's training commands, your own data with its reward, the environments and the Transformer policy,
+each with the budget its blocks declare."""
 
 from __future__ import annotations
 

@@ -129,3 +129,46 @@ def test_init_from_between_runs_with_and_without_a_value_baseline(tmp_path, stra
     if target == PPO:
         assert_equal(fresh.algo.modules["baseline"].state_dict(), started.algo.modules["baseline"].state_dict(),
                      "baseline")
+
+
+def _gather_on_two_ranks(rank: int, port: int, out_dir: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from rayseq.distributed.actors.sharding import full_state, shard_modules
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 3))
+        shard_modules({"m": model}, 2, torch.device("cpu"), dtype=torch.float32)
+        assert all(p.to_local().numel() < p.numel() for p in model.parameters())  # each rank holds a part
+        got = full_state(model.state_dict(), torch.bfloat16, keep=rank == 0)
+        torch.save({"bf16": got, "fp32": full_state(model.state_dict(), None, keep=rank == 0)},
+                   f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_whole_weights_are_gathered_one_tensor_at_a_time_and_kept_by_the_answering_rank_only(tmp_path):
+    """:func:`rayseq.distributed.actors.sharding.full_state` over two FSDP ranks (gloo): rank 0 gets every tensor
+    whole, cast to the publishing dtype (the same values as the whole model cast on the CPU), or as held without a
+    dtype; rank 1 takes part in each gather and keeps nothing."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_gather_on_two_ranks, args=(port, str(tmp_path)), nprocs=2, start_method="spawn")
+    torch.manual_seed(0)
+    whole = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 3)).state_dict()
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    assert rank1 == {"bf16": {}, "fp32": {}}
+    assert list(rank0["bf16"]) == list(whole)
+    for k, v in whole.items():
+        assert rank0["bf16"][k].dtype == torch.bfloat16 and torch.equal(rank0["bf16"][k], v.to(torch.bfloat16)), k
+        assert rank0["fp32"][k].dtype == torch.float32 and torch.equal(rank0["fp32"][k], v), k

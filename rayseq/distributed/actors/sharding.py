@@ -72,12 +72,22 @@ def rebuild_optimizer(opt: torch.optim.Optimizer, named: dict[int, str], params:
     return type(opt)(groups, **opt.defaults)
 
 
-def full_state(state: dict) -> dict:
+def full_state(state: dict, dtype: torch.dtype | None = None, keep: bool = True) -> dict:
     """``state`` (name -> tensor) with every sharded tensor gathered whole (a collective: every rank calls it, in the
-    same order) and on the CPU; what rank 0 publishes and writes."""
+    same order) and on the CPU; what rank 0 publishes and writes.
+
+    One tensor at a time: each is gathered, cast to ``dtype`` where it is floating (on its device, every rank its own
+    copy in parallel: the cast costs no more than the gather), then copied to the CPU by the ranks that ``keep`` it and
+    dropped by the others, so a rank holds at most one whole tensor beyond its shards, and only the ranks that answer
+    hold the whole state in host memory. Casting before or after the copy gives the same values (IEEE rounding)."""
     out = {}
     for k, v in state.items():
-        out[k] = (v.full_tensor() if is_sharded(v) else v).detach().cpu()
+        t = (v.full_tensor() if is_sharded(v) else v).detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        if keep:
+            out[k] = t.cpu()
+        del t
     return out
 
 

@@ -237,9 +237,9 @@ class FSDP:
     def whole(self, state, publish=True):
         from rayseq.distributed.actors.sharding import full_state
 
-        whole = {k: None if v is None else {n: _cast(t, self.dtype, publish) for n, t in full_state(v).items()}
-                 for k, v in state.items()}
-        return whole if self.rank == 0 else {}
+        dtype, keep = (self.dtype if publish else None), self.rank == 0  # every rank gathers, rank 0 keeps
+        whole = {k: None if v is None else full_state(v, dtype, keep) for k, v in state.items()}
+        return whole if keep else {}
 
     def load_whole(self, module, full):
         from rayseq.distributed.actors.sharding import load_full

@@ -79,6 +79,13 @@ class Learner:
         """Where the learner runs: pid, device, placement group id (diagnostics)."""
         return {"pid": os.getpid(), "device": str(self.device), "placement_group": placement_group_id()}
 
+    @staticmethod
+    def probe_run_dir(location: str, rel: str, token: str, rank: int) -> dict:
+        """Whether this learner's node sees the run directory as the driver does (:func:`.run_dir.probe`)."""
+        from rayseq.distributed.run_dir import node, probe
+
+        return probe(location, rel, token, rank, node())
+
     # -- data parallel (learner.num_learners > 1; rayseq.distributed.groups.LearnerGroup sets it up) ------------
     @staticmethod
     def rendezvous() -> tuple[str, int]:

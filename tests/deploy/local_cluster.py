@@ -80,7 +80,8 @@ class LocalCluster:
         self.gcs = self.dashboard = None
 
     # -- nodes ------------------------------------------------------------------------------------------
-    def _start(self, name: str, args: list[str], resources: dict | None = None, prefix: list[str] | None = None) -> None:
+    def _start(self, name: str, args: list[str], resources: dict | None = None,
+               prefix: list[str] | None = None) -> None:
         self._args[name] = (args, resources, prefix)
         if name in self.procs:  # a node started again: its old process group is torn down with the cluster too
             self._old_groups.add(self.procs[name].pid)

@@ -283,7 +283,7 @@ def test_rebuilt_sharded_learners_read_only_their_own_shards(ray_session, tmp_pa
         own = f"__{rank}_0.distcp"
         assert {f for f, k, _ in rank_reads if k in sharded} == {own}, rank_reads
         others = {k for f, k, _ in rank_reads if f != own}
-        assert others and not others & sharded, others  # the other rank's file: only entries saved whole
+        assert not others & sharded, others  # the other rank's file: only entries saved whole
         own_bytes = sum(n for f, _, n in rank_reads if f == own)
         assert own_bytes <= (dcp / own).stat().st_size
         shard_reads += [(f, k) for f, k, _ in rank_reads if k in sharded]

@@ -255,6 +255,8 @@ def test_a_sharded_hf_policy_survives_a_killed_learner_and_resumes_on_other_coun
         assert_same_tensors(a, b, f"generator ({n} learners)", {"rtol": 1e-5, "atol": 3e-4 * 8})
 
 
+@pytest.mark.slow  # 80 s on 2 busy cores (a run, then a second learner group); the default run reads shards in
+# place through the resumes of test_a_killed_learner_is_rebuilt_from_its_checkpoint_and_the_run_completes[2-fsdp]
 def test_rebuilt_sharded_learners_read_only_their_own_shards(ray_session, tmp_path):
     """Two FSDP learners checkpoint (PPO: the generator, the value baseline, their Adam moments, each rank's half in its
     own file ``__<rank>_0.distcp``); two fresh learners (a rebuilt group, a resume on as many ranks) restore it, each
@@ -287,6 +289,8 @@ def test_rebuilt_sharded_learners_read_only_their_own_shards(ray_session, tmp_pa
         own_bytes = sum(n for f, _, n in rank_reads if f == own)
         assert own_bytes <= (dcp / own).stat().st_size
         shard_reads += [(f, k) for f, k, _ in rank_reads if k in sharded]
+        print(f"rank {rank}: {own_bytes} bytes of {own} ({(dcp / own).stat().st_size}), "
+              f"{sum(n for f, _, n in rank_reads if f != own)} bytes of the other file ({len(others)} entries)")
     assert len(shard_reads) == len(set(shard_reads))  # no shard read twice
     assert {k for _, k in shard_reads} == sharded  # and every one read
     saved = load_checkpoint(path)["learner"]["generator"]

@@ -127,32 +127,22 @@ def write_learner_state(run_dir, stem: str, state: dict, weights_format: str = "
 
 def write_directory(run_dir, rel: str, local: str | os.PathLike) -> dict:
     """Copy the files of a local directory (a rank's shards of ``torch.distributed.checkpoint``) to ``<checkpoints>/
-    <rel>/`` in the run directory; returns ``{"<rel>/<file>": SHA-256}``."""
-    from pathlib import Path
+    <rel>/`` in the run directory, as streams; returns ``{"<rel>/<file>": SHA-256}``."""
+    from rayseq.storage import copy_file
 
-    store = _store(run_dir)
-    out = {}
-    for f in sorted(Path(local).iterdir()):
-        if f.is_file():
-            name = f"{rel}/{f.name}"
-            with f.open("rb") as src:
-                out[name] = store.write_file(f"{CKPT_DIR}/{name}", lambda dst, src=src: _copy(src, dst))[0]
-    return out
+    store, folder = _store(run_dir), RunStore(local)
+    return {f"{rel}/{name}": copy_file(folder, name, store, f"{CKPT_DIR}/{rel}/{name}") for name in folder.listdir()
+            if (Path(local) / name).is_file()}
 
 
 def read_directory(location: str, local: str | os.PathLike) -> None:
-    """The files of a checkpoint's directory (``location``: its path or URI) into the local directory ``local``."""
-    from pathlib import Path
+    """The files of a checkpoint's directory (``location``: its path or URI) into the local directory ``local``, as
+    streams."""
+    from rayseq.storage import copy_file
 
-    store = RunStore(location)
+    store, folder = RunStore(location), RunStore(local)
     for name in store.listdir():
-        with store.fs.open_input_stream(store.path(name)) as src, (Path(local) / name).open("wb") as dst:
-            _copy(src, dst)
-
-
-def _copy(src, dst, chunk: int = 1 << 24) -> None:
-    while block := src.read(chunk):
-        dst.write(block)
+        copy_file(store, name, folder, name)
 
 
 def save_checkpoint(run_dir, iteration: int, payload: dict, keep: int = 2, files: dict | None = None) -> str:
@@ -383,18 +373,17 @@ def load_checkpoint(location: str | os.PathLike, map_location="cpu", training_st
 
 
 def verify_checkpoint(path: str) -> None:
-    """Check a checkpoint file against its recorded SHA-256 without unpickling it (a file written before digests
-    were recorded is loaded instead). Raises CheckpointError."""
+    """Check a checkpoint's files against their recorded SHA-256 without unpickling them, each read in blocks (a
+    sharded learner's shards are never whole in memory); a file written before digests were recorded is loaded
+    instead. Raises CheckpointError."""
     parent, _, name = path.rpartition("/")
     store = RunStore(parent or ".")
     recorded = _recorded_digests(store, name)
     if name not in recorded:
         _load_file(path)
         return
-    _read_verified(store, name, recorded)
     for file in recorded:
-        if file != name:
-            _read_verified(store, file, recorded)
+        _check_stream(store, file, recorded)
 
 
 def check_base_model(ck: dict, where: str) -> None:

@@ -155,6 +155,19 @@ class RunStore:
         return pq.read_table(io.BytesIO(self.read_bytes(rel)))
 
 
+def copy_file(src: RunStore, src_rel: str, dst: RunStore, dst_rel: str, chunk: int = 1 << 24) -> str:
+    """Copy the file ``src_rel`` of ``src`` to ``dst_rel`` of ``dst`` (local folders or object stores, in either
+    direction) as a stream: at most ``chunk`` bytes of it in memory at a time, whatever its size (a checkpoint's
+    shards). Written atomically (:meth:`RunStore.write_file`); returns its SHA-256."""
+
+    def copy(out) -> None:
+        with src.fs.open_input_stream(src.path(src_rel)) as f:
+            while block := f.read(chunk):
+                out.write(block)
+
+    return dst.write_file(dst_rel, copy)[0]
+
+
 class _Hashing:
     """A write-only stream that passes bytes on to ``stream`` and keeps their SHA-256 and count."""
 

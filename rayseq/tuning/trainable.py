@@ -137,16 +137,24 @@ class TuneReporter:
         if checkpoint_location is None:
             tune.report(metrics)
             return
-        from rayseq.checkpoint import checkpoint_files
-
-        store, name = _split(checkpoint_location)
         with tempfile.TemporaryDirectory(prefix="rayseq-tune-ckpt-") as tmp:
-            for file in checkpoint_files(store, name):  # the head, its SHA-256 record and the learner's files
-                (Path(tmp) / file).parent.mkdir(parents=True, exist_ok=True)
-                (Path(tmp) / file).write_bytes(store.read_bytes(file))
-            (Path(tmp) / "rayseq.json").write_text(json.dumps({"file": name, "iteration": metrics["iteration"],
-                                                               "source": checkpoint_location}))
+            stage_checkpoint(checkpoint_location, metrics["iteration"], tmp)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))  # copied to storage here
+
+
+def stage_checkpoint(location: str, iteration: int, folder: str | Path) -> None:
+    """The files of the checkpoint ``location`` (its head, its SHA-256 record and the learner's files, a sharded
+    learner's shards included: :func:`~rayseq.checkpoint.checkpoint_files`) into the local ``folder`` for
+    ``tune.Checkpoint.from_directory``, with ``rayseq.json`` naming it. Each file is copied as a stream
+    (:func:`~rayseq.storage.copy_file`): no shard is ever whole in memory."""
+    from rayseq.checkpoint import checkpoint_files
+    from rayseq.storage import copy_file
+
+    store, name = _split(location)
+    local = RunStore(folder)
+    for file in checkpoint_files(store, name):
+        copy_file(store, file, local, file)
+    local.write_text("rayseq.json", json.dumps({"file": name, "iteration": iteration, "source": location}))
 
 
 def _is_last_iteration(trainer) -> bool:
@@ -214,6 +222,7 @@ def install_checkpoint(checkpoint, store: RunStore) -> int:
     damaged one is named in a warning and the trial's previous Tune checkpoint is tried; when none loads, one line
     (CheckpointError) names them all."""
     from rayseq.checkpoint import CheckpointError, checkpoint_files, verify_checkpoint
+    from rayseq.storage import copy_file
 
     tried = []
     for candidate in [checkpoint, *_older_tune_checkpoints(checkpoint)]:
@@ -223,8 +232,9 @@ def install_checkpoint(checkpoint, store: RunStore) -> int:
             with candidate.as_directory() as d:
                 path = checkpoint_file(Path(d), candidate.path)
                 name = path.name
-                for file in checkpoint_files(RunStore(path.parent), name):
-                    store.write_bytes(f"checkpoints/{file}", (path.parent / file).read_bytes())
+                folder = RunStore(path.parent)
+                for file in checkpoint_files(folder, name):
+                    copy_file(folder, file, store, f"checkpoints/{file}")  # as a stream
             verify_checkpoint(store.display("checkpoints", name))
         except (CheckpointError, FileNotFoundError) as exc:
             tried.append(f"{candidate.path}: {exc}")

@@ -106,6 +106,27 @@ def test_a_run_on_s3_writes_resumes_and_falls_back_past_a_damaged_checkpoint(s3,
     assert "ckpt_00000024.pt.damaged" in store.listdir("checkpoints")  # set aside (the head), not chosen again
 
 
+def test_a_sharded_learners_checkpoint_on_s3_is_read_in_place(s3):
+    """A sharded learner (``learner.strategy=fsdp``, one rank in this process) writes its shards to S3; a fresh
+    learner restores them straight from the store (ranged reads of the shard file, no local copy) to the same
+    weights."""
+    from rayseq.distributed.actors.learner import Learner
+    from tests.distributed.test_strategies import assert_equal
+
+    uri = "s3://runs/sharded"
+    cfg = tiny_config("rollout.num_workers=0", "learner.strategy=fsdp", "train.pretrain_iters=2", "train.iters=1",
+                      "train.checkpoint_every=3", "train.eval_every=0", run_dir=uri)
+    path = Trainer(cfg).run()["checkpoint"]
+    dcp = RunStore(f"{uri}/checkpoints/ckpt_00000003.learner/dcp")
+    assert dcp.listdir() == [".metadata", "__0_0.distcp"]
+    fresh = Learner(cfg)
+    reads = fresh.restore(path)
+    assert {f for f, _, _ in reads} == {"__0_0.distcp"}
+    assert sum(n for _, _, n in reads) == dcp.fs.get_file_info(dcp.path("__0_0.distcp")).size  # one rank: all of it
+    saved = load_checkpoint(path)["learner"]
+    assert_equal(saved["generator"], fresh.whole_state()["generator"], "generator")
+
+
 @pytest.mark.ray
 def test_the_cli_on_ray_writes_its_checkpoints_to_s3(s3, tmp_path):
     """The CLI on its own embedded Ray: the learner actor writes the learner's files to S3 itself."""

@@ -42,6 +42,22 @@ def node_ports() -> list[str]:
             f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
 
 
+def node_local_prefix(path: str | os.PathLike) -> list[str] | None:
+    """A command prefix that runs a command in a mount namespace of its own, where the folder ``path`` (it must exist)
+    is an empty tmpfs that no other process sees: to the rest of the machine, the same path on a node's own disk.
+    None where this machine does not allow it (no `unshare`, mount namespaces not permitted)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    prefix = [unshare, "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"]),
+              "sh", "-c", 'mount -t tmpfs node-local "$0" && exec "$@"', str(path)]
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return prefix if ok else None
+
+
 class LocalCluster:
     """``start()`` the head, ``add_node(name)`` worker nodes, ``kill_node(name)``, ``shutdown()``.
 
@@ -64,8 +80,9 @@ class LocalCluster:
         self.gcs = self.dashboard = None
 
     # -- nodes ------------------------------------------------------------------------------------------
-    def _start(self, name: str, args: list[str], resources: dict | None = None) -> None:
-        self._args[name] = (args, resources)
+    def _start(self, name: str, args: list[str], resources: dict | None = None,
+               prefix: list[str] | None = None) -> None:
+        self._args[name] = (args, resources, prefix)
         if name in self.procs:  # a node started again: its old process group is torn down with the cluster too
             self._old_groups.add(self.procs[name].pid)
         temp_dir = tempfile.mkdtemp(prefix=f"rsq{name}", dir="/tmp")  # short: Ray's socket paths live below it
@@ -75,7 +92,7 @@ class LocalCluster:
         self.logs[name] = Path(temp_dir) / "ray-start.log"
         with open(self.logs[name], "wb") as log:
             self.procs[name] = subprocess.Popen(
-                [RAY, "start", "--block", *args, *node_ports(), f"--num-cpus={self.num_cpus}",
+                [*(prefix or []), RAY, "start", "--block", *args, *node_ports(), f"--num-cpus={self.num_cpus}",
                  *([f"--num-gpus={self.num_gpus}"] if self.num_gpus is not None else []), f"--resources={resources}",
                  "--disable-usage-stats", f"--temp-dir={temp_dir}"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -155,10 +172,12 @@ class LocalCluster:
               flush=True)
         return True
 
-    def add_node(self, name: str, resources: dict | None = None, wait: bool = True, timeout: float = 120) -> None:
+    def add_node(self, name: str, resources: dict | None = None, wait: bool = True, timeout: float = 120,
+                 prefix: list[str] | None = None) -> None:
         """A worker node joining the head (advertising ``resources``, default ``{node_<name>: 1}``); with ``wait``,
-        returns once the GCS lists it alive (else :meth:`wait_node`)."""
-        self._start(name, [f"--address=127.0.0.1:{self.gcs}"], resources)
+        returns once the GCS lists it alive (else :meth:`wait_node`). ``prefix``: the command its `ray start` runs
+        under (:func:`node_local_prefix`: a folder of its own)."""
+        self._start(name, [f"--address=127.0.0.1:{self.gcs}"], resources, prefix)
         self._resource[name] = next(iter(resources or {f"node_{name}": 1}))
         if wait:
             self.wait_node(name, timeout)

@@ -253,3 +253,45 @@ def test_a_sharded_hf_policy_survives_a_killed_learner_and_resumes_on_other_coun
         b = load_checkpoint(Trainer(resumed_cfg, resume=True).run()["checkpoint"])["learner"]["generator"]
         # key biases: Adam turns float noise into steps of up to lr (see test_two_learners_make_the_update_of_one)
         assert_same_tensors(a, b, f"generator ({n} learners)", {"rtol": 1e-5, "atol": 3e-4 * 8})
+
+
+@pytest.mark.slow  # 80 s on 2 busy cores (a run, then a second learner group); the default run reads shards in
+# place through the resumes of test_a_killed_learner_is_rebuilt_from_its_checkpoint_and_the_run_completes[2-fsdp]
+def test_rebuilt_sharded_learners_read_only_their_own_shards(ray_session, tmp_path):
+    """Two FSDP learners checkpoint (PPO: the generator, the value baseline, their Adam moments, each rank's half in its
+    own file ``__<rank>_0.distcp``); two fresh learners (a rebuilt group, a resume on as many ranks) restore it, each
+    reading in place (rayseq.distributed.actors.sharding.store_reader) what its load plan names: every sharded entry
+    from its own rank's file alone, and from the other file only entries saved whole (the optimizers' step counts:
+    every rank holds them, the save wrote them once). Each shard is read by exactly one rank, and the restored
+    weights are the checkpoint's. (Before, every rank copied every rank's files.)"""
+    from rayseq.distributed.actors.sharding import store_reader
+
+    cfg = _kill_test_config(2, tmp_path / "run", "learner.strategy=fsdp", "train.pretrain_iters=2", "train.iters=2",
+                            "train.checkpoint_every=2")
+    path = Trainer(cfg).run()["checkpoint"]
+    dcp = tmp_path / "run" / "checkpoints" / "ckpt_00000004.learner" / "dcp"
+    entries = store_reader(str(dcp)).read_metadata().state_dict_metadata
+    sharded = {k for k, m in entries.items() if len(getattr(m, "chunks", ())) > 1}
+    assert any(k.startswith("generator.") for k in sharded) and any(".optim.state." in k for k in sharded)
+    group = LearnerGroup(cfg, manager=ActorManager(ray_session, None), actor_options=[{"num_cpus": 0.5}] * 2)
+    try:
+        reads = ray_session.get([a.restore.remote(path) for a in group.actors])
+        whole = group.whole_state()
+    finally:
+        for a in group.actors:
+            ray_session.kill(a)
+    shard_reads = []
+    for rank, rank_reads in enumerate(reads):
+        own = f"__{rank}_0.distcp"
+        assert {f for f, k, _ in rank_reads if k in sharded} == {own}, rank_reads
+        others = {k for f, k, _ in rank_reads if f != own}
+        assert not others & sharded, others  # the other rank's file: only entries saved whole
+        own_bytes = sum(n for f, _, n in rank_reads if f == own)
+        assert own_bytes <= (dcp / own).stat().st_size
+        shard_reads += [(f, k) for f, k, _ in rank_reads if k in sharded]
+        print(f"rank {rank}: {own_bytes} bytes of {own} ({(dcp / own).stat().st_size}), "
+              f"{sum(n for f, _, n in rank_reads if f != own)} bytes of the other file ({len(others)} entries)")
+    assert len(shard_reads) == len(set(shard_reads))  # no shard read twice
+    assert {k for _, k in shard_reads} == sharded  # and every one read
+    saved = load_checkpoint(path)["learner"]["generator"]
+    assert_same_tensors(saved, whole["generator"], "restored generator", {"rtol": 0, "atol": 0})

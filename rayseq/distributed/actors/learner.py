@@ -79,6 +79,13 @@ class Learner:
         """Where the learner runs: pid, device, placement group id (diagnostics)."""
         return {"pid": os.getpid(), "device": str(self.device), "placement_group": placement_group_id()}
 
+    @staticmethod
+    def probe_run_dir(location: str, rel: str, token: str, rank: int) -> dict:
+        """Whether this learner's node sees the run directory as the driver does (:func:`.run_dir.probe`)."""
+        from rayseq.distributed.run_dir import node, probe
+
+        return probe(location, rel, token, rank, node())
+
     # -- data parallel (learner.num_learners > 1; rayseq.distributed.groups.LearnerGroup sets it up) ------------
     @staticmethod
     def rendezvous() -> tuple[str, int]:
@@ -311,23 +318,26 @@ class Learner:
         ``{"params": (held, whole), "optimizer": (held, whole)}``."""
         return self.strategy.shard_sizes(list(self.modules().values()), list(self.optimizers().values()))
 
-    def restore(self, path: str) -> None:
-        """Load the checkpoint ``path`` (its head; this learner reads its own files: the driver never holds them)."""
+    def restore(self, path: str) -> list:
+        """Load the checkpoint ``path`` (its head; this learner reads its own files: the driver never holds them).
+        Returns what it read of a sharded checkpoint's shards (:meth:`load_state_dict`)."""
         from rayseq.checkpoint import load_checkpoint
 
-        self.load_state_dict(load_checkpoint(path, map_location=self.device)["learner"])
+        return self.load_state_dict(load_checkpoint(path, map_location=self.device)["learner"])
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> list:
         """Restore :meth:`state_dict`, in the format it was written in (:func:`.strategies.files_of`: whole files, or a
-        sharded learner's shards, resharded to this learner's ranks; or a checkpoint written before algorithms owned
-        their modules)."""
-        files_of(state).restore(self, state)
+        sharded learner's shards, resharded to this learner's ranks, each rank reading its own parts alone; or a
+        checkpoint written before algorithms owned their modules). Returns what was read of the shards: ``(file,
+        entry, bytes)`` each (whole files: none)."""
+        reads = files_of(state).restore(self, state)
         self.version = int(state["version"])
         # RNG states are CPU byte tensors; a checkpoint read with map_location=cuda moved them to the device
         torch.set_rng_state(state["torch_rng"].cpu())
         if self.device.type == "cuda" and "cuda_rng" in state:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         self.algo.load_state_dict(algorithm_entries(state))
+        return reads
 
     def apply_config_lrs(self) -> dict:
         """Set the optimizers' learning rates from the config: ``load_state_dict`` restores the saved ones,

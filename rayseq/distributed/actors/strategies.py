@@ -285,12 +285,13 @@ class WholeFiles:
 
         return write_learner_state(location, stem, learner.state_dict(), learner.weights_format)
 
-    def restore(self, learner, state: dict) -> None:
+    def restore(self, learner, state: dict) -> list:
         """The generator and its optimizer into ``learner``, at the stage ``state`` was in (the generator first: the
-        stage's start copies it, e.g. into G_β and π_ref)."""
+        stage's start copies it, e.g. into G_β and π_ref). No shard read: ``[]``."""
         learner.strategy.load_whole(learner.state.generator, state["generator"])
         learner.start_stage(state["stage"])
         learner.state.gen_opt.load_state_dict(state["gen_opt"])
+        return []
 
     def read_modules(self, learner, state: dict, modules: dict[str, nn.Module]) -> None:
         """Each of ``modules`` that the state holds (the generator's weights, the algorithm's entries), whole."""
@@ -327,10 +328,11 @@ class ShardedFiles:
                                       learner.weights_format)
         return {**written, "files": {**written["files"], **files}}
 
-    def restore(self, learner, state: dict) -> None:
-        """Every module and optimizer of ``learner`` at the stage ``state`` was in, from the shards."""
+    def restore(self, learner, state: dict) -> list:
+        """Every module and optimizer of ``learner`` at the stage ``state`` was in, from the shards (this rank's:
+        :func:`read_shards`, whose record of what was read it returns)."""
         learner.start_stage(state["stage"])
-        read_shards(state["dcp"], learner.module_pairs())
+        return read_shards(state["dcp"], learner.module_pairs())
 
     def read_modules(self, learner, state: dict, modules: dict[str, nn.Module]) -> None:
         """Each of ``modules`` that the shards hold (not their optimizers)."""
@@ -342,18 +344,16 @@ def files_of(learner_state: dict) -> WholeFiles | ShardedFiles:
     return ShardedFiles() if "dcp" in learner_state else WholeFiles()
 
 
-def read_shards(location: str, pairs: dict, held_only: bool = False) -> None:
+def read_shards(location: str, pairs: dict, held_only: bool = False) -> list:
     """Fill ``pairs`` (``{name: (module, optimizer or None)}``) from a sharded checkpoint's
-    ``torch.distributed.checkpoint`` directory ``location`` (a path or a URI; any number of ranks wrote it).
-    ``held_only``: leave out the names it does not hold (another run's, ``train.init_from``)."""
-    import tempfile
-
-    from rayseq.checkpoint import read_directory
+    ``torch.distributed.checkpoint`` directory ``location`` (a path or a URI; any number of ranks wrote it), read in
+    place: this rank's parts alone (:func:`~.sharding.store_reader`). ``held_only``: leave out the names it does not
+    hold (another run's, ``train.init_from``). Returns what was read: ``(file, entry, bytes)`` each."""
     from rayseq.distributed.actors.sharding import load_sharded, restore_sharded, saved_names, sharded_state
 
-    with tempfile.TemporaryDirectory(prefix="rayseq-dcp-") as local:
-        read_directory(location, local)
-        if held_only:
-            saved = saved_names(local)
-            pairs = {k: pair for k, pair in pairs.items() if k in saved}
-        restore_sharded(pairs, load_sharded(sharded_state(pairs), local))
+    if held_only:
+        saved = saved_names(location)
+        pairs = {k: pair for k, pair in pairs.items() if k in saved}
+    reads: list = []
+    restore_sharded(pairs, load_sharded(sharded_state(pairs), location, reads))
+    return reads

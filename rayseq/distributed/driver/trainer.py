@@ -182,6 +182,7 @@ class Trainer:
         groups = self.groups = ActorGroups(cfg, self._placement_group, note=bar.note)
         old_handlers = _install_signal_handlers(self)
         try:
+            groups.learner.check_run_dir(self.store)  # the learners write their files on their own nodes
             if ck is not None:
                 self._restore(groups, *ck)
             elif init is not None:
@@ -259,6 +260,7 @@ class Trainer:
         or from ``train.init_from``)."""
         t0 = time.perf_counter()
         groups.restart_learner()
+        groups.learner.check_run_dir(self.store)  # (the rebuilt learners may be on other nodes)
         self._evaluated, self.carry, lost_at = {}, Carry(), self.iteration
         if list_checkpoints(self.store):
             path, ck = select_checkpoint(self.store.display())

@@ -130,6 +130,17 @@ class LearnerGroup:
         first, *others = self._manager.get_learner([a.save.remote(location, stem) for a in self.reading], self)
         return {**first, "files": {**first["files"], **{k: v for o in others for k, v in o["files"].items()}}}
 
+    def check_run_dir(self, store) -> None:
+        """Refuse a local run directory (``store``) that not every learner actor's node sees as the driver does
+        (:func:`rayseq.distributed.run_dir.check_shared`); an in-process learner shares the driver's."""
+        if self.is_local:
+            return
+        from rayseq.distributed.run_dir import check_shared, node
+
+        self._wait_peers()
+        check_shared(store, lambda location, rel, token: self._manager.get_learner(
+            [a.probe_run_dir.remote(location, rel, token, rank) for rank, a in enumerate(self.actors)], self), node())
+
     def whole_state(self) -> dict:
         """``Learner.whole_state`` (tests, diagnostics)."""
         return self._call(lambda a: a.whole_state, keeps_version=True)

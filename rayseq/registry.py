@@ -82,6 +82,7 @@ ENVIRONMENTS: dict[str, str] = {  # env.name: a class (or factory) taking env.kw
     "reasoning_gym": "rayseq.episodes.adapters:ReasoningGym",
     "textarena": "rayseq.episodes.adapters:TextArena",
     "gem": "rayseq.episodes.adapters:GEM",
+    "openenv": "rayseq.episodes.adapters:OpenEnv",
 }
 REWARDS: dict[str, str] = {
     "task": "rayseq.rewards.library:task",

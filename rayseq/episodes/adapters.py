@@ -20,11 +20,21 @@ refused before the run starts (``downloads``, :class:`rayseq.episodes.protocol.D
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import inspect
 import json
+import os
 import random
 import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from typing import Any
 
 from rayseq.episodes.protocol import EnvError
 
@@ -385,5 +395,112 @@ class GEM:
         return (None if done else self._text(observation, info)), float(reward), done, out
 
 
-__all__ = ["GEM", "OPPONENTS", "ReasoningGym", "TRLEnvironment", "TextArena", "available_moves", "first_move",
-           "parse_tool_calls", "random_move", "require", "trl_tools"]
+# -- OpenEnv -------------------------------------------------------------------------------------------------------
+_SERVERS: dict[str, tuple[Any, str]] = {}  # app -> (its server process, its URL): one per process, shared
+_SERVERS_LOCK = threading.Lock()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_openenv(app: str, startup_timeout_s: float = 60.0) -> str:
+    """The URL of a server of the OpenEnv app ``package.module:app`` (``openenv.core.env_server.create_app(...)``):
+    started once per process with uvicorn on a free local port, on first use, stopped when the process exits.
+    :class:`EnvError` with the server's output when it does not answer ``/health`` within ``startup_timeout_s``."""
+    with _SERVERS_LOCK:
+        if app in _SERVERS and _SERVERS[app][0].poll() is None:
+            return _SERVERS[app][1]
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = tempfile.TemporaryFile()
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+                                 "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        atexit.register(_stop, proc)
+        deadline = time.monotonic() + startup_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2):
+                    _SERVERS[app] = (proc, url)
+                    return url
+            except OSError:
+                time.sleep(0.2)
+        _stop(proc)
+        log.seek(0)
+        said = log.read().decode(errors="replace").strip()[-2000:]
+        raise EnvError(f"env.kwargs.app={app}: its OpenEnv server did not start within {startup_timeout_s:g} s "
+                       f"(python -m uvicorn {app}): {said or 'no output'}")
+
+
+def _stop(proc) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+class OpenEnv:
+    """An OpenEnv environment, served by its own server process and reached through OpenEnv's client.
+
+    ``app`` names the server's ASGI app (what ``openenv.core.env_server.create_app(Env, Action, Observation)``
+    returns, as in ``openenv init``'s ``server/app.py``): rayseq starts it once per process (:func:`serve_openenv`);
+    or ``base_url`` names a server already running. Each instance is one session of OpenEnv's
+    ``GenericEnvClient`` (a WebSocket of its own: give the app ``max_concurrent_envs`` at least
+    ``env.max_concurrent``). ``reset(seed)`` is the client's ``reset(seed=seed)``; an action is sent as
+    ``{action_field: text}``; the reward and ``done`` are the server's.
+
+    An observation's text: its ``text_field``, or its only text field, or its fields as JSON (``reward``, ``done``
+    and ``metadata`` left out; ``metadata`` is the step's ``info``).
+
+    Args:
+        app: ``package.module:app``, the server's app; or
+        base_url: the URL of a running server.
+        action_field: the action model's text field (the template's ``message``).
+        text_field: the observation's text field (default: its only text field).
+        startup_timeout_s: seconds the server may take to answer.
+    """
+
+    def __init__(self, app: str | None = None, base_url: str | None = None, action_field: str = "message",
+                 text_field: str | None = None, startup_timeout_s: float = 60.0):
+        require("openenv")
+        from openenv.core.generic_client import GenericEnvClient
+
+        if (app is None) == (base_url is None):
+            raise EnvError("env.name=openenv: give env.kwargs.app (package.module:app, served here) or "
+                           "env.kwargs.base_url (a running server), one of them")
+        self.url = base_url or serve_openenv(app, startup_timeout_s)
+        self.action_field, self.text_field = action_field, text_field
+        self.client = GenericEnvClient(base_url=self.url).sync()
+        self.client.connect()
+
+    def _text(self, observation: dict) -> str:
+        fields = {k: v for k, v in (observation or {}).items() if k not in ("reward", "done", "metadata")}
+        if self.text_field is not None:
+            if self.text_field not in fields:
+                raise EnvError(f"env.kwargs.text_field={self.text_field!r}: the observation has {sorted(fields)}")
+            return str(fields[self.text_field])
+        texts = [v for v in fields.values() if isinstance(v, str)]
+        return texts[0] if len(texts) == 1 else json.dumps(fields, sort_keys=True, default=str)
+
+    def reset(self, seed: int, **row):
+        return self._text(self.client.reset(seed=int(seed)).observation)
+
+    def step(self, action: str):
+        result = self.client.step({self.action_field: str(action)})
+        observation = result.observation or {}
+        info = dict(observation.get("metadata") or {})
+        return self._text(observation), float(result.reward or 0.0), bool(result.done), info
+
+    def close(self):
+        self.client.close()
+
+
+__all__ = ["GEM", "OPPONENTS", "OpenEnv", "ReasoningGym", "TRLEnvironment", "TextArena", "available_moves",
+           "first_move", "parse_tool_calls", "random_move", "require", "serve_openenv", "trl_tools"]

@@ -120,3 +120,33 @@ def test_grpo_trains_on_the_package_from_the_cli(package, args, tmp_path, capsys
     assert code == 0, capsys.readouterr().err
     rows = [r for r in pq.read_table(run / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert len(rows) == 2 and all(np.isfinite(r["loss/policy"]) and r["episode/failures"] == 0 for r in rows)
+
+
+# -- OpenEnv --------------------------------------------------------------------------------------------------------
+APP = "tests.envpkgs.openenv_guess:app"
+
+
+@pytest.mark.slow  # the server's start (uvicorn, OpenEnv's imports) takes 10-25 s on a shared CPU
+def test_openenv_episodes_through_its_own_server_and_client(tmp_path, capsys):
+    pytest.importorskip("openenv", reason="the openenv extra")
+    env = make_environment("openenv", {"app": APP})
+    other = make_environment("openenv", {"app": APP})  # the same server, a session of its own
+    assert other.url == env.url and env.reset(3) == other.reset(4) == "guess a number from 1 to 20"
+    n, g, reward, _ = binary_search(env, 3, "{}", 1, 20)
+    assert reward == 1.0 and n <= 5 and binary_search(env, 3, "{}", 1, 20)[1] == g  # the seed is the game
+    env.reset(3)
+    other.reset(3)
+    assert env.step("0")[:3] == ("higher", 0.0, False) and other.step(str(g))[:3] == ("correct", 1.0, True)
+    assert env.step(str(g))[:3] == ("correct", 1.0, True)  # the sessions' games are apart
+    env.close(), other.close()
+    with pytest.raises(EnvError, match="give env.kwargs.app .* or env.kwargs.base_url"):
+        make_environment("openenv")
+    with pytest.raises(EnvError, match='server did not start .*Could not import module "tests.envpkgs.nowhere"'):
+        make_environment("openenv", {"app": "tests.envpkgs.nowhere:app", "startup_timeout_s": 60})
+    run = tmp_path / "run"
+    code = train_main(["env.name=openenv", f"env.kwargs.app={APP}", "env.max_turns=5", "task.vocabulary=chars",
+                       "algo.name=grpo", "algo.group_size=2", "model.arch=transformer", "train.batch_size=4",
+                       "train.iters=2", f"run_dir={run}", *SMALL])
+    assert code == 0, capsys.readouterr().err
+    rows = [r for r in pq.read_table(run / "metrics.parquet").to_pylist() if r["stage"] == "train"]
+    assert len(rows) == 2 and all(r["episode/failures"] == 0 and r["episode/turns"] >= 1 for r in rows)

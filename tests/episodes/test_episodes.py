@@ -158,7 +158,7 @@ def test_the_episodes_task_keys_apply_with_env_name():
 
 
 @pytest.mark.parametrize(("name", "extra"), [("reasoning_gym", "reasoning-gym"), ("textarena", "textarena"),
-                                             ("gem", "gem")])
+                                             ("gem", "gem"), ("openenv", "openenv")])
 def test_an_adapter_whose_package_is_missing_names_its_extra(name, extra, monkeypatch):
     import sys
 

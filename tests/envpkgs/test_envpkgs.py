@@ -97,6 +97,8 @@ def test_gem_guess_the_number_and_refusals():
         found[seed] = g
         assert binary_search(env, seed, "\\boxed{{{}}}", 1, 10)[1] == g  # the seed is the game
     assert len(set(found.values())) > 2
+    env.reset(0)
+    assert env.step("five")[:3] == (None, -0.1, True)  # GEM ends the game on a reply without \boxed{}, at -0.1
     obs = env.reset(0) and env.step("\\boxed{5}")[0]
     assert obs is None or re.search(r"Enter your next guess\.$", obs)  # GEM's suffix says what to do next
     for env_id, what in (("game:Wordle-v0-easy", "NLTK word lists"), ("math:Orz57K", "Hugging Face dataset")):
@@ -104,20 +106,28 @@ def test_gem_guess_the_number_and_refusals():
             make_environment("gem", {"env_id": env_id})
 
 
-# -- GRPO through the CLI, a Transformer from scratch on characters -------------------------------------------------
+# -- the guide's commands (docs/guides/environments.md), made small -------------------------------------------------
+def guide_command(name: str) -> list[str]:
+    """The arguments of the guide's ``python -m rayseq.train env.name=<name> ...`` command."""
+    from tests.doc_commands import bash_blocks, command_lines
+
+    for block in bash_blocks("docs/guides/environments.md"):
+        for args in command_lines(block.code):
+            if args[:3] == ["python", "-m", "rayseq.train"] and f"env.name={name}" in args:
+                return args[3:]
+    raise AssertionError(f"the guide has no command with env.name={name}")
+
+
+SMALLER = ["algo.group_size=2", "train.batch_size=4", "train.iters=2", *SMALL]
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("package,args", [
-    ("reasoning_gym", ["env.name=reasoning_gym", "env.kwargs.task=basic_arithmetic", "env.kwargs.prompt=direct"]),
-    ("textarena", ["env.name=textarena", "env.kwargs.game=TicTacToe-v0", "env.max_turns=5"]),
-    ("gem", ["env.name=gem", "env.kwargs.env_id=game:GuessTheNumber-v0-easy", "env.max_turns=4"]),
-])
-def test_grpo_trains_on_the_package_from_the_cli(package, args, tmp_path, capsys):
+@pytest.mark.parametrize("name,package", [("reasoning_gym", "reasoning_gym"), ("textarena", "textarena"),
+                                          ("gem", "gem")])
+def test_the_guides_command_trains_grpo_on_the_package(name, package, tmp_path, capsys):
     pytest.importorskip(package)
     run = tmp_path / "run"
-    code = train_main([*args, "task.vocabulary=chars", "algo.name=grpo", "algo.group_size=2", "model.arch=transformer",
-                       "train.batch_size=4", "train.iters=2", "env.max_tokens=1024", "model.max_positions=4096",
-                       f"run_dir={run}", *SMALL])
-    assert code == 0, capsys.readouterr().err
+    assert train_main([*guide_command(name), *SMALLER, f"run_dir={run}"]) == 0, capsys.readouterr().err
     rows = [r for r in pq.read_table(run / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert len(rows) == 2 and all(np.isfinite(r["loss/policy"]) and r["episode/failures"] == 0 for r in rows)
 
@@ -143,10 +153,8 @@ def test_openenv_episodes_through_its_own_server_and_client(tmp_path, capsys):
         make_environment("openenv")
     with pytest.raises(EnvError, match='server did not start .*Could not import module "tests.envpkgs.nowhere"'):
         make_environment("openenv", {"app": "tests.envpkgs.nowhere:app", "startup_timeout_s": 60})
-    run = tmp_path / "run"
-    code = train_main(["env.name=openenv", f"env.kwargs.app={APP}", "env.max_turns=5", "task.vocabulary=chars",
-                       "algo.name=grpo", "algo.group_size=2", "model.arch=transformer", "train.batch_size=4",
-                       "train.iters=2", f"run_dir={run}", *SMALL])
-    assert code == 0, capsys.readouterr().err
+    run = tmp_path / "run"  # the guide's command with this app
+    args = [f"env.kwargs.app={APP}" if a.startswith("env.kwargs.app=") else a for a in guide_command("openenv")]
+    assert train_main([*args, *SMALLER, f"run_dir={run}"]) == 0, capsys.readouterr().err
     rows = [r for r in pq.read_table(run / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert len(rows) == 2 and all(r["episode/failures"] == 0 and r["episode/turns"] >= 1 for r in rows)

@@ -406,7 +406,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve_openenv(app: str, startup_timeout_s: float = 60.0) -> str:
+def serve_openenv(app: str, startup_timeout_s: float = 180.0) -> str:
     """The URL of a server of the OpenEnv app ``package.module:app`` (``openenv.core.env_server.create_app(...)``):
     started once per process with uvicorn on a free local port, on first use, stopped when the process exits.
     :class:`EnvError` with the server's output when it does not answer ``/health`` within ``startup_timeout_s``."""
@@ -468,7 +468,7 @@ class OpenEnv:
     """
 
     def __init__(self, app: str | None = None, base_url: str | None = None, action_field: str = "message",
-                 text_field: str | None = None, startup_timeout_s: float = 60.0):
+                 text_field: str | None = None, startup_timeout_s: float = 180.0):
         require("openenv")
         from openenv.core.generic_client import GenericEnvClient
 

@@ -293,7 +293,7 @@ class TextArena:
         except ValueError as exc:
             raise EnvError(f"env.kwargs.game={game!r}: {exc}") from exc
         self.player = int(player)
-        self.num_players = num_players or (1 if "SinglePlayer" in _state_class(self.env) else 2)
+        self.num_players = num_players or (1 if "SinglePlayer" in _reset_source(self.env) else 2)
         self.opponent = OPPONENTS.get(opponent) or import_object(opponent, "env.kwargs.opponent")
 
     def _take(self, pid: int) -> str:
@@ -338,9 +338,9 @@ class TextArena:
         return seen or None, reward, True, {"success": reward > 0, "reason": str(info.get("reason", ""))}
 
 
-def _state_class(env) -> str:
-    """The name of a TextArena game's state class (``SinglePlayerState``, ``TwoPlayerState``, ...), read from its
-    ``reset`` source without running it (before ``reset`` there is no state)."""
+def _reset_source(env) -> str:
+    """The source of a TextArena game's ``reset``, which names its state class (``SinglePlayerState``,
+    ``TwoPlayerState``, ...): read without running it (before ``reset`` there is no state)."""
     try:
         return inspect.getsource(type(env).reset)
     except (OSError, TypeError):
@@ -355,7 +355,9 @@ class GEM:
     The observation is GEM's text followed by ``info["suffix"]`` when there is one (GEM's games say there what the
     policy should do next: "Enter your next guess."). Moves are what GEM's games parse (``\\boxed{5}``).
     ``game:*`` environments need nothing beyond the package, except the word games (Wordle, Hangman, WordSearch:
-    NLTK word lists); ``math:*``, ``qa:*``, ``code:*`` load Hugging Face datasets. Those are refused.
+    NLTK word lists), and ``rg:*`` ones are reasoning-gym's tasks; ``math:*``, ``qa:*``, ``code:*``, ``logic:*``,
+    ``eval:*`` load Hugging Face datasets. Those are refused. ``info["success"]``: the game ended with a reward of at
+    least 1 (a solve; reasoning-gym's partial credit is less).
 
     Args:
         env_id: a GEM id, e.g. ``game:GuessTheNumber-v0-easy``, ``game:Sudoku-v0-easy``.
@@ -391,7 +393,7 @@ class GEM:
         observation, reward, terminated, truncated, info = self.env.step(str(action))
         done = bool(terminated or truncated)
         out = dict(info or {})
-        out.setdefault("success", bool(terminated) and float(reward) > 0)
+        out.setdefault("success", bool(terminated) and float(reward) >= 1.0)  # a solve scores 1; partial credit less
         return (None if done else self._text(observation, info)), float(reward), done, out
 
 

@@ -101,6 +101,12 @@ def test_gem_guess_the_number_and_refusals():
     assert env.step("five")[:3] == (None, -0.1, True)  # GEM ends the game on a reply without \boxed{}, at -0.1
     obs = env.reset(0) and env.step("\\boxed{5}")[0]
     assert obs is None or re.search(r"Enter your next guess\.$", obs)  # GEM's suffix says what to do next
+    partial = make_environment("gem", {"env_id": "rg:complex_arithmetic"})  # reasoning-gym's task inside GEM
+    assert partial.reset(1) == "Divide the complex numbers: (-33.0 - 21.0i) ÷ (-3.0 + 3.0i)"
+    _, reward, done, info = partial.step("\\boxed{0}")  # wrong: partial credit, not a success
+    assert done and 0 < reward < 1 and info["success"] is False
+    # the quotient, hand-computed: (-33 - 21i)(-3 - 3i) / 18 = (99 - 63 + (99 + 63)i) / 18 = 2 + 9i
+    assert partial.reset(1) and partial.step("\\boxed{2.0 + 9.0i}")[1:3] == (1.0, True)
     for env_id, what in (("game:Wordle-v0-easy", "NLTK word lists"), ("math:Orz57K", "Hugging Face dataset")):
         with pytest.raises(DownloadRefused, match=what):
             make_environment("gem", {"env_id": env_id})

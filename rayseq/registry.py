@@ -77,6 +77,12 @@ MODELS: dict[str, str] = {  # model.arch: the generator (policy) class, see rays
 ENVIRONMENTS: dict[str, str] = {  # env.name: a class (or factory) taking env.kwargs, rayseq/episodes/protocol.py
     "guess_number": "rayseq.episodes.games:GuessNumber",
     "tictactoe": "rayseq.episodes.games:TicTacToe",
+    # the packages users already have (rayseq/episodes/adapters.py; each imported when made)
+    "trl": "rayseq.episodes.adapters:TRLEnvironment",
+    "reasoning_gym": "rayseq.episodes.adapters:ReasoningGym",
+    "textarena": "rayseq.episodes.adapters:TextArena",
+    "gem": "rayseq.episodes.adapters:GEM",
+    "openenv": "rayseq.episodes.adapters:OpenEnv",
 }
 REWARDS: dict[str, str] = {
     "task": "rayseq.rewards.library:task",

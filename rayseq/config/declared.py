@@ -252,7 +252,9 @@ def check_applicable(data: dict) -> None:
                 raise ConfigError(f"{sec}.{first}: algo.name={name} does not read the {sec}: section (its keys are "
                                   f"read by {', '.join(readers)})")
     task = data.get("task") if isinstance(data.get("task"), dict) else {}
-    tname = task.get("name", TaskConfig.model_fields["name"].default)
+    env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    # env.name makes the task the episodes' (task.name=env, derived later): its keys (task.vocabulary) apply
+    tname = task.get("name", "env" if env.get("name") else TaskConfig.model_fields["name"].default)
     if registry.resolves("task", tname):
         _declaration_error("task", tname)
         reads = declared_task_keys(tname)

@@ -2,7 +2,8 @@
 
 - :mod:`~rayseq.episodes.protocol` — the environment protocol (``reset(seed, **row)``, ``step(action)`` ->
   ``(observation, reward, done, info)``), the built-in names and a user's class by import path (``env.name``);
-- :mod:`~rayseq.episodes.games` — guess-the-number and tic-tac-toe;
+- :mod:`~rayseq.episodes.games` — guess-the-number and tic-tac-toe; :mod:`~rayseq.episodes.adapters` — the
+  environments of TRL (``environment_factory`` classes), reasoning-gym, TextArena, GEM and OpenEnv;
 - :mod:`~rayseq.episodes.render` — observations as tokens: a chat template's suffix proven to extend the prefix, or
   rayseq's own vocabulary; :mod:`~rayseq.episodes.decode` — the policy's next action after the episode so far;
 - :mod:`~rayseq.episodes.runner` — a batch of episodes run concurrently, kept as a rollout (sampled ids, the engine's

@@ -68,3 +68,52 @@ class Scored(Echo):
         self.gave.append(reward)
         self.said.append(obs)
         return obs, reward, done, info
+
+
+class TRLCounter:
+    """A class written for TRL's ``GRPOTrainer(environment_factory=...)``: ``reset(**row)`` reads the row's target
+    and says it; the policy calls ``add`` to move a counter; ``get_reward`` is 1 when the counter reached the target.
+    ``_hidden`` is private and ``total`` a property: neither is a tool."""
+
+    def __init__(self):
+        self.count = 0
+
+    def reset(self, **kwargs) -> str:
+        self.target = int(kwargs.get("target", 3))
+        self.count = 0
+        return f" Reach {self.target}."
+
+    def add(self, n: int) -> str:
+        """Add n to the counter.
+
+        Args:
+            n: how much to add.
+        """
+        if n > 5:
+            raise ValueError("at most 5 at a time")
+        self.count += int(n)
+        return f"counter: {self.count}"
+
+    def get_reward(self) -> float:
+        return 1.0 if self.count == self.target else 0.0
+
+    def _hidden(self):
+        return "private"
+
+    @property
+    def total(self):
+        raise AssertionError("a property is never evaluated for the tools")
+
+
+class TRLNoReset:
+    """Not a TRL environment: no reset."""
+
+    def add(self, n: int) -> int:
+        return n
+
+
+class TRLCounterNoText(TRLCounter):
+    """A TRL environment whose reset says nothing: its prompt must come from the row."""
+
+    def reset(self, **kwargs):
+        super().reset(**kwargs)

@@ -12,6 +12,7 @@ import torch
 from rayseq.config import build_config
 from rayseq.episodes.decode import StepContinuation
 from rayseq.episodes.pool import LocalEnvs
+from rayseq.episodes.protocol import EnvError, make_environment
 from rayseq.episodes.runner import Limits, rollout_arrays, run_episodes
 from rayseq.models.factory import make_generator
 from rayseq.tasks import make_task
@@ -147,6 +148,23 @@ def test_an_environment_that_cannot_start_is_a_one_line_error(name, says, tmp_pa
                        "train.iters=1", f"run_dir={tmp_path / 'run'}", *SMALL])
     err = capsys.readouterr().err
     assert code == 2 and "env.name" in err and says in err and "Traceback" not in err
+
+
+def test_the_episodes_task_keys_apply_with_env_name():
+    """env.name derives task.name=env: its keys (task.vocabulary) are accepted as given, before the derivation."""
+    assert episode_config(f"env.name={ENVS}:Echo", "task.vocabulary=chars").task.vocabulary == "chars"
+    with pytest.raises(ValueError, match="task.min_len: task.name=env does not read this key"):
+        episode_config(f"env.name={ENVS}:Echo", "task.min_len=3")
+
+
+@pytest.mark.parametrize(("name", "extra"), [("reasoning_gym", "reasoning-gym"), ("textarena", "textarena"),
+                                             ("gem", "gem"), ("openenv", "openenv")])
+def test_an_adapter_whose_package_is_missing_names_its_extra(name, extra, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: ImportError
+    with pytest.raises(EnvError, match=rf'pip install -e "\.\[{extra}\]"'):
+        make_environment(name)
 
 
 def train_rows(run_dir):

@@ -85,6 +85,7 @@ def make_corpus(out: Path) -> Path:
     from rayseq.data.preparation import PrepareOptions, prepare
     from tests.conftest import write_corpus
 
+    out.mkdir(parents=True, exist_ok=True)
     prepared = out / "prepared"
     prepare(f"jsonl:{write_corpus(out / 'pairs.jsonl')}", prepared,
             PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))

@@ -167,6 +167,9 @@ def behaviour_logprobs(state: LearnerState, rollout: Rollout, correction: str, c
     and w corrects the engine's sampling at the older weights towards them.
 
     Returns metrics: ``time/behaviour_logp_s``."""
+    if rollout.engine_logp is None:
+        raise ValueError("a rollout without log-probs (Rollout.logp None) is an engine's, with its own beside "
+                         "(Rollout.engine_logp); this one has neither")
     t0 = time.perf_counter()
     dev = state.device
     action_mask = to_torch(rollout.action_mask, dev)

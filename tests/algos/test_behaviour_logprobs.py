@@ -62,6 +62,8 @@ def test_the_learners_log_probs_are_the_workers_recomputation(corpus, hf_dir, mi
     assert (rollout.logp[sampled.action_mask == 0] == 0).all()
     # the built-in engine's own log-probs are the same computation, token by token
     np.testing.assert_allclose(rollout.logp, sampled.logp, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="has neither"):
+        behaviour_logprobs(learner.state, dataclasses.replace(rollout, logp=None, engine_logp=None), "tis", 2.0)
 
 
 def test_truncated_importance_weights_by_hand(corpus, hf_dir):

@@ -220,3 +220,33 @@ def test_a_vllm_worker_holds_no_copy_of_the_policy(corpus, vllm_hf_dir, tmp_path
     assert np.abs(rollout.logp - rollout.engine_logp)[sampled].max() < 1e-3
     want_w = np.where(sampled, np.minimum(np.exp(rollout.logp - rollout.engine_logp), cfg.rollout.tis_cap), 1.0)
     np.testing.assert_allclose(rollout.is_weights, want_w, rtol=1e-6)
+
+
+def test_a_lora_worker_keeps_its_policy_and_the_learner_computes_the_log_probs(corpus, vllm_hf_dir, tmp_path):
+    """model.lora_r > 0 with vLLM: the adapters are merged into base weights on the worker, so it keeps the whole
+    policy (HFCausalLM) beside the engine; its rollouts' log-probs are still the learner's to compute."""
+    import torch
+
+    from rayseq.algos.common import behaviour_logprobs
+    from rayseq.distributed.actors.learner import Learner
+    from rayseq.distributed.actors.worker import RolloutWorker
+    from rayseq.models.hf import HFCausalLM
+    from rayseq.types import RolloutRequest
+
+    cfg = vllm_config(corpus, vllm_hf_dir, "rollout.num_workers=0", "model.lora_r=4", run_dir=tmp_path / "run")
+    learner = Learner(cfg)
+    learner.start_stage("train")
+    with torch.no_grad():  # adapters that change the model (peft starts B at 0)
+        for name, p in learner.state.generator.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    worker = RolloutWorker(cfg)
+    assert isinstance(worker.generator, HFCausalLM) and worker.policy is worker.generator
+    worker.set_weights(learner.get_weights(), 1)
+    assert worker.engine.checksum_diff < 1e-12
+    rollout = worker.sample(learner.task.sample_prompts(np.random.default_rng(0), 6),
+                            RolloutRequest(max_len=8, seed=1), score=False)
+    assert rollout.logp is None and rollout.engine_logp is not None
+    behaviour_logprobs(learner.state, rollout, "tis", cfg.rollout.tis_cap)
+    sampled = rollout.action_mask > 0
+    assert np.abs(rollout.logp - rollout.engine_logp)[sampled].max() < 1e-3  # the adapted model on both sides

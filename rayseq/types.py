@@ -106,7 +106,9 @@ class Rollout:
     tokens: np.ndarray  # (B, T) int64 y_1..y_T (forced prefix + sampled), pad after EOS
     token_mask: np.ndarray  # (B, T) float32 1 for every real token (prefix and sampled, EOS included)
     action_mask: np.ndarray  # (B, T) float32 1 where the policy sampled the token (RL loss positions)
-    logp: np.ndarray  # (B, T) float32 log π_old(y_t | x, y_<t) at temperature 1, 0 where token_mask=0
+    # (B, T) float32 log π_old(y_t | x, y_<t) at temperature 1, 0 where token_mask=0; None until the learners compute
+    # it, for a rollout of an engine whose log-probs are not the policy's (engine_logp set: rollout.engine=vllm)
+    logp: np.ndarray | None
     rewards: np.ndarray  # (B, T) float32 per-token reward r_t (terminal reward on the last real token)
     score: np.ndarray  # (B,) float32 sequence-level reward (logging)
     tgt: np.ndarray | None = None  # (B, T') int64 reference, when the prompt had one
@@ -116,10 +118,11 @@ class Rollout:
     key: np.ndarray | None = None  # (B,) int64 PromptBatch.key (the task's id of each input)
     term_scores: np.ndarray | None = None  # (B, K) float32 each term f_k of a configured reward, unweighted
     # (B, T) float32 log π_engine(y_t | …) as the engine computed it, where its kernels are not the policy's
-    # (rollout.engine=vllm); ``logp`` is then the policy's own recomputation on the same weights
+    # (rollout.engine=vllm); ``logp`` is then the policy's own, computed by the learners
+    # (rayseq.algos.common.behaviour_logprobs)
     engine_logp: np.ndarray | None = None
     # (B, T) float32 truncated importance weights min(π_policy / π_engine, C) of the sampled tokens, which the ratio
-    # algorithms put on their advantages (rollout.logp_correction); None: 1
+    # algorithms put on their advantages (rollout.logp_correction; computed by the learners with ``logp``); None: 1
     is_weights: np.ndarray | None = None
     # per-row arrays a sampler added (RolloutRequest.sampler) and scored, name -> (B,) or (B, T', ...): cut, split
     # and concatenated with the rollout's other per-row fields

@@ -18,7 +18,7 @@ from rayseq.algos.parallel import DataParallel, is_dtensor, rows_without_grad
 from rayseq.algos.regularizers import REGULARIZER_FIELDS, KLController, entropy_bonus, kl_penalty
 from rayseq.losses import discounted_returns, masked_mean
 from rayseq.losses.menu import token_entropy
-from rayseq.losses.mismatch import logp_mismatch
+from rayseq.losses.mismatch import logp_mismatch, truncated_is_weights
 from rayseq.models.baseline import ValueBaseline
 from rayseq.models.protocol import GeneratorOutput, lean_logprobs
 from rayseq.types import PromptBatch, Rollout, RolloutRequest, to_torch
@@ -131,8 +131,14 @@ def token_entropies(out: GeneratorOutput) -> torch.Tensor:
 
 
 def reference_logp(state: LearnerState, policy, rollout: Rollout) -> np.ndarray:
-    """(B, T) log-probs under ``policy`` (π_ref of the KL penalty) of the rollout's tokens, without gradients
-    (:func:`without_grad`: micro-batched, the rows shared by the learner ranks)."""
+    """(B, T) log-probs under ``policy`` (π_ref of the KL penalty; the generator itself for an engine's samples,
+    :func:`behaviour_logprobs`) of the rollout's tokens, without gradients (:func:`without_grad`: micro-batched, the
+    rows shared by the learner ranks)."""
+    return logp_without_grad(state, policy, rollout).cpu().numpy()
+
+
+def logp_without_grad(state: LearnerState, policy, rollout: Rollout) -> torch.Tensor:
+    """:func:`reference_logp` as a (B, T) tensor on the learner's device."""
     dev = state.device
 
     def logp(src, src_len, tokens, lean):
@@ -140,7 +146,45 @@ def reference_logp(state: LearnerState, policy, rollout: Rollout) -> np.ndarray:
 
     (out,) = without_grad(state, logp, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
                           to_torch(rollout.tokens, dev))
-    return out.cpu().numpy()
+    return out
+
+
+def behaviour_logprobs(state: LearnerState, rollout: Rollout, correction: str, cap: float) -> dict:
+    """The policy's log-probs of an engine's samples, and their truncated importance weights, in place: a rollout
+    sampled by an engine whose log-probs are not the policy's (``Rollout.engine_logp``, ``Rollout.logp`` None:
+    ``rollout.engine=vllm``) gets
+
+        logp_t = log π_θ(y_t | x, y_<t) · a_t        (teacher-forced, the learner's weights, a = action_mask)
+        w_t    = min(exp(logp_t − log π_engine(y_t | …)), C)  on sampled tokens, 1 elsewhere   (``correction="tis"``)
+
+    (:func:`rayseq.losses.mismatch.truncated_is_weights`; ``cap`` = C, ``rollout.tis_cap``; ``correction="none"``:
+    no weights). The pass is the learners' pass without gradients (:func:`without_grad`: micro-batched, the rows shared
+    by the ranks, reply positions only with lean passes), with the generator in evaluation mode as the workers sample.
+
+    On a rollout sampled with the learner's weights (``rollout.max_staleness`` 0) this is π_old of Eq. 3 exactly, the
+    learner's own computation. On one sampled ahead (staleness k ≥ 1) the learner no longer holds the weights that
+    sampled it: π_θ is then its weights before this update (π_prox of the decoupled objective, Hilton et al. 2022),
+    and w corrects the engine's sampling at the older weights towards them.
+
+    Returns metrics: ``time/behaviour_logp_s``."""
+    if rollout.engine_logp is None:
+        raise ValueError("a rollout without log-probs (Rollout.logp None) is an engine's, with its own beside "
+                         "(Rollout.engine_logp); this one has neither")
+    t0 = time.perf_counter()
+    dev = state.device
+    action_mask = to_torch(rollout.action_mask, dev)
+    generator = state.generator
+    was_training = generator.training
+    generator.eval()
+    try:
+        logp = logp_without_grad(state, generator, rollout).float() * action_mask
+    finally:
+        generator.train(was_training)
+    rollout.logp = logp.cpu().numpy()
+    if correction == "tis":
+        rollout.is_weights = truncated_is_weights(logp, to_torch(rollout.engine_logp, dev), action_mask,
+                                                  cap).cpu().numpy()
+    return {"time/behaviour_logp_s": time.perf_counter() - t0}
 
 
 def advantages(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:

@@ -26,6 +26,7 @@ from pydantic import AfterValidator, Field
 from rayseq.algos.common import Algorithm, LearnerState
 from rayseq.algos.erpo import ERPO_C_FIELD, QSampler, mle_on_samples
 from rayseq.algos.iteration import rollout_step
+from rayseq.algos.sampling import check_builtin_engine
 from rayseq.types import Rollout, RolloutRequest
 
 
@@ -57,6 +58,10 @@ class ERPOInterpolation(Algorithm):
     needs_references = True
     needs_task_reward = True
     stateful_request = True  # λ lives on the learner: its iteration asks the learner for each request
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_builtin_engine(cfg, "samples ERPO's q")  # QSampler: the policy's own loop, reweighted
 
     def __init__(self, cfg, seed: int = 0):
         super().__init__(cfg, seed)

@@ -37,7 +37,7 @@ from rayseq.algos.common import (
 )
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, clip_surrogate, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
-from rayseq.algos.sampling import Sampled, SamplingCall
+from rayseq.algos.sampling import Sampled, SamplingCall, check_builtin_engine
 from rayseq.losses import mixer_loss, value_loss
 from rayseq.types import Rollout, RolloutRequest, to_torch
 
@@ -88,9 +88,7 @@ class Mixer(RolloutAlgo):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        if cfg.rollout.engine != "builtin":  # ReferencePrefix forces the prefix in the policy's own decoding loop
-            raise ValueError(f"algo.name={cfg.algo.name} forces reference prefixes in the policy's own decoding loop, "
-                             f"which rollout.engine={cfg.rollout.engine} does not run; use rollout.engine=builtin")
+        check_builtin_engine(cfg, "forces reference prefixes")  # ReferencePrefix: in the policy's own loop
 
     def schedule_metrics(self, rollout: Rollout, iteration: int) -> dict:
         real = float(rollout.token_mask.sum())

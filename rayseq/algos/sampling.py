@@ -35,7 +35,7 @@ class Sampled(NamedTuple):
     extras: dict[str, np.ndarray] = {}  # per-row arrays for Rollout.extras (B, ...), numpy on the CPU
     info: dict = {}  # diagnostics for Rollout.info (floats the algorithm's metrics read)
     # (B, T) the engine's own log-probs of ``sample`` where its kernels are not the policy's (rollout.engine=vllm:
-    # ``sample.logp`` is then the policy's recomputation); None otherwise
+    # the policy's are then the learners' to compute, and ``sample.logp`` is not kept); None otherwise
     engine_logp: torch.Tensor | None = None
     # the prompts the rows continue, where they are not the call's (an episode's first observation as rendered, one
     # row per sample: rayseq.episodes); None: the call's prompts, row for row
@@ -107,3 +107,12 @@ class PolicySampler:
 
 
 POLICY = PolicySampler()
+
+
+def check_builtin_engine(cfg, what: str) -> None:
+    """ValueError unless the run samples with the policy's own decoding loop (``rollout.engine=builtin``): for an
+    algorithm whose sampler ``what`` on the worker's copy of the policy, which an engine with a model of its own
+    (vLLM) neither runs nor keeps (:func:`rayseq.engines.holds_policy_weights`). ``cfg``: the run config."""
+    if cfg.rollout.engine != "builtin":
+        raise ValueError(f"algo.name={cfg.algo.name} {what} in the policy's own decoding loop, which "
+                         f"rollout.engine={cfg.rollout.engine} does not run; use rollout.engine=builtin")

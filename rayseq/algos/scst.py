@@ -15,7 +15,7 @@ import dataclasses
 import torch
 
 from rayseq.algos.common import LearnerState, RolloutAlgo, grad_pass, optimizer_step, rollout_metrics, with_entropy
-from rayseq.algos.sampling import Sampled, SamplingCall
+from rayseq.algos.sampling import Sampled, SamplingCall, check_builtin_engine
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, RolloutRequest, to_torch
 
@@ -49,6 +49,10 @@ def self_critical_advantages(score: torch.Tensor, baseline_score: torch.Tensor,
 class SCST(RolloutAlgo):
     name = "scst"
     fields: dict = {}  # the baseline is the greedy decode's reward: no learned one, no discounting
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_builtin_engine(cfg, "decodes greedily beside each sample")  # GreedyBaseline: the policy's own loop
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         return dataclasses.replace(super().rollout_request(iteration, max_len, temperature, seed),

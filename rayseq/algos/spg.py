@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from rayseq.algos.common import Algorithm, LearnerState
 from rayseq.algos.erpo import ERPO_C_FIELD, QSampler, mle_on_samples
+from rayseq.algos.sampling import check_builtin_engine
 from rayseq.types import Rollout, RolloutRequest
 
 
@@ -20,6 +21,10 @@ class SPG(Algorithm):
     fields = ERPO_C_FIELD
     needs_references = True
     needs_task_reward = True
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_builtin_engine(cfg, "samples ERPO's q")  # QSampler: the policy's own loop, reweighted
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int) -> RolloutRequest:
         return RolloutRequest(max_len=max_len, temperature=1.0, seed=seed,

@@ -322,6 +322,12 @@ class RolloutConfig(_Section):
     def _resources(cls, v: dict[str, float]) -> dict[str, float]:
         return _custom_resources(v, "rollout.resources_per_worker")
 
+    @field_validator("logp_correction", mode="before")
+    @classmethod
+    def _no_correction(cls, v):
+        """``none`` on the command line and YAML's null (what an override ``none`` parses to) are the value "none"."""
+        return "none" if v is None else v
+
     @model_validator(mode="before")
     @classmethod
     def _pipeline(cls, data):

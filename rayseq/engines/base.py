@@ -77,9 +77,18 @@ class BuiltinEngine:
         self.version = version  # the worker loaded them into the generator this engine samples
 
 
-def make_engine(cfg, generator: torch.nn.Module, task, device: torch.device, engines_on_node: int = 1):
-    """The engine of ``cfg.rollout.engine`` for a worker whose policy is ``generator``; ``engines_on_node``: the
-    rollout workers on its node, among which an engine with memory of its own shares the node's (vLLM)."""
+def holds_policy_weights(cfg) -> bool:
+    """Whether a rollout worker of run config ``cfg`` holds the policy's weights beside its engine: the built-in engine
+    samples the policy itself; vLLM runs a model of its own, the worker's only copy of the weights, and the policy's
+    log-probs of its samples are the learners' to compute (:func:`rayseq.algos.common.behaviour_logprobs`). LoRA with
+    vLLM: the whole policy is kept, whose base weights the adapters are merged into for the engine."""
+    return cfg.rollout.engine == "builtin" or cfg.model.lora_r > 0
+
+
+def make_engine(cfg, generator, task, device: torch.device, engines_on_node: int = 1):
+    """The engine of ``cfg.rollout.engine`` for a worker whose policy is ``generator`` (for vLLM without LoRA its
+    frame, :class:`rayseq.models.hf.HFPolicyFrame`: :func:`holds_policy_weights`); ``engines_on_node``: the rollout
+    workers on its node, among which an engine with memory of its own shares the node's (vLLM)."""
     name = cfg.rollout.engine
     if name == "builtin":
         return BuiltinEngine(generator, device)

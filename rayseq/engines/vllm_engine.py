@@ -24,8 +24,14 @@ reproducible.
 
 New weights go straight into the model vLLM runs (``collective_rpc`` to :class:`WeightLoader`, the worker extension,
 which reloads them in place through vLLM's ``reload_weights`` with the Hugging Face names, and returns the checksum of
-what it received, checked against the policy's); a LoRA policy's adapters (all that travels to the worker) are merged
-into the base weights of the layers they adapt there, and the whole model is loaded. The engine core runs in this
+what it received, checked against what it was given); a LoRA policy's adapters (all that travels to the worker) are
+merged into the base weights of the layers they adapt there, and the whole model is loaded.
+
+The engine's model is the worker's only copy of the policy's weights (full fine-tuning: the worker holds the policy's
+frame, :class:`rayseq.models.hf.HFPolicyFrame`, names and shapes without storage). The policy's own log-probs of the
+sampled tokens, and the importance weights against the engine's, are the learners' to compute, in their micro-batched
+pass without gradients (:func:`rayseq.algos.common.behaviour_logprobs`). With LoRA the worker keeps the whole policy:
+merging the adapters needs the base weights. The engine core runs in this
 process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set): a rollout worker is already a process of its own, and the
 weights then reach the model without a copy.
 """
@@ -166,6 +172,12 @@ def weights_checksum(params) -> list[float]:
     return [total, absolute]
 
 
+def hf_names(state: dict[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    """A full fine-tuning :meth:`rayseq.models.hf.HFCausalLM.state_dict` (``model.`` + the Hugging Face names) as the
+    vLLM model loads it: the Hugging Face names."""
+    return [(n.removeprefix("model."), w.detach()) for n, w in state.items()]
+
+
 def hf_weights(policy, *, everything: bool = False) -> list[tuple[str, torch.Tensor]]:
     """What the vLLM model loads of a :class:`rayseq.models.hf.HFCausalLM`: its parameters with the Hugging Face
     model's names (full fine-tuning), or with LoRA the adapted layers' merged weights W + (α / r) B A (``everything``:
@@ -231,18 +243,22 @@ class VLLMEngine:
         # the banned ids' log-probs come back with each token's, so that its log-prob is renormalised over the allowed
         # ids as the policy's is (vLLM's raw log-probs are over the whole vocabulary); vLLM returns at most 128
         self.banned = sorted(banned) if 0 < len(banned) <= MAX_RENORMALISED else []
-        self.policy = policy  # the worker's HFCausalLM: the weights it holds are the ones loaded here
+        # the worker's policy: its frame (HFPolicyFrame: names and ids, no weights), or with LoRA the whole HFCausalLM,
+        # whose base weights the adapters are merged into
+        self.policy = policy
         self.version = -1
-        self.checksum_diff = 0.0  # relative difference of the received weights' checksum from the policy's, last load
+        self.checksum_diff = 0.0  # relative difference of the received weights' checksum from the given ones, last load
         self.received_checksum = [float("nan"), float("nan")]
+        self.given_checksum = [float("nan"), float("nan")]  # of the weights given at the last load
         self.pad_id = policy.pad_id if policy is not None else 0
 
     @classmethod
     def for_policy(cls, policy, *, seed: int = 0, engine_kwargs: dict | None = None, engines_on_node: int = 1,
                    gpu_share: float = 1.0) -> VLLMEngine:
-        """The engine of a worker's :class:`rayseq.models.hf.HFCausalLM` (its model directory, special ids); the
-        engines on its node (``engines_on_node``) and the share of a GPU its worker reserves (``gpu_share``) size its
-        memory when ``engine_kwargs`` do not (:func:`default_memory`)."""
+        """The engine of a worker's policy, :class:`rayseq.models.hf.HFPolicyFrame` or
+        :class:`rayseq.models.hf.HFCausalLM` (its model directory, special ids); the engines on its node
+        (``engines_on_node``) and the share of a GPU its worker reserves (``gpu_share``) size its memory when
+        ``engine_kwargs`` do not (:func:`default_memory`)."""
         if not hasattr(policy, "separator") or not hasattr(policy, "model"):
             raise ValueError("rollout.engine=vllm samples Hugging Face policies only (model.arch=hf)")
         engine = cls(policy.path, separator_id=policy.bos_id if policy.separator else None, eos_id=policy.eos_id,
@@ -255,17 +271,17 @@ class VLLMEngine:
 
     # -- weights ------------------------------------------------------------------------------------
     def load_weights(self, weights, version: int) -> None:
-        """Load the policy's weights (the worker's :class:`HFCausalLM`, which has just taken ``weights``) into the
-        running model, and check that it runs them: its checksum is the policy's (a RuntimeError otherwise, rather
-        than sampling with weights the learner never had)."""
+        """Load the policy's ``weights`` (:meth:`HFCausalLM.state_dict`'s names: every parameter; with LoRA the
+        adapters, which the worker's whole policy has just taken) into the running model, and check that it runs them:
+        its checksum is theirs (a RuntimeError otherwise, rather than sampling with weights the learner never had)."""
         # LoRA: the whole model, its adapted layers merged (vLLM's in-place reload takes a whole model: the layers it
         # is not given are left unprocessed); only the adapters travelled to this worker
-        weights = hf_weights(self.policy, everything=True)
+        weights = hf_weights(self.policy, everything=True) if self.policy.lora else hf_names(weights)
         got = self.llm.collective_rpc("rayseq_load_weights", args=(weights,))
         self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
         self.version = version
         want = weights_checksum(w for _, w in weights)
-        self.received_checksum = got[0]
+        self.received_checksum, self.given_checksum = got[0], want
         self.checksum_diff = max(abs(g - w) / max(abs(w), 1.0) for rank in got for g, w in zip(rank, want))
         if self.checksum_diff > 1e-9:
             raise RuntimeError(f"vLLM's workers received other weights than the policy's for version {version}: "
@@ -276,8 +292,8 @@ class VLLMEngine:
         return self.received_checksum
 
     def policy_checksum(self) -> list[float]:
-        """:func:`weights_checksum` of what the engine loads of the policy (the last load's, if unchanged since)."""
-        return weights_checksum(w for _, w in hf_weights(self.policy, everything=True))
+        """:func:`weights_checksum` of the policy's weights the engine was given at the last load."""
+        return self.given_checksum
 
     def probe_logprobs(self, ids: list[int]) -> list[float]:
         """log π(ids[t] | ids[:t]) for t ≥ 1 under the model vLLM runs (its prompt log-probs), to compare with the

@@ -282,8 +282,8 @@ class EpisodeSampler:
         continuation: samples actions (:func:`rayseq.episodes.decode.make_continuation`).
         limits: turns and tokens.
         rows: ``key -> dict`` of data for ``reset`` (None: none).
-        exact: the engine's log-probs are the policy's own; otherwise the policy's are computed over each whole
-            episode (one pass) and the engine's kept beside them for the correction.
+        exact: the engine's log-probs are the policy's own; otherwise they are returned as the engine's, and the
+            learners compute the policy's over each whole episode (one pass) for the correction.
         tools: the environment's tools (rendered into the first prompt).
         keep_transcripts: how many episodes' text each call keeps in the rollout's info (the viewer's).
     """
@@ -315,12 +315,9 @@ class EpisodeSampler:
         dev = call.src.device
         t = {k: torch.from_numpy(a[k]).to(dev) for k in ("tokens", "token_mask", "action_mask", "logp")}
         out = SampleOutput(t["tokens"], t["token_mask"], t["action_mask"], t["logp"])
-        engine_logp = None
-        if not self.exact:  # the policy's log-probs of the whole episode, the engine's kept for the correction
-            with torch.no_grad():
-                src, src_len = torch.from_numpy(a["src"]).to(dev), torch.from_numpy(a["src_len"]).to(dev)
-                logp = call.policy.logprobs(src, src_len, t["tokens"]).logp.float() * t["action_mask"]
-            engine_logp, out = t["logp"], out._replace(logp=logp)
+        # an engine whose log-probs are not the policy's: they are kept as the engine's, and the learners compute the
+        # policy's over each whole episode (rayseq.algos.common.behaviour_logprobs)
+        engine_logp = None if self.exact else t["logp"]
         extras = {k: a[k] for k in FIGURES}
         extras["env_rewards"], extras["turn"] = a["rewards"], a["turn"]
         info = {"episodes": [transcript_text(ep) for ep in episodes[: self.keep]]}

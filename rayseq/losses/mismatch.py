@@ -2,7 +2,8 @@
 
 An engine with kernels of its own (vLLM) samples y_t ~ π_engine, which differs from the policy's own computation
 π_θ on the same weights (kernels, precision, batch shape). The ratio algorithms weigh each sampled token by π_θ / π_old
-with π_old the policy's own recomputation (``Rollout.logp``), and correct for sampling from π_engine rather than
+with π_old the policy's own computation (``Rollout.logp``, by the learners: :func:`rayseq.algos.common.
+behaviour_logprobs`), and correct for sampling from π_engine rather than
 π_old with truncated importance sampling (Ionides 2008; Yao et al. 2025, "Your efficient RL framework secretly brings
 you off-policy RL training", as TRL and veRL apply it by default with vLLM):
 

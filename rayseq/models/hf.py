@@ -74,6 +74,62 @@ def load_causal_lm(path: str):
         raise
 
 
+def output_ids(model, path: str, specials, vocab_size: int | None, banned_ids) -> tuple[int, tuple[int, ...]]:
+    """(V, the ids the policy never emits) of the LM ``model`` (V: its output rows) read with a tokenizer of
+    ``vocab_size`` tokens and the task's ``specials`` and ``banned_ids``: pad, the separator (unless it is also the end
+    token, as GPT-2's <|endoftext|>), the task's banned ids, and the LM's padding rows beyond the tokenizer."""
+    logits_dim = int(model.get_output_embeddings().weight.shape[0])
+    if vocab_size is not None and vocab_size > logits_dim:
+        raise ValueError(f"model.path={path}: the tokenizer has {vocab_size} tokens but the model only "
+                         f"{logits_dim} output rows; model.resize_token_embeddings(len(tokenizer)) and save it")
+    beyond = range(vocab_size, logits_dim) if vocab_size is not None else ()
+    return logits_dim, tuple(sorted({specials.pad, specials.bos, *banned_ids, *beyond} - {specials.eos}))
+
+
+class HFPolicyFrame:
+    """A Hugging Face policy without its weights: what a rollout worker whose engine runs a model of its own
+    (``rollout.engine=vllm``) knows of the policy — its directory, config, special and banned ids, output size, and
+    the names, shapes and dtypes of its weights (:meth:`state_dict`: tensors on the ``meta`` device, no memory). The
+    engine holds the only copy of the weights there; the policy's log-probs of what it samples are computed by the
+    learners (:func:`rayseq.algos.common.behaviour_logprobs`).
+
+    Args: as :class:`HFCausalLM`'s (full fine-tuning: a LoRA policy's engine merges the adapters into base weights,
+    which only a whole policy holds), and ``dtype``: the weights' dtype (``model.dtype``)."""
+
+    lora = False
+
+    def __init__(self, path: str, specials, *, vocab_size: int | None = None, banned_ids: tuple[int, ...] = (),
+                 separator: bool = True, dtype: torch.dtype = torch.float32):
+        try:
+            from transformers import AutoConfig, AutoModelForCausalLM
+        except ImportError:
+            raise ImportError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]'") from None
+        where = Path(path).expanduser()
+        if not (where / "config.json").is_file():
+            raise blame("model.path", FileNotFoundError(
+                f"model.path={path}: no Hugging Face model there (no config.json) on this node"))
+        config = AutoConfig.from_pretrained(str(where), local_files_only=True)
+        with torch.device("meta"):  # the layout alone: parameters without storage
+            self.model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(dtype)
+        self.path, self.separator = str(path), separator
+        self.vocab_size, self.banned_ids = output_ids(self.model, path, specials, vocab_size, banned_ids)
+        self.pad_id, self.bos_id, self.eos_id = specials.pad, specials.bos, specials.eos
+
+    @classmethod
+    def from_config(cls, cfg, task) -> HFPolicyFrame:
+        """The frame of the policy :meth:`HFCausalLM.from_config` builds, in ``model.dtype``."""
+        if cfg.model.lora_r:
+            raise ValueError("model.lora_r > 0: the engine merges the adapters into the base weights, which only the "
+                             "whole policy holds (HFCausalLM)")
+        return cls(cfg.model.path, task.specials, vocab_size=len(task.vocab), banned_ids=tuple(task.banned_ids),
+                   separator=getattr(task.vocab, "separator", True), dtype=getattr(torch, cfg.model.dtype))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """:meth:`HFCausalLM.state_dict`'s names (``model.`` + the Hugging Face model's parameter names, tied weights
+        once), shapes and dtypes, on the meta device."""
+        return {f"model.{n}": p for n, p in self.model.named_parameters()}
+
+
 class HFCausalLM(nn.Module):
     """A Hugging Face causal LM with the rayseq policy interface (module docstring)."""
 
@@ -101,18 +157,10 @@ class HFCausalLM(nn.Module):
         base = model.get_base_model() if self.lora else model
         self._backbone = getattr(base, base.base_model_prefix)  # the LM without its head: last hidden states
         self._cache_kw = cache_keyword(model)
-        logits_dim = int(model.get_output_embeddings().weight.shape[0])
-        if vocab_size is not None and vocab_size > logits_dim:
-            raise ValueError(f"model.path={path}: the tokenizer has {vocab_size} tokens but the model only "
-                             f"{logits_dim} output rows; model.resize_token_embeddings(len(tokenizer)) and save it")
-        self.vocab_size = logits_dim
+        self.vocab_size, self.banned_ids = output_ids(model, path, specials, vocab_size, banned_ids)
         self.pad_id, self.bos_id, self.eos_id = specials.pad, specials.bos, specials.eos
         self.conditional = True
-        # never valid outputs: pad, the separator (unless it is also the end token, as GPT-2's <|endoftext|>), the
-        # task's banned ids, and the LM's padding rows beyond the tokenizer
-        beyond = range(vocab_size, logits_dim) if vocab_size is not None else ()
-        self.banned_ids = tuple(sorted({self.pad_id, self.bos_id, *banned_ids, *beyond} - {self.eos_id}))
-        ban = torch.zeros(logits_dim)
+        ban = torch.zeros(self.vocab_size)
         ban[list(self.banned_ids)] = float("-inf")
         self.register_buffer("logit_bias", ban, persistent=False)
         # what is trained, hence saved and published: the adapters, or every (distinct) parameter

@@ -142,7 +142,8 @@ class ChatModel:
             from rayseq.engines.vllm_engine import VLLMEngine
 
             self.engine = VLLMEngine.for_policy(self.generator, engine_kwargs=engine_kwargs)
-            self.engine.load_weights(None, 0)  # the checkpoint's weights, from the policy just loaded
+            # the checkpoint's weights, from the policy just loaded
+            self.engine.load_weights(self.generator.state_dict(), 0)
         elif engine != "builtin":
             raise ValueError(f"engine={engine!r}: one of builtin, vllm")
         self.decoding = {**NO_DEFAULTS, **task.get("decoding", _OLD_DECODING.get(task["name"], {}))}

@@ -1,7 +1,8 @@
 """GRPO trains the tiny GPT-2 on vLLM rollouts (``rollout.engine=vllm``): the reward rises; after every weights sync
 the engine's received weights are the learner's (checksum) and the run says so (``sync/engine_checksum_diff`` 0); the
-engine's log-probs are recorded beside the policy's, their mismatch reported (``rollout/logp_diff_*``,
-``rollout/engine_kl``) and corrected (``rollout/is_weight_mean``)."""
+worker holds no copy of the policy; the engine's log-probs travel with the rollout, the learner computes the policy's
+beside them, their mismatch reported (``rollout/logp_diff_*``, ``rollout/engine_kl``) and corrected
+(``rollout/is_weight_mean``)."""
 
 from __future__ import annotations
 
@@ -65,9 +66,10 @@ def test_grpo_on_vllm_rollouts_in_process(corpus, vllm_hf_dir, tmp_path):
 
 
 def test_a_bf16_policy_samples_on_a_bf16_engine(corpus, vllm_hf_dir, tmp_path):
-    """model.dtype=bfloat16: the worker's policy is a bf16 copy, and vLLM runs bf16 too (its model config's dtype,
-    not float32); every sync loads the policy's bf16 weights (checksum 0); the engine's log-probs differ from the
-    policy's by bf16 kernels' rounding only, corrected; the reward rises."""
+    """model.dtype=bfloat16: the worker's policy frame is bf16 (no weights: the engine holds them), and vLLM runs bf16
+    too (its model config's dtype, not float32); every sync loads the policy's bf16 weights (checksum 0); the
+    engine's log-probs differ from the learner's (bf16 autocast over fp32 master weights) by bf16 rounding only,
+    corrected; the reward rises."""
     import torch
 
     dtypes = []
@@ -168,3 +170,83 @@ def test_an_engine_that_cannot_reserve_its_memory_ends_the_run_at_once(ray_sessi
                                             r"rollout.engine_kwargs\)$"):
         Trainer(cfg).run()
     assert time.monotonic() - t0 < 90  # the actors' processes and vLLM's import, then at once
+
+
+def test_a_vllm_worker_holds_no_copy_of_the_policy(corpus, vllm_hf_dir, tmp_path):
+    """rollout.engine=vllm: the worker builds no Hugging Face policy (no HFCausalLM, no model weights outside the
+    engine): it keeps the policy's frame (names and shapes on the meta device), gives the weights to the engine alone,
+    and its rollouts carry the engine's log-probs with the policy's left to the learner, which computes them equal to
+    the policy's own on the same weights (within 1e-6 in float32) and the truncated importance weights beside them."""
+    import gc
+
+    import torch
+
+    from rayseq.algos.common import behaviour_logprobs
+    from rayseq.distributed.actors.learner import Learner
+    from rayseq.distributed.actors.worker import RolloutWorker
+    from rayseq.models.hf import HFCausalLM, HFPolicyFrame
+    from rayseq.types import RolloutRequest
+
+    def policies() -> set[int]:
+        gc.collect()
+        return {id(o) for o in gc.get_objects() if isinstance(o, HFCausalLM)}
+
+    cfg = vllm_config(corpus, vllm_hf_dir, "rollout.num_workers=0", run_dir=tmp_path / "run")
+    learner = Learner(cfg)
+    learner.start_stage("train")
+    before = policies()
+    worker = RolloutWorker(cfg)
+    assert not policies() - before  # the worker built none (the learner's are the ones there were)
+    assert worker.generator is None and isinstance(worker.policy, HFPolicyFrame)
+    assert all(t.device.type == "meta" for t in worker.policy.state_dict().values())
+    assert not any(isinstance(v, torch.nn.Module) and any(p.device.type != "meta" for p in v.parameters())
+                   for v in vars(worker).values())
+    with torch.no_grad():  # weights the engine's start (model.path's) do not have
+        for p in learner.state.generator.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    worker.set_weights(learner.get_weights(), 1)
+    assert worker.engine.checksum_diff == 0.0 and worker.stats()["checksum"] == pytest.approx(
+        sum(float(p.double().sum()) for p in learner.state.generator.parameters()), rel=1e-12)
+    prompts = learner.task.sample_prompts(np.random.default_rng(0), 8)
+    rollout = worker.sample(prompts, RolloutRequest(max_len=10, seed=2), score=False)
+    assert rollout.logp is None and rollout.is_weights is None and rollout.engine_logp is not None
+    behaviour_logprobs(learner.state, rollout, cfg.rollout.logp_correction, cfg.rollout.tis_cap)
+    src, src_len, tokens = (torch.from_numpy(a) for a in (rollout.src, rollout.src_len, rollout.tokens))
+    with torch.no_grad():  # the policy's own teacher-forced log-probs on the same weights
+        want = learner.state.generator.eval().logprobs(src, src_len, tokens).logp * torch.from_numpy(
+            rollout.action_mask)
+    np.testing.assert_allclose(rollout.logp, want.numpy(), rtol=0, atol=1e-6)
+    sampled = rollout.action_mask > 0  # the engine's are those up to float32 kernels' rounding, the weights near 1
+    assert np.abs(rollout.logp - rollout.engine_logp)[sampled].max() < 1e-3
+    want_w = np.where(sampled, np.minimum(np.exp(rollout.logp - rollout.engine_logp), cfg.rollout.tis_cap), 1.0)
+    np.testing.assert_allclose(rollout.is_weights, want_w, rtol=1e-6)
+
+
+def test_a_lora_worker_keeps_its_policy_and_the_learner_computes_the_log_probs(corpus, vllm_hf_dir, tmp_path):
+    """model.lora_r > 0 with vLLM: the adapters are merged into base weights on the worker, so it keeps the whole
+    policy (HFCausalLM) beside the engine; its rollouts' log-probs are still the learner's to compute."""
+    import torch
+
+    from rayseq.algos.common import behaviour_logprobs
+    from rayseq.distributed.actors.learner import Learner
+    from rayseq.distributed.actors.worker import RolloutWorker
+    from rayseq.models.hf import HFCausalLM
+    from rayseq.types import RolloutRequest
+
+    cfg = vllm_config(corpus, vllm_hf_dir, "rollout.num_workers=0", "model.lora_r=4", run_dir=tmp_path / "run")
+    learner = Learner(cfg)
+    learner.start_stage("train")
+    with torch.no_grad():  # adapters that change the model (peft starts B at 0)
+        for name, p in learner.state.generator.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    worker = RolloutWorker(cfg)
+    assert isinstance(worker.generator, HFCausalLM) and worker.policy is worker.generator
+    worker.set_weights(learner.get_weights(), 1)
+    assert worker.engine.checksum_diff < 1e-12
+    rollout = worker.sample(learner.task.sample_prompts(np.random.default_rng(0), 6),
+                            RolloutRequest(max_len=8, seed=1), score=False)
+    assert rollout.logp is None and rollout.engine_logp is not None
+    behaviour_logprobs(learner.state, rollout, "tis", cfg.rollout.tis_cap)
+    sampled = rollout.action_mask > 0
+    assert np.abs(rollout.logp - rollout.engine_logp)[sampled].max() < 1e-3  # the adapted model on both sides

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from rayseq.algos import MLE, LearnerState, make_algo
+from rayseq.algos.common import behaviour_logprobs
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
 from rayseq.checkpoint import algorithm_entries
 from rayseq.config import RunConfig, blame
@@ -228,6 +229,10 @@ class Learner:
         metrics = {"time/fetch_s": time.perf_counter() - t0,  # the shards from the object store, concatenated
                    "time/sample_s": max(sampled),  # the slowest worker's
                    "time/sample_total_s": sum(sampled)}  # every worker's: their busy time
+        if rollout.logp is None:  # an engine's samples (rollout.engine=vllm): the policy's log-probs are computed here
+            with self.strategy.compute():
+                metrics.update(behaviour_logprobs(self.state, rollout, self.cfg.rollout.logp_correction,
+                                                  self.cfg.rollout.tis_cap))
         if rollout.term_scores is not None:  # reward.*: each term, as reward/<name>
             metrics.update(self.task.reward.metrics(rollout.term_scores))
         if scores is not None:

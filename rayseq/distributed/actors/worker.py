@@ -1,7 +1,11 @@
 """RolloutWorker: samples responses with the current weights, as the request's sampler draws them (π_θ through the
 rollout engine unless the algorithm's request carries a sampler of its own: :mod:`rayseq.algos.sampling`), and scores
 them with the task reward; runs what an algorithm asks of a shard (:meth:`RolloutWorker.run_shard`, e.g.
-continuations of every prefix) with the copies the algorithm declared (``Algorithm.worker_modules``)."""
+continuations of every prefix) with the copies the algorithm declared (``Algorithm.worker_modules``).
+
+With an engine that runs a model of its own (``rollout.engine=vllm``) the worker holds no copy of the policy beside it
+(:func:`rayseq.engines.holds_policy_weights`): the weights go to the engine alone, and the rollout carries the engine's
+log-probs (``Rollout.engine_logp``) with ``Rollout.logp`` left for the learners to compute."""
 
 from __future__ import annotations
 
@@ -16,8 +20,7 @@ from rayseq.algos.sampling import POLICY, Sampled, SamplingCall
 from rayseq.config import RunConfig
 from rayseq.distributed.runtime import bundles_on_this_node, placement_group_id
 from rayseq.distributed.weights.flat import as_state_dicts
-from rayseq.engines import make_engine
-from rayseq.losses.mismatch import truncated_is_weights
+from rayseq.engines import holds_policy_weights, make_engine
 from rayseq.models import make_generator
 from rayseq.rewards.terminal import terminal_rewards
 from rayseq.seeding import set_deterministic
@@ -28,7 +31,9 @@ from rayseq.types import PromptBatch, PromptKeys, Rollout, RolloutRequest, promp
 class RolloutWorker:
     """One rollout worker (``index`` of the group); ``cfg``: the run's config. What an algorithm runs here
     (:meth:`run_shard`) reads ``cfg``, ``task``, ``device``, ``index``, ``generator`` and ``modules`` (the copies of the
-    algorithm's that have received weights)."""
+    algorithm's that have received weights). ``generator`` is None where the engine holds the only copy of the weights
+    (:func:`rayseq.engines.holds_policy_weights`); ``policy`` is the generator, or there its frame
+    (:class:`rayseq.models.hf.HFPolicyFrame`: names, shapes and special ids, no weights)."""
 
     def __init__(self, cfg: RunConfig, index: int = 0):
         self.cfg = cfg
@@ -38,10 +43,17 @@ class RolloutWorker:
         self.device = torch.device("cuda" if self.cfg.rollout.num_gpus_per_worker > 0 else "cpu")
         self.task = make_task(self.cfg.task, self.cfg.reward)
         dtype = getattr(torch, self.cfg.model.dtype)  # samples in the policy's compute precision (bf16: a bf16 copy)
-        self.generator = make_generator(self.cfg, self.task).to(self.device, dtype)
-        self.generator.eval()
+        if holds_policy_weights(self.cfg):
+            self.generator = make_generator(self.cfg, self.task).to(self.device, dtype)
+            self.generator.eval()
+            self.policy = self.generator
+        else:  # the engine's model is the only copy of the weights here
+            from rayseq.models.hf import HFPolicyFrame
+
+            self.generator = None
+            self.policy = HFPolicyFrame.from_config(self.cfg, self.task)
         # what samples (rollout.engine); vLLM's engines share their node's memory with the other workers' there
-        self.engine = make_engine(self.cfg, self.generator, self.task, self.device,
+        self.engine = make_engine(self.cfg, self.policy, self.task, self.device,
                                   engines_on_node=bundles_on_this_node(range(1, 1 + self.cfg.rollout.num_workers)))
         # what a request without a sampler of its own draws: π_θ's replies, or episodes of the run's environment
         # (env.name: the environments in this process or in actors, rayseq.distributed.env_actors)
@@ -49,7 +61,7 @@ class RolloutWorker:
         if self.cfg.env.name:
             from rayseq.distributed.env_actors import environments
 
-            self.sampler = self.task.episode_sampler(self.generator, self.engine, self.device,
+            self.sampler = self.task.episode_sampler(self.policy, self.engine, self.device,
                                                      environments(self.cfg, self.task))
         # what the algorithm keeps here (Algorithm.worker_modules), built now, not on the first weights (in-process
         # runs draw the same global random numbers before and after a resume); in ``modules`` once weights arrive
@@ -64,10 +76,14 @@ class RolloutWorker:
         return os.getpid()
 
     def stats(self) -> dict:
-        """Diagnostics: pid, weights version and loads, a checksum of the weights, the weights groups it is in."""
+        """Diagnostics: pid, weights version and loads, a checksum of the weights (Σ w: the policy's, or where the
+        engine holds the only copy, of the weights it was last given), the weights groups it is in."""
         from rayseq.distributed.weights import collective as weight_sync
 
-        checksum = float(sum(p.detach().double().sum() for p in self.generator.parameters()))
+        if self.generator is not None:
+            checksum = float(sum(p.detach().double().sum() for p in self.generator.parameters()))
+        else:
+            checksum = self.engine.policy_checksum()[0]
         return {
             "pid": os.getpid(), "version": self.version, "loads": self.loads, "checksum": checksum,
             "collective_loads": self.collective_loads, "weight_groups": weight_sync.memberships(),
@@ -89,7 +105,8 @@ class RolloutWorker:
         in-process), ``get_flat_weights()`` or a ``[ref]`` of it (fetched only when ``version`` is new here)."""
         if version != self.version:
             weights = as_state_dicts(weights)
-            self.generator.load_state_dict(weights["generator"])
+            if self.generator is not None:
+                self.generator.load_state_dict(weights["generator"])
             for name, state in weights.items():
                 if name != "generator" and state is not None:
                     self._held[name].load_state_dict(state)
@@ -108,7 +125,7 @@ class RolloutWorker:
         if self._held:
             raise ValueError(f"rollout.weight_sync=collective carries the generator alone; algo.name="
                              f"{self.cfg.algo.name} keeps {sorted(self._held)} on the workers too: use object_store")
-        state = weight_sync.receive(self.generator.state_dict(), spec, rank, bucket_bytes, first)
+        state = weight_sync.receive(self.policy.state_dict(), spec, rank, bucket_bytes, first, device=self.device)
         self.set_weights({"generator": state}, version)
         self.collective_loads += 1
 
@@ -146,40 +163,40 @@ class RolloutWorker:
         dev = self.device
         rng = None if request.seed is None else torch.Generator(device=dev).manual_seed(int(request.seed))
         src, src_len = to_torch(prompts.src, dev), to_torch(prompts.src_len, dev)
+        if request.sampler is not None and self.generator is None:
+            raise ValueError(f"algo.name={self.cfg.algo.name} samples with a sampler of its own on the worker's "
+                             f"copy of the policy, which rollout.engine={self.cfg.rollout.engine} workers do not hold; "
+                             "use rollout.engine=builtin")
         sampler = request.sampler or self.sampler
         drawn = sampler.sample(SamplingCall(
-            policy=self.generator, task=self.task, prompts=prompts, src=src, src_len=src_len, max_len=request.max_len,
+            policy=self.policy, task=self.task, prompts=prompts, src=src, src_len=src_len, max_len=request.max_len,
             temperature=request.temperature, rng=rng, engine=partial(self._engine_sample, src, src_len, request)))
         out = drawn.sample
         tokens = out.tokens.cpu().numpy()
         rows = prompts if drawn.prompts is None else drawn.prompts  # an episode's rows start from its observation
+        inexact = drawn.engine_logp is not None  # the engine's log-probs: the policy's are the learners' to compute
         rollout = Rollout(
             src=rows.src, src_len=rows.src_len, tokens=tokens, token_mask=out.token_mask.cpu().numpy(),
-            action_mask=out.action_mask.cpu().numpy(), logp=out.logp.cpu().numpy(),
+            action_mask=out.action_mask.cpu().numpy(), logp=None if inexact else out.logp.cpu().numpy(),
             rewards=np.zeros(tokens.shape, np.float32), score=np.zeros(len(tokens), np.float32),
             tgt=rows.tgt, version=self.version, key=rows.key,
             info={"worker": self.index, "pid": os.getpid(), **drawn.info}, extras=dict(drawn.extras),
         )
-        if drawn.engine_logp is not None:
-            rollout.engine_logp = drawn.engine_logp.cpu().numpy()
-            if self.cfg.rollout.logp_correction == "tis":
-                rollout.is_weights = truncated_is_weights(out.logp, drawn.engine_logp, out.action_mask,
-                                                          self.cfg.rollout.tis_cap).cpu().numpy()
+        if inexact:
+            rollout.engine_logp = drawn.engine_logp.float().cpu().numpy()
         rollout.info["sample_s"] = time.perf_counter() - t0
         return score_rollout(self.task, rollout, sampler) if score else rollout
 
     def _engine_sample(self, src: torch.Tensor, src_len: torch.Tensor, request: RolloutRequest) -> Sampled:
         """π_θ's replies to ``src`` (B, S) through the rollout engine, with the request's length, temperature and
-        seed; where the engine's log-probs are not the policy's (``engine.exact`` False), the policy's own beside
-        them (the learner's are these)."""
+        seed; where the engine's log-probs are not the policy's (``engine.exact`` False), they are returned as the
+        engine's (``engine_logp``): the learners compute the policy's
+        (:func:`rayseq.algos.common.behaviour_logprobs`)."""
         out = self.engine.generate(src, src_len, request.max_len, temperature=request.temperature, seed=request.seed)
         if self.engine.exact:
             return Sampled(out)
-        with torch.no_grad():
-            logp = self.generator.logprobs(src, src_len, out.tokens).logp * out.token_mask
-        # engine_checksum_diff: of the engine's last weights load against the policy's (0: the same weights)
-        return Sampled(out._replace(logp=logp), info={"engine_checksum_diff": self.engine.checksum_diff},
-                       engine_logp=out.logp)
+        # engine_checksum_diff: of the engine's last weights load against the weights given (0: the same weights)
+        return Sampled(out, info={"engine_checksum_diff": self.engine.checksum_diff}, engine_logp=out.logp)
 
 
 def score_rollout(task, rollout: Rollout, sampler=None) -> Rollout:

@@ -120,17 +120,19 @@ def send(state: dict, spec: GroupSpec, bucket_bytes: int) -> None:
         _broadcast(group, buf)
 
 
-def receive(like: dict, spec: GroupSpec, rank: int, bucket_bytes: int, first: bool = False) -> dict:
+def receive(like: dict, spec: GroupSpec, rank: int, bucket_bytes: int, first: bool = False,
+            device: torch.device | str | None = None) -> dict:
     """Receive the broadcast of a state dict shaped as ``like`` (member ``rank`` > 0 of ``spec``'s group), checked:
     its checksum is the sender's (a RuntimeError otherwise). ``first``: the group's first broadcast, when its members
     join; a member that has not joined at a later one is a re-created process and fails at once (joining alone would
-    wait for the others, who joined long ago)."""
+    wait for the others, who joined long ago). ``device``: where the received buffers live (None: ``like``'s; a
+    ``like`` of meta tensors, names and shapes alone, needs one)."""
     if not first and (spec.name, rank) not in _GROUPS:
         raise RuntimeError(f"not a member of {spec.name} (this worker was re-created since the group was built)")
     group = join(spec, rank)
     want = torch.zeros(2, dtype=torch.float64)
     _broadcast(group, want)
-    bufs = [torch.empty_like(b) for b in buckets(like, bucket_bytes)]
+    bufs = [torch.empty_like(b, device=device) for b in buckets(like, bucket_bytes)]
     for buf in bufs:
         _broadcast(group, buf)
     state = unpack(like, bufs)

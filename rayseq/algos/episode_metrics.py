@@ -5,7 +5,8 @@ timed out), ``episode/timeouts``, ``episode/tokens`` (after the prompt), ``episo
 limit ended it), ``episode/splits`` (new samples started where a chat template could not be shown to extend the
 prefix), ``episode/retokenization_drift`` (ids per episode that encoding the final conversation's text again would
 have changed: what training on re-tokenised text would have got wrong), ``episode/turn_reward/k`` (the mean reward
-of turn k over the episodes that reached it: the environment's per-turn rewards, k = 1, 2, ...). numpy only: the algorithms' metrics read it.
+of turn k over the episodes that reached it: the environment's per-turn rewards, k = 1, 2, ...). numpy only: the
+algorithms' metrics read it.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ and a mask of the turns it has (:func:`turn_table`); each gives an advantage A_{
 of turn k is trained with A_{i,k} (:func:`spread`). The G episodes of a group (GRPO's, RLOO's: consecutive rows) start
 from the same state (the same seed).
 
-- ``trajectory`` (default): every turn gets the episode's advantage, as for one long reply (:func:`trajectory_advantages`
-  is RLOO's; GRPO keeps its own normalisation). One number per episode: no credit for the turn that earned it.
+- ``trajectory`` (default): every turn gets the episode's advantage, as for one long reply
+  (:func:`trajectory_advantages` is RLOO's; GRPO keeps its own normalisation). One number per episode: no credit
+  for the turn that earned it.
 - ``turn_returns``: the return from turn k on, discounted over turns by γ_turn (``algo.turn_gamma``), minus a group
   baseline: the mean, over the group's other episodes that reached turn k, of their return from turn k
   (:func:`turn_group_advantages`).
@@ -219,7 +220,8 @@ def gigpo_advantages(rewards: np.ndarray, mask: np.ndarray, states: np.ndarray, 
             for k in range(K):
                 if not mask[i, k]:
                     continue
-                same = [G[j, m] for j in rows if j != i for m in range(K) if mask[j, m] and states[j, m] == states[i, k]]
+                same = [G[j, m] for j in rows if j != i for m in range(K)
+                        if mask[j, m] and states[j, m] == states[i, k]]
                 base = float(np.mean(same)) if same else fallback[i, k]
                 out[i, k] = G[i, k] - base
     return out

@@ -212,19 +212,17 @@ def gigpo_advantages(rewards: np.ndarray, mask: np.ndarray, states: np.ndarray, 
     """
     G = turn_returns(rewards, mask, gamma)
     fallback = G - turn_group_advantages(rewards, mask, group_size, gamma)  # b_{i,k} of the turn index
-    out = np.zeros_like(G)
     B, K = G.shape
-    for g0 in range(0, B, group_size):
-        rows = range(g0, g0 + group_size)
-        for i in rows:
-            for k in range(K):
-                if not mask[i, k]:
-                    continue
-                same = [G[j, m] for j in rows if j != i for m in range(K)
-                        if mask[j, m] and states[j, m] == states[i, k]]
-                base = float(np.mean(same)) if same else fallback[i, k]
-                out[i, k] = G[i, k] - base
-    return out
+    g = G.reshape(-1, group_size, K)
+    m = np.asarray(mask, np.float64).reshape(g.shape)
+    s = np.asarray(states).reshape(g.shape)
+    # match[n, i, k, j, l]: turn l of episode j (≠ i) of group n stood where turn k of episode i did
+    match = (s[:, :, :, None, None] == s[:, None, None, :, :]) * m[:, None, None, :, :]
+    match = match * (1.0 - np.eye(group_size))[None, :, None, :, None]
+    count = match.sum((3, 4))
+    total = (match * g[:, None, None, :, :]).sum((3, 4))
+    base = np.where(count > 0, total / np.maximum(count, 1), fallback.reshape(g.shape))
+    return ((g - base) * m).reshape(B, K)
 
 
 def observation_keys(src: np.ndarray, src_len: np.ndarray, tokens: np.ndarray, action_mask: np.ndarray,

@@ -72,6 +72,33 @@ def test_the_vectorised_group_baseline_is_the_plain_loops():
                                                                                                  gamma))
 
 
+def plain_gigpo(rewards, mask, states, G, gamma):
+    ret = turn_returns(rewards, mask, gamma)
+    fallback = ret - plain_turn_group(rewards, mask, G, gamma)
+    out = np.zeros_like(ret)
+    B, K = ret.shape
+    for i in range(B):
+        rows = range(i // G * G, i // G * G + G)
+        for k in range(K):
+            if mask[i, k]:
+                same = [ret[j, m] for j in rows if j != i for m in range(K)
+                        if mask[j, m] and states[j, m] == states[i, k]]
+                out[i, k] = ret[i, k] - (np.mean(same) if same else fallback[i, k])
+    return out
+
+
+def test_the_vectorised_step_groups_are_the_plain_loops():
+    rng = np.random.default_rng(1)
+    B, K, G = 16, 4, 4
+    lengths = rng.integers(1, K + 1, B)
+    mask = (np.arange(K)[None] < lengths[:, None]).astype(float)
+    rewards = rng.normal(size=(B, K)) * mask
+    states = rng.integers(0, 3, (B, K))
+    for gamma in (1.0, 0.8):
+        assert gigpo_advantages(rewards, mask, states, G, gamma) == pytest.approx(plain_gigpo(rewards, mask, states, G,
+                                                                                              gamma))
+
+
 def test_gigpo_advantages_by_hand():
     # every episode starts at A; episode 0's turn 2 and episode 2's turn 3 stand at B; episode 2's turn 2 at C
     states = np.array([[1, 2, 0], [1, 0, 0], [1, 3, 2]])

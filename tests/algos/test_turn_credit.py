@@ -61,14 +61,17 @@ def plain_turn_group(rewards, mask, G, gamma):
     return out
 
 
+def random_table(B: int, K: int, seed: int) -> tuple:
+    """(rewards, mask) of B episodes of 1..K turns, and (B, K) observation keys out of 3."""
+    rng = np.random.default_rng(seed)
+    mask = (np.arange(K)[None] < rng.integers(1, K + 1, B)[:, None]).astype(float)
+    return rng.normal(size=(B, K)) * mask, mask, rng.integers(0, 3, (B, K))
+
+
 def test_the_vectorised_group_baseline_is_the_plain_loops():
-    rng = np.random.default_rng(0)
-    B, K, G = 12, 5, 4
-    lengths = rng.integers(1, K + 1, B)
-    mask = (np.arange(K)[None] < lengths[:, None]).astype(float)
-    rewards = rng.normal(size=(B, K)) * mask
+    rewards, mask, _ = random_table(12, 5, 0)
     for gamma in (1.0, 0.7):
-        assert turn_group_advantages(rewards, mask, G, gamma) == pytest.approx(plain_turn_group(rewards, mask, G,
+        assert turn_group_advantages(rewards, mask, 4, gamma) == pytest.approx(plain_turn_group(rewards, mask, 4,
                                                                                                  gamma))
 
 
@@ -88,14 +91,9 @@ def plain_gigpo(rewards, mask, states, G, gamma):
 
 
 def test_the_vectorised_step_groups_are_the_plain_loops():
-    rng = np.random.default_rng(1)
-    B, K, G = 16, 4, 4
-    lengths = rng.integers(1, K + 1, B)
-    mask = (np.arange(K)[None] < lengths[:, None]).astype(float)
-    rewards = rng.normal(size=(B, K)) * mask
-    states = rng.integers(0, 3, (B, K))
+    rewards, mask, states = random_table(16, 4, 1)
     for gamma in (1.0, 0.8):
-        assert gigpo_advantages(rewards, mask, states, G, gamma) == pytest.approx(plain_gigpo(rewards, mask, states, G,
+        assert gigpo_advantages(rewards, mask, states, 4, gamma) == pytest.approx(plain_gigpo(rewards, mask, states, 4,
                                                                                               gamma))
 
 

@@ -105,18 +105,13 @@ def turn_table(rewards: np.ndarray, turn: np.ndarray, action_mask: np.ndarray) -
     K = max(1, int(column.max()) + 1)
     table = np.zeros((B, K))
     mask = np.zeros((B, K))
-    start = np.zeros((B, K), np.int64)
-    sampled = np.asarray(action_mask) > 0
-    for i in range(B):
-        for t in range(T - 1, -1, -1):  # backwards: the first sampled token of each turn is written last
-            c = column[i, t]
-            if c < 0:
-                continue
-            table[i, c] += float(rewards[i, t])
-            mask[i, c] = 1.0
-            if sampled[i, t]:
-                start[i, c] = t
-    return TurnTable(table, mask, column, start)
+    rows, ts = np.nonzero(real)
+    np.add.at(table, (rows, column[rows, ts]), np.asarray(rewards, np.float64)[rows, ts])
+    mask[rows, column[rows, ts]] = 1.0
+    start = np.full((B, K), T, np.int64)  # the first sampled position of each turn (T: none yet)
+    rows, ts = np.nonzero(real & (np.asarray(action_mask) > 0))
+    np.minimum.at(start, (rows, column[rows, ts]), ts)
+    return TurnTable(table, mask, column, np.where(start == T, 0, start))
 
 
 def spread(adv: np.ndarray | torch.Tensor, column: np.ndarray, action_mask: np.ndarray) -> torch.Tensor:

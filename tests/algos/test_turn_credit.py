@@ -144,6 +144,36 @@ def test_token_rows_read_as_turns_and_advantages_spread_back():
     assert keys[1, 0] == hash((9,)) and keys[1, 1] == hash((22,))
 
 
+def plain_turn_table(rewards, turn, sampled):
+    first = {i: min([t for t in turn[i] if t > 0], default=1) for i in range(len(turn))}
+    K = max(1, max(int(t) - first[i] + 1 for i in range(len(turn)) for t in turn[i] if t > 0))
+    table, mask, start = np.zeros((len(turn), K)), np.zeros((len(turn), K)), np.zeros((len(turn), K), np.int64)
+    for i in range(len(turn)):
+        seen = set()
+        for t, k in enumerate(turn[i]):
+            if k > 0:
+                c = k - first[i]
+                table[i, c] += rewards[i, t]
+                mask[i, c] = 1
+                if sampled[i, t] and c not in seen:
+                    start[i, c] = t
+                    seen.add(c)
+    return table, mask, start
+
+
+def test_the_vectorised_turn_table_is_the_plain_loops():
+    rng = np.random.default_rng(3)
+    B, T = 10, 14
+    lengths = rng.integers(1, T + 1, B)
+    turn = np.where(np.arange(T)[None] < lengths[:, None],
+                    rng.integers(1, 3, B)[:, None] + np.sort(rng.integers(0, 4, (B, T)), 1), 0)
+    sampled = (rng.random((B, T)) < 0.6) * (turn > 0)
+    rewards = rng.normal(size=(B, T)) * sampled
+    t = turn_table(rewards, turn, sampled)
+    table, mask, start = plain_turn_table(rewards, turn, sampled)
+    assert t.rewards == pytest.approx(table) and (t.mask == mask).all() and (t.start == start).all()
+
+
 def test_guess_number_warmer_colder_rewards():
     env = GuessNumber(0, 15, 4, warmer=0.1)
     env.reset(0)

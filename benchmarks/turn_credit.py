@@ -75,10 +75,12 @@ def base(args) -> list[str]:
 
 
 def variants(args) -> dict[str, list[str]]:
-    """One run label per environment and estimator: ``<env>/<estimator>``."""
+    """One run label per environment and estimator (``--estimators``): ``<env>__<estimator>``."""
     out = {}
     for env, (env_args, _, iters) in ENVS.items():
         for label, algo in ESTIMATORS.items():
+            if args.estimators and slug(label) not in args.estimators:
+                continue
             group = [f"algo.group_size={args.group}"] if "rloo" in label else []
             out[f"{env}__{slug(label)}"] = [*env_args, *algo, *group, f"train.iters={args.iters or iters}"]
     return out
@@ -193,6 +195,8 @@ def main(argv=None) -> int:
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--val-size", type=int, default=128)
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--estimators", nargs="+", choices=[slug(label) for label in ESTIMATORS],
+                   help="run only these (default: all); the report reads every run there is")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     p.add_argument("--runs", type=Path, default=REPO / "runs" / "turn_credit")
     p.add_argument("--report-only", action="store_true")

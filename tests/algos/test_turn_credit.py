@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from rayseq.algos.episode_metrics import episode_metrics
 from rayseq.algos.turn_credit import (
     gigpo_advantages,
     observation_keys,
@@ -172,6 +173,21 @@ def test_the_vectorised_turn_table_is_the_plain_loops():
     t = turn_table(rewards, turn, sampled)
     table, mask, start = plain_turn_table(rewards, turn, sampled)
     assert t.rewards == pytest.approx(table) and (t.mask == mask).all() and (t.start == start).all()
+
+
+def test_every_turns_reward_is_in_the_episode_metrics():
+    """``episode/turn_reward/k``: turn k's mean reward over the episodes that reached it, read from each episode's first
+    row (a row that continues an episode carries none)."""
+    extras = {"episode_continues": np.array([0, 0, 1, 0]), "episode_turns": np.array([2, 3, 3, 1]),
+              "episode_return": np.array([1.0, 0.5, 0.5, 0.0]),
+              "episode_turn_rewards": np.array([[0, 1, 0], [0.5, -0.5, 0.5], [0, 0, 0], [0, 0, 0]])}
+    extras.update({k: np.zeros(4) for k in ("episode_success", "episode_failed", "episode_timeout", "episode_tokens",
+                                            "episode_truncated", "episode_splits", "episode_drift")})
+    m = episode_metrics(extras)
+    assert m["episode/turn_reward/1"] == pytest.approx((0 + 0.5 + 0) / 3)
+    assert m["episode/turn_reward/2"] == pytest.approx((1 - 0.5) / 2)
+    assert m["episode/turn_reward/3"] == pytest.approx(0.5)
+    assert m["episode/return"] == pytest.approx(0.5)
 
 
 def test_guess_number_warmer_colder_rewards():

@@ -18,8 +18,8 @@ actor-critic with turn-level GAE (its turn critic), and the actor-critic with it
 for the critic: what turn-level GAE adds over the same algorithm's default). ``val/success`` on fixed episodes
 every ``--eval-every`` iterations; the table gives, per environment, the median over seeds of the episodes sampled
 until validation success first reached each target, the final test success, and whether each turn-level estimator
-beat the trajectory-level one (at the highest target either reached: the target reached by more seeds, or as many
-in fewer episodes).
+beat its control, the same algorithm's own credit (at the highest target either reached: the target reached by a
+larger share of seeds, or as large a share in fewer episodes).
 
 Run book (from the repository root)
   python benchmarks/turn_credit.py                          # 2 environments x 5 estimators x 3 seeds (results/)
@@ -64,7 +64,9 @@ ESTIMATORS = {  # label -> overrides
 def slug(label: str) -> str:
     """The run folder's name of an estimator: ``trajectory``, ``turn_gae``, ..."""
     return label.split()[0]
-REFERENCE = "trajectory (rloo)"
+# each turn-level estimator against the same algorithm's own credit
+CONTROL = {"turn_returns (rloo)": "trajectory (rloo)", "gigpo (rloo)": "trajectory (rloo)",
+           "turn_gae (actor_critic)": "token_gae (actor_critic)"}
 
 
 def base(args) -> list[str]:
@@ -105,7 +107,7 @@ def summarise(args, runs: dict) -> tuple[str, dict]:
     for env, (_, targets, iters) in ENVS.items():
         iters = args.iters or iters
         head = ["estimator", "seeds", *[f"episodes to {t:.0%} (median; seeds that reached it)" for t in targets],
-                "final val success", "test success", "beats trajectory?"]
+                "final val success", "test success", "beats its control?"]
         lines += [f"## {env} (targets: val success {', '.join(f'{t:.0%}' for t in targets)})", "",
                   "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         rows = {}
@@ -118,9 +120,8 @@ def summarise(args, runs: dict) -> tuple[str, dict]:
             for t in targets:
                 got = [x for x in (episodes_to(r, t, args.batch) for r in mine) if x is not None]
                 rows[label][t] = (statistics.median(got) if got else None, len(got))
-        ref = rows.get(REFERENCE)
         for label, r in rows.items():
-            verdict = "(reference)" if label == REFERENCE else beats(r, ref, targets)
+            verdict = beats(r, rows.get(CONTROL[label]), targets) if label in CONTROL else "(control)"
             verdicts[(env, label)] = verdict
             cells = [label, str(r["n"])]
             for t in targets:
@@ -130,8 +131,10 @@ def summarise(args, runs: dict) -> tuple[str, dict]:
             lines.append("| " + " | ".join([*cells, f"{r['final']:.3f}", f"{r['test']:.3f}", verdict]) + " |")
         lines.append("")
     budget = ", ".join(f"{e} {args.iters or it}" for e, (_, _, it) in ENVS.items())
-    lines += ["Beats trajectory: at the highest target either reached, more seeds reached it, or as many in fewer "
-              "episodes (median over the seeds that did).", "",
+    lines += ["Beats its control: against the same algorithm's own credit (RLOO's trajectory level for turn_returns "
+              "and gigpo, the actor-critic's token-level GAE for turn_gae), at the highest target either reached: a "
+              "larger share of seeds reached it, or as large a share in fewer episodes (median over the seeds that "
+              "did).", "",
               f"Budget: iterations ({budget}) of {args.batch} episodes (RLOO: groups of {args.group} from one seed; "
               f"the actor-critic: {args.batch} independent episodes), algo.lr={args.lr:g}, a Transformer of width 64 "
               f"from scratch, one token per action; val/success on {args.val_size} fixed episodes every "
@@ -144,8 +147,8 @@ def summarise(args, runs: dict) -> tuple[str, dict]:
 
 
 def beats(r: dict, ref: dict | None, targets: tuple) -> str:
-    """Whether an estimator beat the reference, at the highest target either reached: more seeds reached it, or as
-    many in fewer episodes (the median)."""
+    """Whether an estimator beat its control, at the highest target either reached: a larger share of its seeds
+    reached it, or as large a share in fewer episodes (the median)."""
     if ref is None:
         return "-"
     for t in sorted(targets, reverse=True):
@@ -153,8 +156,9 @@ def beats(r: dict, ref: dict | None, targets: tuple) -> str:
         if not n_mine and not n_theirs:
             continue
         at = f" (at {t:.0%})"
-        if n_mine != n_theirs:
-            return ("yes" if n_mine > n_theirs else "no") + at
+        share, their_share = n_mine / r["n"], n_theirs / ref["n"]
+        if share != their_share:
+            return ("yes" if share > their_share else "no") + at
         return ("tie" if mine == theirs else "yes" if mine < theirs else "no") + at
     return f"neither reached {min(targets):.0%}"
 

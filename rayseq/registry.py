@@ -77,6 +77,7 @@ MODELS: dict[str, str] = {  # model.arch: the generator (policy) class, see rays
 ENVIRONMENTS: dict[str, str] = {  # env.name: a class (or factory) taking env.kwargs, rayseq/episodes/protocol.py
     "guess_number": "rayseq.episodes.games:GuessNumber",
     "tictactoe": "rayseq.episodes.games:TicTacToe",
+    "gridworld": "rayseq.episodes.games:GridWorld",
     # the packages users already have (rayseq/episodes/adapters.py; each imported when made)
     "trl": "rayseq.episodes.adapters:TRLEnvironment",
     "reasoning_gym": "rayseq.episodes.adapters:ReasoningGym",

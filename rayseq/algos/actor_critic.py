@@ -7,7 +7,10 @@ sampled sequences with per-token rewards r_t (the task's reward on the last toke
     actor   loss = −mean_t A_t log π_θ(y_t | s_t)                          (survey Eq. 22 with A_Ψ)
     critic  loss = mean_t (V_ψ(s_t) − G_t^λ)²,  G_t^λ = A_t + V_ψ(s_t)      (TD(λ) targets; Eq. 24 with λ = 1)
 
-λ = ``algo.gae_lambda``. The first ``algo.critic_warmup`` iterations (added to ``train.iters``) train the critic
+λ = ``algo.gae_lambda``. On episodes of an environment, ``algo.turn_credit=turn_gae`` runs the same over turns: the
+critic is read at each turn's first sampled token (the state the turn starts from), trained on the turn-level
+λ-returns, and every token of turn k gets A_k (:func:`rayseq.algos.turn_credit.turn_gae_advantages`, γ =
+``algo.turn_gamma``). The first ``algo.critic_warmup`` iterations (added to ``train.iters``) train the critic
 only, with the actor fixed (Bahdanau et al. 2017 pretrain their critic this way).
 """
 
@@ -26,6 +29,14 @@ from rayseq.algos.common import (
     rollout_metrics,
     rollout_tensors,
     with_entropy,
+)
+from rayseq.algos.turn_credit import (
+    CRITIC_TURN_FIELDS,
+    check_turn_credit,
+    rollout_turn_table,
+    spread,
+    turn_gae_advantages,
+    turn_metrics,
 )
 from rayseq.losses import gae, reinforce_loss, value_loss
 from rayseq.models import Critic
@@ -85,7 +96,11 @@ def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.
 
 class ActorCritic(RolloutAlgo):
     name = "actor_critic"
-    fields = {k: BASELINE_FIELDS[k] for k in ("gamma", "normalize_advantages")} | CRITIC_FIELDS
+    fields = {k: BASELINE_FIELDS[k] for k in ("gamma", "normalize_advantages")} | CRITIC_FIELDS | CRITIC_TURN_FIELDS
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        check_turn_credit(cls, cfg)
 
     def build_modules(self, run_cfg, generator, task, device) -> dict:
         return build_critic(run_cfg, generator, device)
@@ -100,8 +115,25 @@ class ActorCritic(RolloutAlgo):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
         b, out, values, rewards = critic_pass(state, self.modules["critic"], rollout, cfg.gamma)
+        if cfg.turn_credit == "turn_gae":
+            return self.turn_update(state, rollout, iteration, b, out, values)
         adv, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
         adv = advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages)
         m = policy_step(cfg, state, out, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
         m.update(critic_step(self.modules, values, targets, b.token_mask))
         return {**rollout_metrics(rollout), **m}
+
+    def turn_update(self, state: LearnerState, rollout: Rollout, iteration: int, b, out, values) -> dict:
+        """``algo.turn_credit=turn_gae``: V(s_k) at each turn's first sampled token, GAE over the turns, A_k on every
+        token of turn k, the critic stepped towards the turn-level λ-returns."""
+        cfg, dev = self.cfg, state.device
+        table = rollout_turn_table(rollout)
+        mask = torch.as_tensor(table.mask, dtype=torch.float32, device=dev)
+        v_turn = values.gather(1, torch.from_numpy(table.start).to(dev)) * mask
+        r_turn = torch.as_tensor(table.rewards, dtype=torch.float32, device=dev)
+        adv_turn, targets = turn_gae_advantages(r_turn, v_turn, mask, cfg.turn_gamma, cfg.gae_lambda)
+        adv = spread(adv_turn, table.column, rollout.action_mask).to(dev)
+        adv = advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages)
+        m = policy_step(cfg, state, out, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
+        m.update(critic_step(self.modules, v_turn, targets, mask))
+        return {**rollout_metrics(rollout), **m, **turn_metrics(table, adv_turn.cpu().numpy())}

@@ -41,12 +41,13 @@ from rayseq.algos.loss_menu import (
     clip_policy_loss,
 )
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, minibatch_seed, ppo_update
+from rayseq.algos.turn_credit import TURN_CREDIT_FIELDS, check_turn_credit, group_turn_advantages
 from rayseq.types import Rollout, to_torch
 
 # the group algorithms' own keys: G, and DAPO's dynamic sampling (rayseq.algos.dynamic_sampling)
 GROUP_FIELDS = {"group_size": (int, Field(8, ge=2, description="GRPO / RLOO: samples per prompt, G; "
                                                                "train.batch_size must be a multiple of it.")),
-                **DYNAMIC_SAMPLING_FIELDS}
+                **DYNAMIC_SAMPLING_FIELDS, **TURN_CREDIT_FIELDS}
 
 
 def group_normalized_advantages(score: np.ndarray, group_size: int, eps: float = 1e-8) -> np.ndarray:
@@ -88,12 +89,21 @@ SCALE_FIELDS = {"scale_rewards": (Annotated[Literal[tuple(SCALE_REWARDS)], Befor
 
 
 def check_groups(cls, cfg) -> None:
-    """The run's batch holds whole groups; dynamic sampling's own limits (the loss menu's: each algorithm's
-    ``check_config``)."""
+    """The run's batch holds whole groups; dynamic sampling's own limits; credit over turns only on episodes (the
+    loss menu's: each algorithm's ``check_config``)."""
     if cfg.train.batch_size % cfg.algo.group_size:
         raise ValueError(f"train.batch_size={cfg.train.batch_size} is not a multiple of "
                          f"algo.group_size={cfg.algo.group_size} ({cls.name} samples whole groups)")
     check_dynamic_sampling(cls, cfg)
+    check_turn_credit(cls, cfg)
+    credit = cfg.algo.turn_credit
+    if credit != "trajectory" and getattr(cfg.algo, "scale_rewards", "none") != "none":
+        raise ValueError(f"algo.turn_credit={credit} has its own baseline and is not scaled (dividing by a group's std "
+                         f"biases the gradient, and a group of equal returns would divide turn advantages by ε); set "
+                         f"algo.scale_rewards=none (it is {cfg.algo.scale_rewards})")
+    if credit != "trajectory" and getattr(cfg.algo, "importance_sampling_level", "token") == "sequence":
+        raise ValueError(f"algo.importance_sampling_level=sequence (GSPO) weighs each reply by one advantage, and "
+                         f"algo.turn_credit={credit} gives one per turn; use importance_sampling_level=token")
 
 
 def group_training_step(algo, groups, step) -> dict:
@@ -123,19 +133,28 @@ class GRPO(RolloutAlgo):
     @classmethod
     def check_config(cls, cfg) -> None:
         check_groups(cls, cfg)
-        check_loss_menu(cls, cfg)
+        check_loss_menu(cls, cfg, reply_advantages=cfg.algo.turn_credit == "trajectory")
 
     def prompt_copies(self) -> int:
         return self.cfg.group_size
 
     def advantages(self, rollout: Rollout) -> torch.Tensor:
+        """(B, T): the group-normalised reward on every sampled token, or with ``algo.turn_credit`` each turn's
+        advantage on its tokens (:mod:`rayseq.algos.turn_credit`)."""
+        return self.advantages_and_metrics(rollout)[0]
+
+    def advantages_and_metrics(self, rollout: Rollout) -> tuple[torch.Tensor, dict]:
+        """:meth:`advantages` and, with ``algo.turn_credit``, its ``credit/*`` metrics."""
+        if self.cfg.turn_credit != "trajectory":
+            return group_turn_advantages(self.cfg, rollout, self.cfg.group_size)
         scale = SCALE_REWARDS[self.cfg.scale_rewards]
-        return token_advantages(scale(rollout.score, self.cfg.group_size), rollout)
+        return token_advantages(scale(rollout.score, self.cfg.group_size), rollout), {}
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
+        adv, credit = self.advantages_and_metrics(rollout)
         m = ppo_update(self.cfg, state, rollout, clip_policy_loss(self.cfg, state.max_reply_len),
-                       seed=minibatch_seed(self, iteration), given_advantages=self.advantages(rollout))
-        return {**m, **group_metrics(rollout, self.cfg.group_size)}
+                       seed=minibatch_seed(self, iteration), given_advantages=adv)
+        return {**m, **group_metrics(rollout, self.cfg.group_size), **credit}
 
 
 def group_metrics(rollout: Rollout, group_size: int) -> dict:

@@ -21,6 +21,7 @@ import torch
 from rayseq.algos.common import LearnerState, RolloutAlgo, grad_pass, optimizer_step, rollout_metrics, with_entropy
 from rayseq.algos.grpo import GROUP_FIELDS, check_groups, group_metrics, group_training_step, token_advantages
 from rayseq.algos.loss_menu import LOSS_TYPE_FIELDS, check_loss_menu, own_objective_loss
+from rayseq.algos.turn_credit import group_turn_advantages
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, to_torch
 
@@ -42,15 +43,23 @@ class RLOO(RolloutAlgo):
     @classmethod
     def check_config(cls, cfg) -> None:
         check_groups(cls, cfg)
-        check_loss_menu(cls, cfg, own_objective=True)
+        check_loss_menu(cls, cfg, own_objective=True, reply_advantages=cfg.algo.turn_credit == "trajectory")
 
     def prompt_copies(self) -> int:
         return self.cfg.group_size
 
+    def advantages_and_metrics(self, rollout: Rollout) -> tuple[torch.Tensor, dict]:
+        """(B, T): the leave-one-out advantage on every sampled token, or with ``algo.turn_credit`` each turn's on its
+        tokens (:mod:`rayseq.algos.turn_credit`) and its ``credit/*`` metrics."""
+        if self.cfg.turn_credit != "trajectory":
+            return group_turn_advantages(self.cfg, rollout, self.cfg.group_size)
+        return token_advantages(leave_one_out_advantages(rollout.score, self.cfg.group_size), rollout), {}
+
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         dev = state.device
         policy = own_objective_loss(self.cfg, reinforce_loss, state.max_reply_len)
-        adv = token_advantages(leave_one_out_advantages(rollout.score, self.cfg.group_size), rollout).to(dev)
+        adv, credit = self.advantages_and_metrics(rollout)
+        adv = adv.to(dev)
         tokens = to_torch(rollout.tokens, dev)
         out = grad_pass(state.generator, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev), tokens,
                         bool(state.entropy_coef) or policy.top_entropy_quantile < 1.0)
@@ -61,4 +70,4 @@ class RLOO(RolloutAlgo):
         loss = with_entropy(state, loss, out.logits, mask, extra, entropy=out.entropy)
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {**rollout_metrics(rollout), **group_metrics(rollout, self.cfg.group_size), "loss/policy": loss.item(),
-                "policy/advantage_mean": float(stats.advantage_mean), "policy/grad_norm": grad_norm, **extra}
+                "policy/advantage_mean": float(stats.advantage_mean), "policy/grad_norm": grad_norm, **extra, **credit}

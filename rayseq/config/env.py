@@ -19,12 +19,12 @@ class EnvConfig(Section):
     """An environment and the limits of its episodes."""
 
     name: str | None = Field(
-        None, description="The environment: a built-in (guess_number, tictactoe) or your own class as an import path "
-        "package.module:Class with reset(seed, **row) and step(action) -> (observation, reward, done, info) "
-        "(rayseq/episodes/protocol.py). None: no environment.")
+        None, description="The environment: a built-in (guess_number, tictactoe, gridworld) or your own class as an "
+        "import path package.module:Class with reset(seed, **row) and step(action) -> (observation, reward, done, "
+        "info) (rayseq/episodes/protocol.py). None: no environment.")
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of the environment's class (guess_number: lo, hi, "
-        "max_guesses; tictactoe: opponent; your class: its own).")
+        "max_guesses, warmer; tictactoe: opponent; gridworld: size, step_cost, max_steps; your class: its own).")
     max_turns: int = Field(10, ge=1, description="Actions per episode at most; then it ends (truncated).")
     max_tokens: int = Field(
         256, ge=1, description="Tokens of an episode after its first prompt at most (actions and observations); an "

@@ -220,7 +220,8 @@ def episode_rows(episodes: list[Episode]) -> list[tuple[Episode, Sample]]:
 def rollout_arrays(episodes: list[Episode], pad: int, renderer=None) -> dict[str, np.ndarray]:
     """The episodes' rows as arrays: src (N, S), src_len (N,), tokens, token_mask, action_mask, logp, rewards, turn
     (N, T), and per row the episode's figures (returns, turns, success, failure, tokens, splits, continues, and with
-    ``renderer`` the ids a re-tokenisation would change)."""
+    ``renderer`` the ids a re-tokenisation would change) and ``episode_turn_rewards`` (N, K): the reward of each of its
+    turns on the episode's first row (0 on the rows that continue it)."""
     rows = episode_rows(episodes)
     N = len(rows)
     S = max(1, max(len(s.src) for _, s in rows))
@@ -235,6 +236,7 @@ def rollout_arrays(episodes: list[Episode], pad: int, renderer=None) -> dict[str
                                                     "episode_truncated", "episode_splits", "episode_continues",
                                                     "episode_drift")}
     drift = {id(ep): ep.drift(renderer) for ep in episodes} if renderer is not None else {}
+    turn_rewards = np.zeros((N, max(1, max(len(ep.rewards) for ep in episodes))), np.float32)
     for i, (ep, s) in enumerate(rows):
         n = len(s.tokens)
         a["src"][i, : len(s.src)] = s.src
@@ -256,7 +258,9 @@ def rollout_arrays(episodes: list[Episode], pad: int, renderer=None) -> dict[str
         figures["episode_splits"][i] = len(ep.splits)
         figures["episode_continues"][i] = float(s.continues)
         figures["episode_drift"][i] = drift.get(id(ep), 0)
-    return {**a, **figures}
+        if not s.continues:  # every turn's reward, on the episode's first row
+            turn_rewards[i, : len(ep.rewards)] = ep.rewards
+    return {**a, **figures, "episode_turn_rewards": turn_rewards}
 
 
 def transcript_text(ep: Episode) -> str:

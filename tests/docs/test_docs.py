@@ -219,8 +219,8 @@ def train_commands():
 
 # What a command names that only a reader's machine has, and what stands in for it here.
 PLACEHOLDERS = {"PATH/seqgan_oracle.npz": None, "runs/<name>": None}
-NEEDS_FILES = ("my_models:", "my_algo:", "math_rewards:", "my_env:", "--resume", "models/my-", "task.init_from=",
-               "train.init_from=")
+NEEDS_FILES = ("my_models:", "my_algo:", "math_rewards:", "my_env:", "my_shaped:", "--resume", "models/my-",
+               "task.init_from=", "train.init_from=")
 
 
 def test_every_training_command_in_the_docs_is_a_valid_config(tmp_path, monkeypatch):

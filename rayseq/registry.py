@@ -61,6 +61,7 @@ ALGORITHMS: dict[str, str] = {
     "grpo": "rayseq.algos.grpo:GRPO",
     "rloo": "rayseq.algos.rloo:RLOO",
     "grpo_dynamic": "rayseq.algos.grpo_dynamic:GRPODynamic",
+    "reward_model": "rayseq.algos.reward_model:RewardModel",
 }
 TASKS: dict[str, str] = {
     "counting": "rayseq.tasks.counting:CountingTask",
@@ -68,6 +69,7 @@ TASKS: dict[str, str] = {
     "pairs": "rayseq.tasks.pairs:PairsTask",
     "chitchat": "rayseq.tasks.chitchat:ChitchatTask",
     "env": "rayseq.episodes.task:EnvTask",  # episodes of the env: section's environment (set by env.name)
+    "preferences": "rayseq.tasks.preferences:PreferencesTask",  # pairs (prompt, chosen, rejected): reward models
 }
 MODELS: dict[str, str] = {  # model.arch: the generator (policy) class, see rayseq/models/protocol.py
     "rnn": "rayseq.models.generator:Seq2SeqGRU",

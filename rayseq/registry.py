@@ -87,6 +87,9 @@ REWARDS: dict[str, str] = {
     "length": "rayseq.rewards.library:length",
     "novelty": "rayseq.rewards.library:novelty",
     "hf_classifier": "rayseq.rewards.hf_classifier:hf_classifier",  # a local Hugging Face classifier (hf extra)
+    "reward_model": "rayseq.rewards.hf_classifier:reward_model",  # a reward model's folder (num_labels=1)
+    "remote_reward": "rayseq.rewards.remote:remote_reward",  # a server speaking OpenRLHF's POST /get_reward
+    "llm_judge": "rayseq.rewards.remote:llm_judge",  # an OpenAI-compatible chat endpoint and a prompt template
 }
 REWARD_ARGS = ("prompts", "replies", "references")  # what a reward function is called with, in this order
 # algo.* keys every algorithm reads: its name, the learning rate of the algorithm stage, the gradient clip

@@ -1,10 +1,10 @@
 """``algo.name=reward_model``: a Bradley–Terry reward model trained on preference pairs (``task.name=preferences``).
 
-The model is the run's ``model.arch`` with a scalar head: r(x, y) = wᵀ h(x, y), h the model's state after it has
-read the prompt x and the whole reply y — its state at y's <eos> position (the one that predicts <eos>: for an HF
-model the last hidden layer at y's last token, what ``AutoModelForSequenceClassification`` reads). The head has
-no bias, as a sequence-classification head of transformers has none: the loss reads differences, and the centring
-term (``algo.center_rewards_coefficient``) fixes the offset. Each iteration draws ``train.batch_size`` pairs and
+The model is the run's ``model.arch`` with a scalar head (:mod:`rayseq.models.reward_head`): r(x, y) = wᵀ h(x, y),
+h the model's state after it has read the prompt x and the whole reply y (for an HF model the last hidden layer at
+y's last token, what ``AutoModelForSequenceClassification`` reads). The head has no bias, as a transformers
+classifier head has none: the loss reads differences, and the centring term (``algo.center_rewards_coefficient``)
+fixes the offset. Each iteration draws ``train.batch_size`` pairs and
 takes one step of
 
     L = −(1/B) Σ_i log σ(r(x_i, y⁺_i) − r(x_i, y⁻_i) − m_i)  +  c · (1/B) Σ_i (r⁺_i + r⁻_i)²
@@ -34,28 +34,18 @@ from torch import nn
 
 from rayseq.algos.common import Algorithm, apply_gradients
 from rayseq.losses.preference import bradley_terry_loss
+from rayseq.models.reward_head import reward_head, sequence_rewards
 from rayseq.types import PreferenceBatch, to_torch
 
 EVAL_ROWS = 64  # pairs per pass of an evaluation
 
 
-def reply_states(policy, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """(B, T, H) the policy's states at each reply position (the state that predicts token t has read y_<t): its
-    ``reply_states`` when it has one (an HF policy: the last hidden layer, without the LM head), else its
-    ``logprobs``' states."""
-    own = getattr(policy, "reply_states", None)
-    if own is not None:
-        return own(src, src_len, tokens)
-    return policy.logprobs(src, src_len, tokens).states
-
-
 def pair_rewards(policy, head: nn.Module, batch: PreferenceBatch, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(r⁺ (B,), r⁻ (B,)): the head on each reply's state at its <eos>, chosen and rejected in one pass."""
+    """(r⁺ (B,), r⁻ (B,)): the head on each reply's state at its <eos>, chosen and rejected in one pass of 2B rows."""
     src, src_len = to_torch(batch.src, device), to_torch(batch.src_len, device)
     tokens = torch.cat([to_torch(batch.chosen, device), to_torch(batch.rejected, device)])
     ends = torch.cat([to_torch(batch.chosen_len, device), to_torch(batch.rejected_len, device)])
-    states = reply_states(policy, src.repeat(2, 1), src_len.repeat(2), tokens)  # (2B, T, H)
-    r = head(states[torch.arange(len(ends), device=device), ends].float()).squeeze(-1)
+    r = sequence_rewards(policy, head, src.repeat(2, 1), src_len.repeat(2), tokens, ends)
     return r[: len(src)], r[len(src) :]
 
 
@@ -88,8 +78,7 @@ class RewardModel(Algorithm):
                              "train.pretrain_iters=0")
 
     def build_modules(self, run_cfg, generator, task, device) -> dict:
-        head = nn.Linear(generator.state_dim, 1, bias=False).to(device)
-        nn.init.normal_(head.weight, std=1.0 / (generator.state_dim + 1) ** 0.5)  # as transformers' score head
+        head = reward_head(generator.state_dim).to(device)
         return {"rm_head": head, "head_opt": torch.optim.Adam(head.parameters(), lr=run_cfg.algo.lr)}
 
     def config_lrs(self, run_cfg) -> dict:

@@ -42,6 +42,8 @@ class PreferenceRow:
 
 def _records(path: Path) -> list[tuple[str, dict]]:
     """(where, row) of every row of the source ``path`` (module docstring), by its suffix or, a folder, datasets'."""
+    if not path.exists():
+        raise DataError(f"{path}: no such file or folder")
     if path.is_dir():
         table = _read_table("hf", path)
     elif path.suffix == ".jsonl":
@@ -58,8 +60,6 @@ def _records(path: Path) -> list[tuple[str, dict]]:
         return out
     elif path.suffix in (".parquet", ".csv"):
         table = _read_table(path.suffix[1:], path)
-    elif not path.exists():
-        raise DataError(f"{path}: no such file or folder")
     else:
         raise DataError(f"{path}: not a .jsonl, .parquet or .csv file or a datasets folder")
     return [(f"{path}: row {i + 1}", obj) for i, obj in enumerate(table.to_pylist())]
@@ -112,7 +112,8 @@ def _row(where: str, obj: dict) -> PreferenceRow:
         n = _common_prefix(c, r)
         if n == 0:
             raise DataError(f"{where}: no prompt field and chosen and rejected share no first word")
-        prompt, chosen, rejected = " ".join(c[:n]), " ".join(c[n:]), " ".join(r[n:])
+        # the replies keep the space that joined them to the prompt: prompt + reply is the row's text
+        prompt, chosen, rejected = " ".join(c[:n]), " " + " ".join(c[n:]), " " + " ".join(r[n:])
     return PreferenceRow(prompt, chosen, rejected, float(margin))
 
 

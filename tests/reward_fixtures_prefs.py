@@ -1,0 +1,40 @@
+"""Synthetic preference data for the reward-model tests: a reply with a pleasant word is preferred to one with an
+unpleasant word, whatever the prompt and the filler; the filler's length is drawn independently, so "the longer
+reply wins" is near chance."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+PROMPTS = ["how was your day", "what do you think of the movie", "tell me about the food", "how is the weather",
+           "did you like the book", "how was the trip", "what about the new job", "how is your family"]
+GOOD = ["great", "wonderful", "lovely", "excellent", "fantastic"]
+BAD = ["awful", "terrible", "boring", "horrible", "dreadful"]
+FILLER = ["it was", "honestly it was", "i think it was", "well it was really", "it was quite"]
+
+
+def preference_rows(n: int = 300, seed: int = 0) -> list[dict]:
+    """``n`` standard rows {prompt, chosen, rejected}."""
+    rng = random.Random(seed)
+    return [{"prompt": rng.choice(PROMPTS), "chosen": f" {rng.choice(FILLER)} {rng.choice(GOOD)}",
+             "rejected": f" {rng.choice(FILLER)} {rng.choice(BAD)}"} for _ in range(n)]
+
+
+def conversational(rows: list[dict]) -> list[dict]:
+    """The rows in TRL's conversational format with an implicit prompt (the user's message in both lists)."""
+    return [{"chosen": [{"role": "user", "content": r["prompt"]},
+                        {"role": "assistant", "content": r["chosen"].strip()}],
+             "rejected": [{"role": "user", "content": r["prompt"]},
+                          {"role": "assistant", "content": r["rejected"].strip()}]} for r in rows]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def words() -> tuple[str, ...]:
+    """Every line the data can hold, for a tiny tokenizer to learn."""
+    return tuple(PROMPTS + [f"{f} {w}" for f in FILLER for w in GOOD + BAD])

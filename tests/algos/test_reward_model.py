@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from rayseq.config import ConfigError, build_config
@@ -36,9 +37,9 @@ def test_builtin_reward_model_learns_and_keeps_its_best(prefs, tmp_path, arch):
     assert end["test/margin"] > start["test/margin"] and end["test/loss"] < start["test/loss"]
     best = json.loads((tmp_path / "best" / "best.json").read_text())
     assert best["metric"] == "val/accuracy" and best["value"] >= end["val/accuracy"] - 1e-9
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] \
-        if (tmp_path / "metrics.jsonl").exists() else []
-    assert not rows or any("loss/preference" in r for r in rows)
+    logged = pq.read_table(tmp_path / "metrics.parquet").to_pydict()
+    losses = [x for x in logged["loss/preference"] if x is not None]
+    assert len(losses) == 40 and np.mean(losses[-10:]) < np.mean(losses[:10])
 
 
 def test_config_errors(prefs):

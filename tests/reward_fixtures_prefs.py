@@ -8,8 +8,9 @@ import json
 import random
 from pathlib import Path
 
-PROMPTS = ["how was your day", "what do you think of the movie", "tell me about the food", "how is the weather",
-           "did you like the book", "how was the trip", "what about the new job", "how is your family"]
+QUESTIONS = ["how was the", "what do you think of the", "tell me about the", "did you like the"]
+TOPICS = ["movie", "food", "weather", "book", "trip", "job", "party", "game"]
+PROMPTS = [f"{q} {t}" for q in QUESTIONS for t in TOPICS]
 GOOD = ["great", "wonderful", "lovely", "excellent", "fantastic"]
 BAD = ["awful", "terrible", "boring", "horrible", "dreadful"]
 FILLER = ["it was", "honestly it was", "i think it was", "well it was really", "it was quite"]
@@ -38,3 +39,16 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 def words() -> tuple[str, ...]:
     """Every line the data can hold, for a tiny tokenizer to learn."""
     return tuple(PROMPTS + [f"{f} {w}" for f in FILLER for w in GOOD + BAD])
+
+
+def gold(prompts, replies, references):
+    """The gold reward the synthetic preferences were drawn from, computed exactly: pleasant words minus unpleasant
+    ones in the reply (``reward.terms`` entry ``tests.reward_fixtures_prefs:gold``)."""
+    good, bad = set(GOOD), set(BAD)
+    return [float(sum(w in good for w in r.split()) - sum(w in bad for w in r.split())) for r in replies]
+
+
+def policy_rows(rows: list[dict]) -> list[dict]:
+    """(prompt, reply) rows for a policy's MLE pretraining: every chosen and every rejected reply, so the pretrained
+    policy says pleasant and unpleasant things alike."""
+    return [{"prompt": r["prompt"], "reply": r[k].strip()} for r in rows for k in ("chosen", "rejected")]

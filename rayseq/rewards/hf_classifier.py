@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from rayseq.data.hf_files import context_length
+from rayseq.rewards.trained import is_reward_checkpoint, is_run, scorer_of
 
 _LOADED: dict[tuple[str, str], tuple] = {}  # (path, device) -> (tokenizer, model), one per process
 
@@ -122,8 +123,12 @@ def reward_model(prompts: list[str], replies: list[str], references: list[list[s
     reward model) on the ids of each prompt followed by those of its reply, as it was trained (the tokenizer's
     ids of the two texts, concatenated: not a sentence pair with separators). The last ``max_length`` ids are read
     (default: the model's positions). Runs where configured rewards run: the scorer actors, ``batch_size`` replies a
-    pass."""
+    pass. ``path`` may also be an ``algo.name=reward_model`` run (its newest checkpoint; any ``model.arch``, the
+    built-in ones included): :class:`rayseq.rewards.trained.RewardModelScorer` scores it."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if is_run(path):
+        return np.asarray(scorer_of(path, device).score([p + r for p, r in zip(prompts, replies)], list(prompts)),
+                          dtype=np.float64)
     tok, model = _load(path, device)
     if model.config.num_labels != 1:
         raise ValueError(f"reward_model: the model in {path} has {model.config.num_labels} outputs; a reward model "
@@ -144,6 +149,10 @@ def reward_model(prompts: list[str], replies: list[str], references: list[list[s
 
 
 def _check_reward_model(path: str, batch_size: int = 64, max_length: int | None = None) -> None:
+    if is_run(path):
+        if not is_reward_checkpoint(path):
+            raise ValueError(f"path={path}: a run that is not a reward model's (algo.name=reward_model)")
+        return
     _check(path, batch_size=batch_size, max_length=max_length)
 
 

@@ -93,3 +93,32 @@ def test_two_learners_make_the_update_of_one(ray_session, prefs):
     assert_same_tensors(s1["generator"], s2["generator"], "generator")
     assert_same_tensors(s1["algo"]["rm_head"], s2["algo"]["rm_head"], "rm_head")
     assert one.evaluate("val")[0] == pytest.approx(group.evaluate("val")[0], rel=1e-4)
+
+
+@pytest.mark.e2e
+def test_reward_model_as_a_reward_term_raises_the_gold_reward(prefs, tmp_path):
+    """A built-in reward model trained on the preferences, as reward.terms' first term (weight 1), beside the gold
+    reward the preferences came from (weight 0: logged, not optimised): REINFORCE on the RM's reward moves a policy
+    that said pleasant and unpleasant things alike to pleasant ones, as the gold reward measures."""
+    from rayseq.data.preparation import PrepareOptions, prepare
+    from tests.reward_fixtures_prefs import policy_rows
+
+    rm_run = tmp_path / "rm"
+    Trainer(build_config(None, [*RM, f"task.data={prefs}", "train.iters=40", "train.eval_every=40",
+                                f"run_dir={rm_run}"])).run()
+    data = tmp_path / "policy-data"
+    prepare(f"jsonl:{write_jsonl(tmp_path / 'policy.jsonl', policy_rows(preference_rows(300, seed=1)))}", data,
+            PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.1, seed=0))
+    terms = (f"reward.terms=[{{fn: reward_model, kwargs: {{path: '{rm_run}'}}, name: rm}}, "
+             "{fn: 'tests.reward_fixtures_prefs:gold', weight: 0.0, name: gold}]")
+    Trainer(build_config(None, [
+        "task.name=pairs", f"task.data={data}", "task.test_size=100", "task.val_size=50", "model.emb_dim=16",
+        "model.hidden_dim=32", "algo.name=reinforce", "algo.lr=0.003", "train.pretrain_iters=60",
+        "train.pretrain_batch_size=32", "train.pretrain_lr=0.01", "train.iters=40", "train.batch_size=32",
+        "train.eval_every=40", "rollout.num_workers=0", "progress=false", terms, f"run_dir={tmp_path / 'rl'}"])).run()
+    logged = pq.read_table(tmp_path / "rl" / "metrics.parquet").to_pydict()
+    gold = [g for s, g in zip(logged["stage"], logged["reward/gold"]) if s == "train" and g is not None]
+    rm = [r for s, r in zip(logged["stage"], logged["reward/rm"]) if s == "train" and r is not None]
+    assert len(gold) == 40
+    assert np.mean(gold[-10:]) > np.mean(gold[:10]) + 0.5  # the gold reward rose (from about 0 to about 1)
+    assert np.mean(rm[-10:]) > np.mean(rm[:10])

@@ -15,7 +15,7 @@ from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.export import main as export_main
 from rayseq.rewards.hf_classifier import reward_model
-from rayseq.serving.reward import InputError, RewardModelScorer
+from rayseq.rewards.trained import InputError, RewardModelScorer
 from tests.reward_fixtures_prefs import conversational, preference_rows, words, write_jsonl
 
 RM = ["task.name=preferences", "algo.name=reward_model", "train.pretrain_iters=0", "rollout.num_workers=0",

@@ -15,7 +15,7 @@ import pytest
 from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.rewards.remote import judge_score, llm_judge, remote_reward
-from rayseq.serving.reward import RewardModelScorer
+from rayseq.rewards.trained import RewardModelScorer
 from tests.reward_fixtures_prefs import preference_rows, words, write_jsonl
 from tests.serving_helpers import start_serve, train_counting_checkpoint
 

@@ -1,17 +1,22 @@
 """A reward model (``algo.name=reward_model``) loaded read-only from its run, scoring text: what ``POST /get_reward``
-answers (:mod:`rayseq.serving.app`), in OpenRLHF's shape (``{"query": [...]}`` → ``{"rewards": [...]}``).
+answers (:mod:`rayseq.serving.app`, OpenRLHF's shape ``{"query": [...]}`` → ``{"rewards": [...]}``) and what
+``reward.fn=reward_model`` with ``path=RUN`` computes (on the scorer actors: any ``model.arch``, the built-in ones
+included).
 
 A query is the prompt followed by the reply, as one text. The model was trained on the ids of the prompt followed
 by those of the reply; with ``prompts`` in the request (OpenRLHF's remote reward sends them), a query that starts
 with its prompt is split there and each part encoded, so the ids are those of training. Without it, an HF reward
 model encodes the whole query (a causal LM's last hidden state reads the same ids wherever the prompt ends); a
 built-in one (an encoder and a decoder) needs the prompts, and a request without them is refused.
+
+Math layer: torch; never Ray.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -35,6 +40,23 @@ def is_reward_checkpoint(checkpoint: str | os.PathLike) -> bool:
     """Whether the run (or checkpoint file) holds a reward model."""
     _, ck = load_latest(checkpoint, training_state=False)
     return ck["config"]["algo"]["name"] == "reward_model"
+
+
+def is_run(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a rayseq run directory or checkpoint file (not a Hugging Face folder)."""
+    p = Path(path).expanduser()
+    return p.is_file() or (p / "checkpoints").is_dir() or (p / "summary.json").is_file()
+
+
+_LOADED: dict[tuple[str, str], RewardModelScorer] = {}  # (run, device) -> its scorer, one per process
+
+
+def scorer_of(run: str | os.PathLike, device: str) -> RewardModelScorer:
+    """The reward model of ``run`` on ``device``, loaded once per process."""
+    key = (str(Path(run).expanduser().absolute()), device)
+    if key not in _LOADED:
+        _LOADED[key] = RewardModelScorer(key[0], device)
+    return _LOADED[key]
 
 
 class RewardModelScorer:

@@ -8,11 +8,12 @@ import json
 import random
 from pathlib import Path
 
+from examples.preferences.gold import PLEASANT, UNPLEASANT, gold  # noqa: F401 (the gold reward: reward.terms' entry)
+
 QUESTIONS = ["how was the", "what do you think of the", "tell me about the", "did you like the"]
 TOPICS = ["movie", "food", "weather", "book", "trip", "job", "party", "game"]
 PROMPTS = [f"{q} {t}" for q in QUESTIONS for t in TOPICS]
-GOOD = ["great", "wonderful", "lovely", "excellent", "fantastic"]
-BAD = ["awful", "terrible", "boring", "horrible", "dreadful"]
+GOOD, BAD = sorted(PLEASANT), sorted(UNPLEASANT)
 FILLER = ["it was", "honestly it was", "i think it was", "well it was really", "it was quite"]
 
 
@@ -41,11 +42,6 @@ def words() -> tuple[str, ...]:
     return tuple(PROMPTS + [f"{f} {w}" for f in FILLER for w in GOOD + BAD])
 
 
-def gold(prompts, replies, references):
-    """The gold reward the synthetic preferences were drawn from, computed exactly: pleasant words minus unpleasant
-    ones in the reply (``reward.terms`` entry ``tests.reward_fixtures_prefs:gold``)."""
-    good, bad = set(GOOD), set(BAD)
-    return [float(sum(w in good for w in r.split()) - sum(w in bad for w in r.split())) for r in replies]
 
 
 def policy_rows(rows: list[dict]) -> list[dict]:

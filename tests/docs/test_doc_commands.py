@@ -22,7 +22,8 @@ RUN_PAGES = {"docs/getting-started.md": (), "docs/guides/failures.md": (), "docs
 # the README and the guides whose commands are a few short runs (test_doc_commands_guides.py)
 GUIDE_PAGES = {"README.md": (), "docs/guides/own-data.md": (), "docs/guides/environments.md": (),
                "docs/guides/transformer.md": ()}
-HF_PAGES = {"docs/guides/hf-policies.md": ("transformers",), "docs/guides/trl.md": ("transformers",)}
+HF_PAGES = {"docs/guides/hf-policies.md": ("transformers",), "docs/guides/trl.md": ("transformers",),
+            "docs/guides/reward-models.md": ("transformers",)}
 # the algorithm pages: one training command each, or a few, in one process; those on the chitchat data (which they
 # prepare first) run in test_doc_commands_chitchat.py, the others in test_doc_commands_algos.py (two modules, so
 # that pytest -n 2 --dist loadscope runs them side by side)

@@ -96,10 +96,16 @@ def test_two_learners_make_the_update_of_one(ray_session, prefs):
 
 
 @pytest.mark.e2e
-def test_reward_model_as_a_reward_term_raises_the_gold_reward(prefs, tmp_path):
+@pytest.mark.parametrize("where", ["in-process", pytest.param("scorer actors", marks=pytest.mark.ray)])
+def test_reward_model_as_a_reward_term_raises_the_gold_reward(prefs, tmp_path, where, request):
     """A built-in reward model trained on the preferences, as reward.terms' first term (weight 1), beside the gold
     reward the preferences came from (weight 0: logged, not optimised): REINFORCE on the RM's reward moves a policy
-    that said pleasant and unpleasant things alike to pleasant ones, as the gold reward measures."""
+    that said pleasant and unpleasant things alike to pleasant ones, as the gold reward measures. ``scorer actors``:
+    the rewards computed on a ScorerActor, 8 replies a call (reward.batch_size)."""
+    actors = ()
+    if where == "scorer actors":
+        request.getfixturevalue("ray_session")
+        actors = ("rollout.num_workers=1", "scorer.num_scorers=1", "reward.batch_size=8")
     from rayseq.data.preparation import PrepareOptions, prepare
     from tests.reward_fixtures_prefs import policy_rows
 
@@ -115,7 +121,8 @@ def test_reward_model_as_a_reward_term_raises_the_gold_reward(prefs, tmp_path):
         "task.name=pairs", f"task.data={data}", "task.test_size=100", "task.val_size=50", "model.emb_dim=16",
         "model.hidden_dim=32", "algo.name=reinforce", "algo.lr=0.003", "train.pretrain_iters=60",
         "train.pretrain_batch_size=32", "train.pretrain_lr=0.01", "train.iters=40", "train.batch_size=32",
-        "train.eval_every=40", "rollout.num_workers=0", "progress=false", terms, f"run_dir={tmp_path / 'rl'}"])).run()
+        "train.eval_every=40", "rollout.num_workers=0", "progress=false", terms, *actors,
+        f"run_dir={tmp_path / 'rl'}"])).run()
     logged = pq.read_table(tmp_path / "rl" / "metrics.parquet").to_pydict()
     gold = [g for s, g in zip(logged["stage"], logged["reward/gold"]) if s == "train" and g is not None]
     rm = [r for s, r in zip(logged["stage"], logged["reward/rm"]) if s == "train" and r is not None]

@@ -65,12 +65,13 @@ class RewardModel(Algorithm):
         "use_margin": (bool, Field(
             True, description="Subtract the data's margin column m from r⁺ − r⁻ (0 where a row has none).")),
     }
+    own_task = "preferences"
     progress_metrics = {"loss/preference": "loss", "rm/accuracy": "acc"}
     carried = ()
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        if cfg.task.name != "preferences":
+        if cfg.task.name != cls.own_task:
             raise ValueError(f"algo.name=reward_model trains on preference pairs: set task.name=preferences (not "
                              f"{cfg.task.name})")
         if cfg.train.pretrain_iters:

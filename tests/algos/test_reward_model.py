@@ -70,7 +70,10 @@ def test_task_encodes_pairs_with_eos_and_margins(tmp_path):
 
 
 @pytest.mark.ray
-def test_two_learners_make_the_update_of_one(ray_session, prefs):
+@pytest.mark.parametrize("strategy", ["replicated", "fsdp"])
+def test_two_learners_make_the_update_of_one(ray_session, prefs, strategy):
+    """Replicated (each rank its half of the pairs, the gradients summed) or sharded (FSDP2: the model and the head
+    sharded over the ranks): the update and the evaluation of one learner."""
     from rayseq.config import RunConfig, config_to_dict
     from rayseq.distributed.actors.learner import Learner
     from rayseq.distributed.groups import LearnerGroup
@@ -78,20 +81,24 @@ def test_two_learners_make_the_update_of_one(ray_session, prefs):
     from tests.distributed.test_learner_group import assert_same_metrics, assert_same_tensors
 
     cfg = build_config(None, [*RM, f"task.data={prefs}", "learner.num_learners=2", "train.batch_size=15",
-                              "rollout.num_workers=1",
+                              "rollout.num_workers=1", f"learner.strategy={strategy}",
                               "algo.center_rewards_coefficient=0.1", "algo.max_grad_norm=0.5"])
     group = LearnerGroup(cfg, manager=ActorManager(ray_session, None), actor_options=[{"num_cpus": 0.5}] * 2)
     d = config_to_dict(cfg)
-    one = Learner(RunConfig.model_validate({**d, "learner": {**d["learner"], "num_learners": 1}}))
+    one = Learner(RunConfig.model_validate({**d, "learner": {**d["learner"], "num_learners": 1,
+                                                             "strategy": "replicated"}}))
     for learner in (one, group):
         learner.start_stage("train")
     batch = one.task.sample_preferences(np.random.default_rng(0), 15)  # ranks 8 + 7 pairs
     for it in range(2):
         m1, m2 = one.update(batch, it), group.update_batch(batch, it)
         assert_same_metrics(m1, m2, ["loss/preference", "rm/accuracy", "rm/margin", "policy/grad_norm"])
-    s1, s2 = one.state_dict(), group.state_dict()
-    assert_same_tensors(s1["generator"], s2["generator"], "generator")
-    assert_same_tensors(s1["algo"]["rm_head"], s2["algo"]["rm_head"], "rm_head")
+    if strategy == "fsdp":  # the whole weights and Adam moments, gathered from the ranks' halves
+        assert_same_tensors(one.whole_state(), group.whole_state(), "state")
+    else:
+        s1, s2 = one.state_dict(), group.state_dict()
+        assert_same_tensors(s1["generator"], s2["generator"], "generator")
+        assert_same_tensors(s1["algo"]["rm_head"], s2["algo"]["rm_head"], "rm_head")
     assert one.evaluate("val")[0] == pytest.approx(group.evaluate("val")[0], rel=1e-4)
 
 

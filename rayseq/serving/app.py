@@ -3,7 +3,7 @@
 Routes: ``POST /v1/chat``, ``POST /v1/chat/completions`` (OpenAI's shape, ``stream`` with server-sent
 events), ``GET /v1/models``, ``GET /healthz``, ``GET /docs`` (OpenAPI), ``GET /`` (a chat page); a reward model's
 checkpoint (``algo.name=reward_model``) answers ``POST /get_reward`` (OpenRLHF's ``{"query": [...]}`` →
-``{"rewards": [...]}``, :mod:`rayseq.rewards.trained`) instead of the chat routes.
+``{"rewards": [...]}``, :class:`rayseq.models.reward_head.RewardModelScorer`) instead of the chat routes.
 
 Build it with :func:`build_app` — from ``RAYSEQ_CHECKPOINT=runs/x serve run serve/chatbot.yaml``, ``serve run
 rayseq.serving.app:build_app checkpoint=runs/x``, or ``python -m rayseq.serve --checkpoint runs/x``.
@@ -140,12 +140,13 @@ class ChatDeployment:
                  torch_threads: int = 1, engine: str = "builtin", engine_kwargs: dict | None = None):
         import torch
 
-        from rayseq.rewards.trained import RewardModelScorer, is_reward_checkpoint
+        from rayseq.data.hf_text import encode_all, spec_vocab
+        from rayseq.models.reward_head import RewardModelScorer, is_reward_checkpoint
         from rayseq.serving.model import ChatModel
 
         torch.set_num_threads(torch_threads)
         self.rewarding = is_reward_checkpoint(checkpoint)  # a reward model: /get_reward instead of chat
-        self.model = (RewardModelScorer(checkpoint, device=device) if self.rewarding else
+        self.model = (RewardModelScorer(checkpoint, spec_vocab, encode_all, device) if self.rewarding else
                       ChatModel(checkpoint, device=device, engine=engine, engine_kwargs=engine_kwargs))
         self.batching = batching
         self.api_key = api_key or os.environ.get(API_KEY_ENV) or None
@@ -174,7 +175,7 @@ class ChatDeployment:
 
     def _score_all(self, requests) -> list:
         """Each request's rewards, or the InputError that refuses it (the others still get theirs)."""
-        from rayseq.rewards.trained import InputError
+        from rayseq.models.reward_head import InputError
 
         flat_q, flat_p, spans = [], [], []
         for queries, prompts in requests:

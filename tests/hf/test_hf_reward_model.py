@@ -15,7 +15,8 @@ from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.export import main as export_main
 from rayseq.rewards.hf_classifier import reward_model
-from rayseq.rewards.trained import InputError, RewardModelScorer
+from rayseq.models.reward_head import InputError
+from rayseq.rewards.trained import load_scorer
 from tests.reward_fixtures_prefs import conversational, preference_rows, words, write_jsonl
 
 RM = ["task.name=preferences", "algo.name=reward_model", "train.pretrain_iters=0", "rollout.num_workers=0",
@@ -73,7 +74,7 @@ def test_trains_exports_and_scores(rm_hf_dir, tmp_path, fmt, lora):
     assert (got[:20] > got[20:]).mean() >= 0.9  # transformers scores chosen above rejected
     # the run's own model (as /get_reward serves it) gives the same numbers, and so does reward.fn=reward_model,
     # batched with padding
-    scorer = RewardModelScorer(tmp_path / "run" / "best")
+    scorer = load_scorer(tmp_path / "run" / "best")
     torch.testing.assert_close(torch.tensor(scorer.score([p + r for p, r in zip(prompts * 2, replies)],
                                                          prompts * 2)), torch.tensor(got).float(),
                                atol=1e-4, rtol=1e-4)
@@ -93,7 +94,7 @@ def test_reward_model_function_errors(classifier_dir, tmp_path):
 def test_scorer_refuses_what_it_cannot_score(rm_hf_dir, tmp_path):
     data = write_jsonl(tmp_path / "prefs.jsonl", preference_rows(40))
     train(data, rm_hf_dir, tmp_path / "run", "train.iters=1", "train.eval_every=1")
-    scorer = RewardModelScorer(tmp_path / "run")
+    scorer = load_scorer(tmp_path / "run")
     with pytest.raises(InputError, match="no tokens"):
         scorer.score([""])
     with pytest.raises(InputError, match="prompts has 1 items for 2"):

@@ -15,7 +15,7 @@ import pytest
 from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.rewards.remote import judge_score, llm_judge, remote_reward
-from rayseq.rewards.trained import RewardModelScorer
+from rayseq.rewards.trained import load_scorer
 from tests.reward_fixtures_prefs import preference_rows, words, write_jsonl
 from tests.serving_helpers import start_serve, train_counting_checkpoint
 
@@ -51,7 +51,7 @@ def test_get_reward_answers_as_the_model(base_url, rm_run):
     rows = preference_rows(8, seed=5)
     queries = [r["prompt"] + r["chosen"] for r in rows] + [r["prompt"] + r["rejected"] for r in rows]
     prompts = [r["prompt"] for r in rows] * 2
-    want = RewardModelScorer(rm_run).score(queries, prompts)
+    want = load_scorer(rm_run).score(queries, prompts)
     for route in ("/rm", "/rm1"):
         r = httpx.post(f"{base_url}{route}/get_reward", json={"query": queries, "prompts": prompts}, timeout=60)
         assert r.status_code == 200, r.text

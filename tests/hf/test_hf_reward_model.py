@@ -14,8 +14,8 @@ import torch
 from rayseq.config import build_config
 from rayseq.distributed.driver import Trainer
 from rayseq.export import main as export_main
-from rayseq.rewards.hf_classifier import reward_model
 from rayseq.models.reward_head import InputError
+from rayseq.rewards.hf_classifier import reward_model
 from rayseq.rewards.trained import load_scorer
 from tests.reward_fixtures_prefs import conversational, preference_rows, words, write_jsonl
 

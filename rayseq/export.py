@@ -18,6 +18,10 @@ The built-in GRU / Transformer: ``model.safetensors`` (the generator's weights),
 config, the task spec and what produced the weights: ``format`` rayseq-export-v1) and ``vocab.json`` (the
 vocabulary and tokenizer settings); ``python -m rayseq.serve --checkpoint DIR`` serves it.
 
+A reward model (``algo.name=reward_model``) on an HF policy: a folder ``AutoModelForSequenceClassification`` loads
+(``num_labels=1``), which scores ``prompt reply`` as it was trained (TRL's ``GRPOTrainer(reward_funcs=DIR)`` takes
+it); on a built-in model the run itself is the reward (``reward.fn=reward_model``, kwargs ``path=RUN``).
+
 The output folder is written into a temporary folder beside it and renamed into place; a non-empty one is an
 error without ``--overwrite``. Exit code 2 and one line on a bad checkpoint or output.
 """
@@ -94,13 +98,76 @@ def export_builtin(generator, ck: dict, out: Path) -> None:
     (out / "vocab.json").write_text(json.dumps(ck["task"]["vocab"], indent=2) + "\n", encoding="utf-8")
 
 
+def is_reward_model(ck: dict) -> bool:
+    """Whether a loaded checkpoint holds a reward model (``algo.name=reward_model``)."""
+    return ck["config"]["algo"]["name"] == "reward_model"
+
+
+def reward_model_of(ck: dict):
+    """(generator, head, vocab) of a reward model's checkpoint loaded with its training state: r(x, y) =
+    head(state at y's <eos>) (:mod:`rayseq.algos.reward_model`)."""
+    generator, vocab = policy_of(ck)
+    weight = ck["learner"]["algo"]["rm_head"]["weight"]
+    head = torch.nn.Linear(weight.shape[1], 1, bias=False)
+    head.load_state_dict({"weight": weight})
+    return generator, head.eval(), vocab
+
+
+def export_hf_reward_model(generator, head, vocab, out: Path) -> None:
+    """A reward model on an HF policy as a folder ``AutoModelForSequenceClassification.from_pretrained`` loads
+    (``num_labels=1``): the policy's backbone (LoRA adapters merged), the head as the classifier's ``score`` layer
+    (both read the last hidden layer at the last token, without a bias), and the tokenizer. It scores the ids of the
+    prompt followed by those of the reply (a conversation: the chat template's rendering of the prompt with the
+    assistant's turn opened, then the reply), as it was trained."""
+    from transformers import AutoModelForSequenceClassification
+
+    lm = generator.model
+    if generator.lora:
+        lm = copy.deepcopy(lm).merge_and_unload()
+    config = copy.deepcopy(lm.config)
+    config.num_labels, config.id2label, config.label2id = 1, {0: "reward"}, {"reward": 0}
+    config.pad_token_id = vocab.specials.pad
+    config.architectures = None
+    model = AutoModelForSequenceClassification.from_config(config)
+    prefix = model.base_model_prefix
+    getattr(model, prefix).load_state_dict(getattr(lm, prefix).state_dict())
+    score = getattr(model, "score", None)
+    if not isinstance(score, torch.nn.Linear) or score.bias is not None or score.weight.shape != head.weight.shape:
+        raise ValueError(f"{type(model).__name__}: no bias-free score layer of shape {tuple(head.weight.shape)} to "
+                         "hold the reward head")
+    score.weight.data.copy_(head.weight.data)
+    model.save_pretrained(out)
+    vocab.tokenizer.save_pretrained(out)
+    meta = {"format": "rayseq-hf-reward-model-v1", "lora": "merged" if generator.lora else None,
+            "base_model": generator.path,
+            "note": "the reward of (prompt, reply) is the logit of the ids of the prompt followed by those of the "
+                    "reply, read at the reply's last token; a conversational prompt is the chat template's rendering "
+                    "with the assistant's turn opened"}
+    (out / "rayseq_export.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
 def export(checkpoint: str, out: str, *, lora: str = "merged", overwrite: bool = False) -> Path:
-    """Export ``checkpoint`` (a run directory, a checkpoint file or a URI) into the folder ``out``; returns it."""
+    """Export ``checkpoint`` (a run directory, a checkpoint file or a URI) into the folder ``out``; returns it. A
+    reward model on an HF policy becomes a sequence-classification folder (:func:`export_hf_reward_model`)."""
     ck = load_checkpoint(checkpoint, training_state=False)  # the weights, not the optimizers
     check_base_model(ck, checkpoint)
-    generator, vocab = policy_of(ck)
     out = Path(out).expanduser()
     hf = "hf_tokenizer" in ck["task"]["vocab"]
+    if is_reward_model(ck):
+        if not hf:
+            raise ValueError(f"{checkpoint}: a reward model on a built-in model has no transformers form; use the "
+                             "run itself as a reward (reward.fn=reward_model, kwargs path=RUN)")
+        if lora != "merged":
+            raise ValueError("--lora adapters: a reward model is exported whole (its head is not an adapter)")
+        generator, head, vocab = reward_model_of(load_checkpoint(checkpoint))
+
+        def write(tmp: Path) -> None:
+            with torch.no_grad():
+                export_hf_reward_model(generator, head, vocab, tmp)
+
+        write_atomically(out, overwrite, write)
+        return out
+    generator, vocab = policy_of(ck)
 
     def write(tmp: Path) -> None:
         with torch.no_grad():

@@ -61,6 +61,7 @@ ALGORITHMS: dict[str, str] = {
     "grpo": "rayseq.algos.grpo:GRPO",
     "rloo": "rayseq.algos.rloo:RLOO",
     "grpo_dynamic": "rayseq.algos.grpo_dynamic:GRPODynamic",
+    "reward_model": "rayseq.algos.reward_model:RewardModel",
 }
 TASKS: dict[str, str] = {
     "counting": "rayseq.tasks.counting:CountingTask",
@@ -68,6 +69,7 @@ TASKS: dict[str, str] = {
     "pairs": "rayseq.tasks.pairs:PairsTask",
     "chitchat": "rayseq.tasks.chitchat:ChitchatTask",
     "env": "rayseq.episodes.task:EnvTask",  # episodes of the env: section's environment (set by env.name)
+    "preferences": "rayseq.tasks.preferences:PreferencesTask",  # pairs (prompt, chosen, rejected): reward models
 }
 MODELS: dict[str, str] = {  # model.arch: the generator (policy) class, see rayseq/models/protocol.py
     "rnn": "rayseq.models.generator:Seq2SeqGRU",
@@ -92,6 +94,9 @@ REWARDS: dict[str, str] = {
     "length": "rayseq.rewards.library:length",
     "novelty": "rayseq.rewards.library:novelty",
     "hf_classifier": "rayseq.rewards.hf_classifier:hf_classifier",  # a local Hugging Face classifier (hf extra)
+    "reward_model": "rayseq.rewards.hf_classifier:reward_model",  # a reward model's folder (num_labels=1)
+    "remote_reward": "rayseq.rewards.remote:remote_reward",  # a server speaking OpenRLHF's POST /get_reward
+    "llm_judge": "rayseq.rewards.remote:llm_judge",  # an OpenAI-compatible chat endpoint and a prompt template
 }
 REWARD_ARGS = ("prompts", "replies", "references")  # what a reward function is called with, in this order
 # algo.* keys every algorithm reads: its name, the learning rate of the algorithm stage, the gradient clip

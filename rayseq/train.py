@@ -154,6 +154,10 @@ TABLE_ROWS = (
     ("distinct2", "distinct-2"),
     ("self_bleu2", "Self-BLEU-2"),
     ("reply_len", "mean reply length"),
+    ("accuracy", "pairs ranked right (reward model)"),
+    ("accuracy_longer", "baseline: the longer reply preferred"),
+    ("margin", "mean r(chosen) - r(rejected)"),
+    ("loss", "Bradley-Terry loss"),
 )
 # what a figure the table shows as n/a (NaN) means, said on its row
 NOT_AVAILABLE = {"bleu2": "n/a: the data has no reference replies"}

@@ -65,6 +65,27 @@ class PromptBatch:
 
 
 @dataclass
+class PreferenceBatch:
+    """Preference pairs for a reward model's update (``algo.name=reward_model``): a prompt, a preferred reply and a
+    dispreferred one, each reply ending at <eos> (its reward is read at that position)."""
+
+    src: np.ndarray  # (B, S) int64 prompts, right-padded
+    src_len: np.ndarray  # (B,) int64
+    chosen: np.ndarray  # (B, T) int64 y⁺ then <eos>, right-padded
+    chosen_len: np.ndarray  # (B,) int64 tokens of y⁺ without <eos> (the index of its <eos>)
+    rejected: np.ndarray  # (B, T) int64 y⁻ then <eos>, right-padded
+    rejected_len: np.ndarray  # (B,) int64
+    margin: np.ndarray  # (B,) float32 m of −log σ(r⁺ − r⁻ − m)
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+    def compact(self) -> PreferenceBatch:
+        """What is sent to an actor: the arrays themselves."""
+        return self
+
+
+@dataclass
 class PromptKeys:
     """A keyed :class:`PromptBatch` as the driver sends it to an actor: its rows' keys into the task's data (B,)
     int64, and whether it carries targets; the actor's task rebuilds the arrays (:func:`prompt_arrays`). A batch of

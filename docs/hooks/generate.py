@@ -187,10 +187,13 @@ def default_config():
 @cache
 def section_config(section: str, name: str):
     """(config, its dict) of a run with ``<section>.name=name``: with the other defaults, else beside the first
-    built-in that accepts it (an algorithm that needs references on chitchat; the oracle task with SeqGAN)."""
+    built-in that accepts it (an algorithm that needs references on chitchat; the oracle task with SeqGAN; the reward
+    model with its preference pairs, which have no MLE stage)."""
     from rayseq.config import ConfigError, build_config, config_to_dict
 
-    for other in ([], ["task.name=chitchat"], ["task.name=oracle"], ["algo.name=seqgan"], ["env.name=guess_number"]):
+    for other in ([], ["task.name=chitchat"], ["task.name=oracle"], ["algo.name=seqgan"], ["env.name=guess_number"],
+                  ["task.name=preferences", "train.pretrain_iters=0"],
+                  ["algo.name=reward_model", "train.pretrain_iters=0"]):
         if other and other[0].startswith(f"{section}."):  # the other section's choice only
             continue
         try:

@@ -27,8 +27,10 @@ and optionally
   RAML's reward-weighted samples, data noising),
 - ``stateful_request`` (the learner's copy builds the rollout requests: interpolation's λ),
 - ``validate_every`` and ``on_validation(state, reward)`` (interpolation's annealing),
+- ``evaluate(state, task, split) -> (metrics, details)`` (on the learner, in place of the task's evaluation: what it
+  trains is judged by itself, the reward model's held-out accuracy),
 - traits the config checks read: ``needs_targets``, ``needs_references``, ``needs_task_reward``, ``own_reward``,
-  ``regularized``, ``off_policy_ratio``, ``data_parallel``.
+  ``regularized``, ``off_policy_ratio``, ``data_parallel``, ``own_task`` (the only task it trains on).
 """
 
 from __future__ import annotations

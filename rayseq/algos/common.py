@@ -323,6 +323,9 @@ class Algorithm:
     # its rewards come from a model it trains itself (SeqGAN's discriminator), computed by its iteration on the scorer
     # actors: the task's reward and reward.* are not read, the run has scorers, and its rollouts cannot be pipelined
     own_reward = False
+    # the only task it trains on (the reward model: task.name=preferences, pairs no other task has); None: any task.
+    # The tests that run every algorithm on every task skip it; its own tests cover it
+    own_task: str | None = None
     stateful_request = False  # the learner's copy builds the rollout requests (state lives there: interpolation's λ)
     validate_every = 0  # its iteration validates every this many iterations (0: never; on_validation)
     regularized = False  # KL-to-pretrained in the reward and the entropy bonus apply (algo.kl_*, entropy_coef)

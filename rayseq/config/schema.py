@@ -100,12 +100,17 @@ class RewardConfig(_RewardFunction):
 
     fn: str = Field(
         "task", description="A built-in reward: task (the task's own), bleu, chrf, length, hf_classifier (a local "
-        "Hugging Face classifier: kwargs path, label); or your own function as "
+        "Hugging Face classifier: kwargs path, label), reward_model (a reward model's folder: kwargs path), "
+        "remote_reward (a server speaking OpenRLHF's /get_reward: kwargs url), llm_judge (an OpenAI-compatible "
+        "endpoint: kwargs base_url, model, template); or your own function as "
         "an import path package.module:function(prompts, replies, references) -> floats.",
     )
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of reward.fn (bleu: max_order; chrf: char_order, "
-        "word_order, beta; length: target; hf_classifier: path, label, with_prompt, batch_size, max_length).")
+        "word_order, beta; length: target; hf_classifier: path, label, with_prompt, batch_size, max_length; "
+        "reward_model: path, batch_size, max_length; remote_reward: url, timeout_s, retries, backoff_s, api_key; "
+        "llm_judge: base_url, model, template, min_score, max_score, normalize, api_key, max_tokens, temperature, "
+        "timeout_s).")
     terms: list[RewardTerm] = Field(
         default_factory=list, description="A weighted sum instead of reward.fn: a list of {fn, weight, kwargs, name}; "
         "each term is logged as reward/<name>.")

@@ -311,3 +311,18 @@ def _with_ids(data: DialogueData, vocab: HFVocab, ids: dict[str, np.ndarray]) ->
     template = {"chat_template": True} if getattr(data, "conversational", False) else {}
     tokenizer = {"kind": HFVocab.kind, "path": vocab.path, **template}
     return DialogueData(vocab, tokenizer, int(ids["max_src"]), int(ids["max_tgt"]), data.manifest, splits)
+
+
+def spec_vocab(spec: dict):
+    """The vocabulary a checkpoint's task spec describes: a Hugging Face tokenizer's (:class:`HFVocab`), or rayseq's
+    own (words or BPE pieces)."""
+    from rayseq.data.subword import vocab_from_spec
+
+    return HFVocab.from_spec(spec) if "hf_tokenizer" in spec else vocab_from_spec(spec)
+
+
+def encode_all(vocab, text: str) -> list[int]:
+    """Every id of ``text`` in ``vocab`` (rayseq's own: its lower-cased words), nothing truncated."""
+    from rayseq.data.dataset import encode_text
+
+    return encode_text(text, vocab, {"kind": "words", "lowercase": True}, 1 << 30).tolist()

@@ -303,6 +303,12 @@ class HFCausalLM(nn.Module):
             return self.output_logits(hidden)[:, start : start + T]
         return self.output_logits(hidden[:, start : start + T])
 
+    def reply_states(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) the last hidden layer at the positions that predict each reply token, without the LM head (a
+        reward model's head reads the one at the reply's <eos>: the hidden state of its last token)."""
+        hidden, start = self._sequence_states(src, src_len, tokens)
+        return hidden[:, start : start + tokens.shape[1]]
+
     def logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> GeneratorOutput:
         """Teacher-forced log-probs of ``tokens`` (B, T) in one pass over ``x <bos> y_1 … y_{T−1}`` (without a
         separator ``x y_1 … y_{T−1}``); the logits (B, T, V) of the reply's positions (:meth:`_reply_head`)."""

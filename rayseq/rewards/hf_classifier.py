@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from rayseq.data.hf_files import context_length
+from rayseq.rewards.trained import is_reward_checkpoint, is_run, scorer_of
 
 _LOADED: dict[tuple[str, str], tuple] = {}  # (path, device) -> (tokenizer, model), one per process
 
@@ -112,3 +113,47 @@ def _check(path: str, label: int | str = 1, with_prompt: bool = False, batch_siz
 
 
 hf_classifier.check_kwargs = _check
+
+
+@torch.no_grad()
+def reward_model(prompts: list[str], replies: list[str], references: list[list[str]], *, path: str,
+                 batch_size: int = 64, max_length: int | None = None) -> np.ndarray:
+    """``reward.fn=reward_model``: the logit of a reward model's folder (``num_labels=1``; what ``python -m
+    rayseq.export`` writes of an ``algo.name=reward_model`` run on an HF policy, or any sequence-classification
+    reward model) on the ids of each prompt followed by those of its reply, as it was trained (the tokenizer's
+    ids of the two texts, concatenated: not a sentence pair with separators). The last ``max_length`` ids are read
+    (default: the model's positions). Runs where configured rewards run: the scorer actors, ``batch_size`` replies a
+    pass. ``path`` may also be an ``algo.name=reward_model`` run (its newest checkpoint; any ``model.arch``, the
+    built-in ones included): :class:`rayseq.rewards.trained.RewardModelScorer` scores it."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if is_run(path):
+        return np.asarray(scorer_of(path, device).score([p + r for p, r in zip(prompts, replies)], list(prompts)),
+                          dtype=np.float64)
+    tok, model = _load(path, device)
+    if model.config.num_labels != 1:
+        raise ValueError(f"reward_model: the model in {path} has {model.config.num_labels} outputs; a reward model "
+                         "has one (a classifier's class probability: reward.fn=hf_classifier)")
+    max_length = max_length or context_length(path) or DEFAULT_MAX_LENGTH
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    out = []
+    for a in range(0, len(replies), batch_size):
+        rows = [(tok(p, add_special_tokens=False)["input_ids"] + tok(r, add_special_tokens=False)["input_ids"])
+                [-max_length:] or [pad] for p, r in zip(prompts[a : a + batch_size], replies[a : a + batch_size])]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+        out.append(model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, 0].float().cpu().numpy())
+    return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
+
+
+def _check_reward_model(path: str, batch_size: int = 64, max_length: int | None = None) -> None:
+    if is_run(path):
+        if not is_reward_checkpoint(path):
+            raise ValueError(f"path={path}: a run that is not a reward model's (algo.name=reward_model)")
+        return
+    _check(path, batch_size=batch_size, max_length=max_length)
+
+
+reward_model.check_kwargs = _check_reward_model

@@ -1,7 +1,9 @@
 """Ray Serve deployment with a FastAPI ingress: chat over HTTP from any rayseq checkpoint.
 
 Routes: ``POST /v1/chat``, ``POST /v1/chat/completions`` (OpenAI's shape, ``stream`` with server-sent
-events), ``GET /v1/models``, ``GET /healthz``, ``GET /docs`` (OpenAPI), ``GET /`` (a chat page).
+events), ``GET /v1/models``, ``GET /healthz``, ``GET /docs`` (OpenAPI), ``GET /`` (a chat page); a reward model's
+checkpoint (``algo.name=reward_model``) answers ``POST /get_reward`` (OpenRLHF's ``{"query": [...]}`` →
+``{"rewards": [...]}``, :class:`rayseq.models.reward_head.RewardModelScorer`) instead of the chat routes.
 
 Build it with :func:`build_app` — from ``RAYSEQ_CHECKPOINT=runs/x serve run serve/chatbot.yaml``, ``serve run
 rayseq.serving.app:build_app checkpoint=runs/x``, or ``python -m rayseq.serve --checkpoint runs/x``.
@@ -28,6 +30,8 @@ from rayseq.serving.schemas import (
     ChatCompletionRequest,
     ChatRequest,
     ChatResponse,
+    RewardRequest,
+    RewardResponse,
     Usage,
 )
 
@@ -136,14 +140,19 @@ class ChatDeployment:
                  torch_threads: int = 1, engine: str = "builtin", engine_kwargs: dict | None = None):
         import torch
 
+        from rayseq.data.hf_text import encode_all, spec_vocab
+        from rayseq.models.reward_head import RewardModelScorer, is_reward_checkpoint
         from rayseq.serving.model import ChatModel
 
         torch.set_num_threads(torch_threads)
-        self.model = ChatModel(checkpoint, device=device, engine=engine, engine_kwargs=engine_kwargs)
+        self.rewarding = is_reward_checkpoint(checkpoint)  # a reward model: /get_reward instead of chat
+        self.model = (RewardModelScorer(checkpoint, spec_vocab, encode_all, device) if self.rewarding else
+                      ChatModel(checkpoint, device=device, engine=engine, engine_kwargs=engine_kwargs))
         self.batching = batching
         self.api_key = api_key or os.environ.get(API_KEY_ENV) or None
-        self._generate_batched.set_max_batch_size(max_batch_size)
-        self._generate_batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
+        for batched in (self._generate_batched, self._score_batched):
+            batched.set_max_batch_size(max_batch_size)
+            batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
         self.page = (STATIC / "index.html").read_text()
 
     # -- generation --------------------------------------------------------------------------------
@@ -158,6 +167,38 @@ class ChatDeployment:
         if self.batching:
             return await self._generate_batched(request)
         return self.model.generate([request])[0]  # one request at a time, as a plain server would
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    async def _score_batched(self, requests):
+        """Concurrent /get_reward requests scored in one call (each a (queries, prompts) pair)."""
+        return self._score_all(requests)
+
+    def _score_all(self, requests) -> list:
+        """Each request's rewards, or the InputError that refuses it (the others still get theirs)."""
+        from rayseq.models.reward_head import InputError
+
+        flat_q, flat_p, spans = [], [], []
+        for queries, prompts in requests:
+            spans.append((len(flat_q), len(queries)))
+            flat_q += queries
+            flat_p += prompts if prompts is not None else [None] * len(queries)
+        try:
+            rewards = self.model.score(flat_q, flat_p)
+        except InputError:  # one request's bad query: score each alone, so only that one is refused
+            out = []
+            for queries, prompts in requests:
+                try:
+                    out.append(self.model.score(queries, prompts))
+                except InputError as exc:
+                    out.append(exc)
+            return out
+        return [rewards[a : a + n] for a, n in spans]
+
+    def _chat(self):
+        """The chat model; a reward model's server refuses chat with a 404 that names its route."""
+        if self.rewarding:
+            raise StarletteHTTPException(404, "this server holds a reward model: POST /get_reward")
+        return self.model
 
     def _check_key(self, request: Request) -> None:
         if self.api_key is None:
@@ -199,7 +240,7 @@ class ChatDeployment:
     @api.post("/v1/chat", response_model=ChatResponse)
     async def chat(self, body: ChatRequest, request: Request) -> ChatResponse:
         self._check_key(request)
-        g = self._gen_request(self.model.prompt_text([{"role": "user", "content": body.message}]), body.temperature,
+        g = self._gen_request(self._chat().prompt_text([{"role": "user", "content": body.message}]), body.temperature,
                               body.top_k, body.max_tokens, body.num_replies, body.seed, top_p=body.top_p,
                               stop=tuple(body.stop or ()), repetition_penalty=body.repetition_penalty,
                               no_repeat_ngram_size=body.no_repeat_ngram_size)
@@ -216,7 +257,7 @@ class ChatDeployment:
         self._check_key(request)
         temperature = 1.0 if body.temperature is None else body.temperature  # OpenAI's default
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
-        g = self._gen_request(self.model.prompt_text(messages), temperature, body.top_k or 0,
+        g = self._gen_request(self._chat().prompt_text(messages), temperature, body.top_k or 0,
                               body.max_completion_tokens or body.max_tokens, body.n or 1, body.seed,
                               top_p=body.top_p, stop=body.stop_strings(), presence_penalty=body.presence_penalty,
                               frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
@@ -239,6 +280,21 @@ class ChatDeployment:
             ],
             "usage": usage,
         }
+
+    @api.post("/get_reward", response_model=RewardResponse)
+    async def get_reward(self, body: RewardRequest, request: Request) -> RewardResponse:
+        """OpenRLHF's remote reward model: ``{"query": [prompt + reply, ...]}`` → ``{"rewards": [...]}``."""
+        self._check_key(request)
+        if not self.rewarding:
+            raise StarletteHTTPException(404, "this server holds a chat model, not a reward model (algo.name="
+                                         "reward_model): /get_reward is a reward model's route")
+        if body.prompts is not None and len(body.prompts) != len(body.query):
+            raise StarletteHTTPException(422, f"prompts: {len(body.prompts)} items for {len(body.query)} queries")
+        item = (list(body.query), None if body.prompts is None else list(body.prompts))
+        rewards = await self._score_batched(item) if self.batching else self._score_all([item])[0]
+        if isinstance(rewards, Exception):
+            raise StarletteHTTPException(422, str(rewards))
+        return RewardResponse(rewards=rewards, model=self.model.model_id)
 
     def _sse(self, cid, created, r, usage):
         """OpenAI's streaming shape: a role chunk, one chunk per token (its text piece, and its log-prob

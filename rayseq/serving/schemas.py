@@ -191,3 +191,34 @@ class ChatCompletionRequest(BaseModel):
 
     def stop_strings(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+
+MAX_QUERIES = 256  # queries per POST /get_reward
+MAX_QUERY_CHARS = 8 * MAX_MESSAGE_CHARS  # one query: a prompt and its reply
+
+
+class RewardRequest(BaseModel):
+    """POST /get_reward, OpenRLHF's remote reward model's request. Strict: wrong types and unknown fields are
+    errors (``labels``, which OpenRLHF sends, is accepted and not read)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    query: list[str] = Field(min_length=1, max_length=MAX_QUERIES,
+                             description="Each a prompt followed by its reply, as one text.")
+    prompts: list[str] | None = Field(None, max_length=MAX_QUERIES, description="Each query's prompt (its start): "
+                                      "the query is split there, as the model was trained.")
+    labels: list[Any] | None = Field(None, max_length=MAX_QUERIES, description="Accepted, not read.")
+
+    @field_validator("query")
+    @classmethod
+    def _query_items(cls, v):
+        for i, q in enumerate(v):
+            if len(q) > MAX_QUERY_CHARS:
+                raise ValueError(f"query[{i}] is longer than {MAX_QUERY_CHARS} characters")
+        return v
+
+
+class RewardResponse(BaseModel):
+    """POST /get_reward's answer: one reward per query, in order."""
+
+    rewards: list[float]
+    model: str

@@ -42,7 +42,8 @@ def half_rewarded(rollout):
     return rollout
 
 
-@pytest.mark.parametrize("name", sorted(n for n in ALGORITHMS if not algorithm_class(n).needs_references))  # test_erpo
+@pytest.mark.parametrize("name", sorted(n for n in ALGORITHMS if not algorithm_class(n).needs_references  # test_erpo
+                                        and not algorithm_class(n).own_task))  # test_reward_model
 def test_every_algorithm_updates_the_generator(name):
     reads = algorithm_class(name).fields
     extra = [o for o, key in (("algo.minibatch_size=16", "minibatch_size"), ("algo.ss_k=1", "ss_k")) if key in reads]

@@ -24,7 +24,8 @@ GUIDE_PAGES = {"README.md": (), "docs/guides/own-data.md": (), "docs/guides/envi
                "docs/guides/transformer.md": ()}
 # the guides that train, then serve what they trained (test_doc_commands_serving.py)
 SERVING_PAGES = {"docs/guides/serve.md": (), "docs/guides/tune.md": ()}
-HF_PAGES = {"docs/guides/hf-policies.md": ("transformers",), "docs/guides/trl.md": ("transformers",)}
+HF_PAGES = {"docs/guides/hf-policies.md": ("transformers",), "docs/guides/trl.md": ("transformers",),
+            "docs/guides/reward-models.md": ("transformers",)}
 # the algorithm pages: one training command each, or a few, in one process; those on the chitchat data (which they
 # prepare first) run in test_doc_commands_chitchat.py, the others in test_doc_commands_algos.py (two modules, so
 # that pytest -n 2 --dist loadscope runs them side by side)

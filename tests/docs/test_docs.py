@@ -103,10 +103,12 @@ def listings():
     yield "default", print_config()
     for algo in ALGOS:
         yield f"algo.name={algo}", next(t for t in (print_config(f"algo.name={algo}", *task) for task in
-                                                   ([], ["task.name=chitchat"], ["task.name=oracle"])) if t)
+                                                   ([], ["task.name=chitchat"], ["task.name=oracle"],
+                                                    ["task.name=preferences", "train.pretrain_iters=0"])) if t)
     for task in TASKS:
         yield f"task.name={task}", next(t for t in (print_config(f"task.name={task}", *algo) for algo in
-                                                   ([], ["algo.name=seqgan"], ["env.name=guess_number"])) if t)
+                                                   ([], ["algo.name=seqgan"], ["env.name=guess_number"],
+                                                    ["algo.name=reward_model", "train.pretrain_iters=0"])) if t)
 
 
 def reference_id(key: str, keys: dict[str, str]) -> str:
@@ -219,8 +221,9 @@ def train_commands():
 
 # What a command names that only a reader's machine has, and what stands in for it here.
 PLACEHOLDERS = {"PATH/seqgan_oracle.npz": None, "runs/<name>": None}
+# (the last two: a run, a model folder an earlier line made)
 NEEDS_FILES = ("my_models:", "my_algo:", "math_rewards:", "my_env:", "my_shaped:", "--resume", "models/my-",
-               "task.init_from=", "train.init_from=")
+               "task.init_from=", "train.init_from=", "path: runs/", "models/tiny-")
 
 
 def test_every_training_command_in_the_docs_is_a_valid_config(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICK = os.environ.get("RAYSEQ_GPU_QUICK") == "1"  # benchmarks/gpu/run.sh's smoke part: three algorithms, not 21
 REST = os.environ.get("RAYSEQ_GPU_REST") == "1"  # its tests part: the others (with QUICK, two of them)
 FEW = ["mle", "grpo", "seqgan_ppo_dynamic"]
-OTHERS = [a for a in ALGORITHMS if a not in FEW]
+OTHERS = [a for a in ALGORITHMS if a not in FEW and not algorithm_class(a).own_task]  # (its own task's tests)
 CHITCHAT = ["task.name=chitchat", "model.emb_dim=16", "model.hidden_dim=32", "train.pretrain_batch_size=32",
             "train.pretrain_lr=1e-2", "task.test_size=100", "task.val_size=20", "train.pretrain_iters=10",
             "train.iters=2", "train.batch_size=16", "train.eval_every=2", "train.checkpoint_every=10",

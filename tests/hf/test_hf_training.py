@@ -165,7 +165,8 @@ ALGO_EXTRA = {"scheduled_sampling": ["algo.ss_k=2"], "raml": ["algo.raml_pool=8"
 def _non_adversarial() -> list[str]:
     from rayseq import registry
 
-    return [n for n in registry.ALGORITHMS if n != "mle" and not registry.algorithm_class(n).own_reward]
+    return [n for n in registry.ALGORITHMS if n != "mle" and not registry.algorithm_class(n).own_reward
+            and not registry.algorithm_class(n).own_task]  # the reward model: tests/hf/test_hf_reward_model.py
 
 
 @pytest.mark.parametrize("algo", _non_adversarial())

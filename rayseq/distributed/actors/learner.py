@@ -259,8 +259,12 @@ class Learner:
             return self.algo.aux_update(self.state, prompt_arrays(positives, self.task), as_rollout(negatives), seed)
 
     def evaluate(self, split: str = "val") -> tuple[dict, dict]:
-        """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics."""
+        """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics; an algorithm
+        that evaluates what it trains itself (``evaluate(state, task, split)``: a reward model) reports its own."""
+        own = getattr(self.algo, "evaluate", None)
         with self.strategy.compute():
+            if own is not None:
+                return own(self.state, self.task, split)
             return self.task.evaluate(self.state.generator, self.device, split=split)
 
     # -- checkpoints ------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""A reward model's run as a reward (``reward.fn=reward_model`` with ``path=RUN``: any ``model.arch``, the built-in ones
+included), loaded once per process where configured rewards run (the scorer actors):
+:class:`rayseq.models.reward_head.RewardModelScorer` with this layer's vocabulary and tokenisation.
+
+Math layer: torch; never Ray.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rayseq.data.hf_text import encode_all, spec_vocab
+from rayseq.models.reward_head import RewardModelScorer, is_reward_checkpoint
+
+__all__ = ["RewardModelScorer", "is_reward_checkpoint", "is_run", "scorer_of", "load_scorer"]
+
+
+def load_scorer(checkpoint: str | os.PathLike, device: str = "cpu") -> RewardModelScorer:
+    """The reward model of a run (its newest checkpoint that loads) on ``device``."""
+    return RewardModelScorer(checkpoint, spec_vocab, encode_all, device)
+
+
+def is_run(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a rayseq run directory or checkpoint file (not a Hugging Face folder)."""
+    p = Path(path).expanduser()
+    return p.is_file() or (p / "checkpoints").is_dir() or (p / "summary.json").is_file()
+
+
+_LOADED: dict[tuple[str, str], RewardModelScorer] = {}  # (run, device) -> its scorer, one per process
+
+
+def scorer_of(run: str | os.PathLike, device: str) -> RewardModelScorer:
+    """The reward model of ``run`` on ``device``, loaded once per process."""
+    key = (str(Path(run).expanduser().absolute()), device)
+    if key not in _LOADED:
+        _LOADED[key] = load_scorer(key[0], device)
+    return _LOADED[key]
+
+

@@ -130,6 +130,7 @@ def decodes_split(task) -> bool:
     return all(callable(getattr(task, m, None)) for m in ("eval_decodes", "eval_inputs", "eval_figures"))
 
 
+@torch.no_grad()
 def figures(task: SplitEvaluation, split: str, decoded: list, generator, device="cpu") -> tuple[dict, dict]:
     """``task.eval_figures`` with ``generator`` in evaluation mode (its mode restored)."""
     was_training = generator.training

@@ -23,6 +23,7 @@ from rayseq.distributed.weights.flat import FlatWeights
 from rayseq.models import make_generator
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
+from rayseq.tasks.evaluation import figures
 from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays
 
 
@@ -246,10 +247,15 @@ class Learner:
         with self.strategy.compute():
             return self.algo.aux_update(self.state, prompt_arrays(positives, self.task), as_rollout(negatives), seed)
 
-    def evaluate(self, split: str = "val") -> tuple[dict, dict]:
-        """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics."""
+    def evaluate(self, split: str = "val", decoded: list | None = None) -> tuple[dict, dict]:
+        """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics. ``decoded``:
+        the split's decodes (the task's ``eval_decodes``, :mod:`rayseq.tasks.evaluation`) made on the rollout
+        workers, or their handles (fetched here): only the figures are computed here, reading the policy where
+        they need its likelihood (no gradients, in the task's evaluation batches); None: the whole evaluation here."""
         with self.strategy.compute():
-            return self.task.evaluate(self.state.generator, self.device, split=split)
+            if decoded is None:
+                return self.task.evaluate(self.state.generator, self.device, split=split)
+            return figures(self.task, split, resolve(decoded), self.state.generator, self.device)
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self, modules: bool = True) -> dict:

@@ -49,6 +49,7 @@ from rayseq.distributed.groups.manager import LearnerLost
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import prepared_task
+from rayseq.tasks.evaluation import decodes_split
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +283,9 @@ class Trainer:
         version = groups.learner.version()
         cached = self._evaluated.get(split)
         if cached is None or cached[0] != version:
-            cached = self._evaluated[split] = (version, *groups.learner.evaluate(split))
+            # the decodes on the rollout workers where the task splits its evaluation, the figures on the learners
+            decodes = self.task.eval_decodes(split) if decodes_split(self.task) else None
+            cached = self._evaluated[split] = (version, *groups.evaluate(split, decodes))
             viewer = cached[2].pop("viewer", None) if isinstance(cached[2], dict) else None
             if viewer:  # a few of the evaluation's episodes as text (a task of episodes), one file per evaluation
                 self.store.write_text(f"viewer/{split}-{self.iteration:06d}.txt", viewer + "\n")

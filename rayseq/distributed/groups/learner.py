@@ -148,8 +148,10 @@ class LearnerGroup:
         """Every rank starts from another run's checkpoint ``path`` (``Learner.init_from``); what was there."""
         return self._call(lambda a: a.init_from, path, every_rank=True)
 
-    def evaluate(self, split: str = "val") -> tuple[dict, dict]:
-        return self._call(lambda a: a.evaluate, split, keeps_version=True)
+    def evaluate(self, split: str = "val", decoded: list | None = None) -> tuple[dict, dict]:
+        """``Learner.evaluate`` on the reading ranks (``decoded``: the decodes' handles, made on the rollout
+        workers); rank 0's metrics and details."""
+        return self._call(lambda a: a.evaluate, split, decoded, keeps_version=True)
 
     def placement(self) -> dict:
         return self._call(lambda a: a.placement, keeps_version=True)

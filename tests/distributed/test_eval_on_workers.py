@@ -30,21 +30,26 @@ def trained(tmp_path, name: str, *overrides: str) -> str:
     return str(run)
 
 
-def evaluated_on_workers(run: str, *overrides: str, kill: int | None = None) -> tuple[dict, list]:
+def evaluated_on_workers(run: str, *overrides: str, kill: int | None = None,
+                         published: str | None = None) -> tuple[dict, list]:
     """val and test of the checkpoint in ``run`` evaluated the Ray way (2 rollout workers decode, the learner scores);
-    ``kill``: that worker is killed (kill -9) first. Returns ({split: (metrics, details)}, each decode's worker)."""
+    ``kill``: that worker is killed (kill -9) first; ``published``: the checkpoint of that run (the same version) is
+    loaded and published to the workers first. Returns ({split: (metrics, details)}, each decode's worker)."""
     cfg = tiny_config("rollout.num_workers=2", "rollout.num_cpus_per_worker=0.5", "learner.num_cpus=1", *overrides)
     task = make_task(cfg.task, cfg.reward)
     groups = ActorGroups(cfg)
     try:
+        if published is not None:
+            groups.learner.restore(published)
+            groups.rollout.sync_weights()
+            assert {s["version"] for s in groups.rollout.stats()} == {groups.learner.version()}
         groups.learner.restore(run)
         if kill is not None:
             os.kill(groups.rollout.stats()[kill]["pid"], signal.SIGKILL)
         out, workers = {}, []
         for split in ("val", "test"):
-            version = groups.learner.version()
-            refs, infos = groups.rollout.decode_held_out(task.eval_decodes(split),
-                                                         groups.learner.weights_handle(version), version)
+            refs, infos = groups.rollout.decode_held_out(
+                task.eval_decodes(split), *groups.learner.eval_weights_handle(groups.learner.version()))
             workers += [i["worker"] for i in infos]
             assert all(i["pid"] != os.getpid() for i in infos)
             out[split] = groups.learner.evaluate(split, refs)
@@ -80,3 +85,15 @@ def test_a_worker_killed_before_its_decodes_leaves_them_to_the_other(ray_session
     assert set(workers) == {0}
     for split in ("val", "test"):
         assert remote[split][0] == evaluate_checkpoint(run, split)[0]
+
+
+@pytest.mark.slow
+def test_weights_changed_without_a_new_version_are_the_ones_evaluated(ray_session, tmp_path):
+    """The workers hold another run's weights under the same version (as after ERPO interpolation's validation
+    undid an interval's updates, or a checkpoint was loaded): the evaluation decodes with the learner's weights now,
+    not those the version was published with."""
+    run, other = (trained(tmp_path, name, *COUNTING, f"seed={seed}") for name, seed in (("a", 3), ("b", 4)))
+    remote, _ = evaluated_on_workers(run, *COUNTING, published=other)
+    for split in ("val", "test"):
+        assert remote[split][0] == evaluate_checkpoint(run, split)[0]
+    assert evaluate_checkpoint(run, "val")[0] != evaluate_checkpoint(other, "val")[0]

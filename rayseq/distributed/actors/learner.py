@@ -63,6 +63,9 @@ class Learner:
         self.stage = "mle"
         self.pretrainer = MLE(c.algo, c.seed)  # the update of MLE pretraining (and of the algorithm's own stage)
         self.version = 0
+        # the generator changed since its weights were last published without a new version (an algorithm's
+        # validation undid updates, a checkpoint was loaded): an evaluation's decodes then carry fresh weights
+        self.weights_changed = False
         self.dtype = getattr(torch, c.model.dtype)  # the compute precision (fp32 master weights whatever it is)
         self.strategy = make_strategy(c.learner, self.device, self.dtype)  # how it holds its modules
         if c.learner.activation_checkpointing:
@@ -151,7 +154,16 @@ class Learner:
 
     def get_flat_weights(self) -> FlatWeights:
         """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
+        self.weights_changed = False
         return FlatWeights.pack(self.get_weights())
+
+    def get_eval_weights(self) -> FlatWeights:
+        """:meth:`get_weights` as one buffer for an evaluation's decodes alone (not published: the workers' samplings
+        keep the version's published weights)."""
+        return FlatWeights.pack(self.get_weights())
+
+    def changed_since_publish(self) -> bool:
+        return self.weights_changed
 
     # -- the learner's end of rollout.weight_sync=collective (rayseq.distributed.weights.transport) -------------
     def send_weights(self, spec, bucket_bytes: int) -> None:
@@ -189,6 +201,7 @@ class Learner:
         """Validation-set reward handed to the algorithm (``Algorithm.on_validation``)."""
         with self.strategy.compute():
             reward = self.task.validation_reward(self.state.generator, self.device)
+        self.weights_changed = True  # the algorithm may undo updates (ERPO interpolation), the version as it was
         return self.algo.on_validation(self.state, reward)
 
     def update(self, batch, iteration: int) -> dict:
@@ -329,6 +342,7 @@ class Learner:
         their modules)."""
         files_of(state).restore(self, state)
         self.version = int(state["version"])
+        self.weights_changed = True
         # RNG states are CPU byte tensors; a checkpoint read with map_location=cuda moved them to the device
         torch.set_rng_state(state["torch_rng"].cpu())
         if self.device.type == "cuda" and "cuda_rng" in state:
@@ -357,6 +371,7 @@ class Learner:
         state = load_checkpoint(path, map_location=self.device)["learner"]
         carried = {k: self.algo.modules[k] for k in self.algo.carried if k in self.algo.modules}
         files_of(state).read_modules(self, state, {"generator": self.state.generator, **carried})
+        self.weights_changed = True
         return {"generator": True, **self.algo.init_from(algorithm_entries(state))}
 
 

@@ -31,8 +31,10 @@ class GenerationEngine(Protocol):
     version: int
 
     def generate(self, src: torch.Tensor, src_len: torch.Tensor, max_len: int, *, n: int = 1,
-                 temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None) -> SampleOutput:
-        """Sample ``n`` completions per prompt.
+                 temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
+                 greedy: bool = False) -> SampleOutput:
+        """Sample ``n`` completions per prompt (``greedy``: the most likely token at each step instead, the
+        evaluation's greedy replies).
 
         Args:
             src: (B, S) int64 prompt ids, right-padded; src_len: (B,) their lengths.
@@ -65,13 +67,14 @@ class BuiltinEngine:
         self.generator, self.device = generator, device
         self.version = -1
 
-    def generate(self, src, src_len, max_len, *, n=1, temperature=1.0, top_p=1.0, seed=None) -> SampleOutput:
+    def generate(self, src, src_len, max_len, *, n=1, temperature=1.0, top_p=1.0, seed=None,
+                 greedy=False) -> SampleOutput:
         if top_p != 1.0:
             raise ValueError("rollout.engine=builtin samples from the whole distribution (top_p 1)")
         if n > 1:
             src, src_len = src.repeat_interleave(n, 0), src_len.repeat_interleave(n, 0)
         gen = None if seed is None else torch.Generator(device=self.device).manual_seed(int(seed))
-        return self.generator.sample(src, src_len, max_len, temperature=temperature, generator=gen)
+        return self.generator.sample(src, src_len, max_len, temperature=temperature, greedy=greedy, generator=gen)
 
     def load_weights(self, weights, version: int) -> None:
         self.version = version  # the worker loaded them into the generator this engine samples

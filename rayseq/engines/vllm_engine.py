@@ -353,9 +353,12 @@ class VLLMEngine:
         rows = [(list(c.token_ids), self.token_logprobs(c)) for out in outputs for c in out.outputs]
         return completions_output(rows, self.pad_id, src.device)
 
-    def generate(self, src, src_len, max_len, *, n=1, temperature=1.0, top_p=1.0, seed=None) -> SampleOutput:
+    def generate(self, src, src_len, max_len, *, n=1, temperature=1.0, top_p=1.0, seed=None,
+                 greedy=False) -> SampleOutput:
         from vllm.inputs import TokensPrompt
 
+        if greedy:  # vLLM's greedy decoding: temperature 0 (the seed draws nothing)
+            temperature, seed = 0.0, None
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids in self.prompts(src, src_len)]
         params = [self.sampling_params(max_len, n=n, temperature=temperature, top_p=top_p,
                                        seed=None if seed is None else int(seed) * 100_003 + b)

@@ -130,7 +130,10 @@ class Task:
     the whole run's config, e.g. against the task's data), ``prepare_data(task_cfg)`` (called once by the driver
     before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints), ``prompt_rows(key,
     with_targets=False) -> PromptBatch`` (the rows ``key`` of the task's data, marked ``keyed=True``: the driver
-    then sends actors the keys, not the arrays, and their task rebuilds them; :class:`rayseq.types.PromptKeys`).
+    then sends actors the keys, not the arrays, and their task rebuilds them; :class:`rayseq.types.PromptKeys`),
+    ``eval_decodes(split)``, ``eval_inputs(decode)`` and ``eval_figures(split, decoded, generator, device)`` (the
+    evaluation in two halves, :mod:`rayseq.tasks.evaluation`: under Ray the rollout workers decode, sharded, and the
+    learners compute the figures; without them the learners evaluate whole).
     """
 
     name = ""

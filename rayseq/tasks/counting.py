@@ -28,6 +28,7 @@ from pydantic import Field
 
 from rayseq.rewards import terminal_rewards
 from rayseq.tasks.base import SPLIT_FIELDS, Task, sampled_reward
+from rayseq.tasks.evaluation import EvalDecode, check_split, chunked, evaluate_here, joined
 from rayseq.types import PromptBatch
 from rayseq.vocab import Vocab
 
@@ -156,33 +157,47 @@ class CountingTask(Task):
         s = self.score(src, src_len, tokens, token_mask)
         return terminal_rewards(s, token_mask), s
 
-    # -- evaluation -------------------------------------------------------------------------------
-    @torch.no_grad()
-    def evaluate(self, generator, device="cpu", *, split: str = "val", batch_size: int = 1024) -> tuple[dict, dict]:
+    # -- evaluation: decodes (greedy, sampled) on the rollout workers, figures here (rayseq.tasks.evaluation) ------
+    eval_batch = 1024
+
+    def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
         """Scalars for metrics (``val/...`` or ``test/...``) and details (y1 distributions per N) for summaries.
-        The sampled precision draws from a generator seeded with the split's seed (the same every evaluation)."""
+        The sampled precision draws chunk c of :attr:`eval_batch` inputs from a generator seeded with
+        ``chunk_seed(split seed, c)`` (:mod:`rayseq.tasks.evaluation`: the same every evaluation)."""
+        return evaluate_here(self, generator, device, split=split)
+
+    def eval_decodes(self, split: str) -> list[EvalDecode]:
+        """Greedy and sampled replies (:data:`TARGET_LEN` tokens) to the split's inputs, in chunks of
+        :attr:`eval_batch`."""
+        n = len(self.split(check_split(split))[1])
+        seed = self.cfg.val_seed if split == "val" else self.cfg.test_seed
+        return [*chunked(split, "greedy", n, self.eval_batch, TARGET_LEN),
+                *chunked(split, "sampled", n, self.eval_batch, TARGET_LEN, seed)]
+
+    def eval_inputs(self, decode: EvalDecode) -> tuple[np.ndarray, np.ndarray]:
+        inputs, lengths = self.split(decode.split)
+        return inputs[decode.start : decode.stop], lengths[decode.start : decode.stop]
+
+    @torch.no_grad()
+    def eval_figures(self, split: str, decoded: list, generator, device="cpu") -> tuple[dict, dict]:
+        """precision (greedy), precision_sampled and reward (sampled), and the first digit's distribution per N
+        from the policy's first-step probabilities (computed here, in chunks of :attr:`eval_batch`)."""
         inputs, lengths = self.split(split)
-        was_training = generator.training
-        generator.eval()
-        src_all = torch.from_numpy(inputs).to(device)
-        len_all = torch.from_numpy(lengths).to(device)
-        gen = torch.Generator(device=device).manual_seed(self.cfg.val_seed if split == "val" else self.cfg.test_seed)
+        replies = joined(self.eval_decodes(split), decoded)
+        (g_tokens, g_mask), (s_tokens, s_mask) = replies["greedy"], replies["sampled"]
         correct, correct_s, reward, digit_probs, reward_terms = [], [], [], [], {}
-        for a in range(0, len(lengths), batch_size):
-            src, sl = src_all[a : a + batch_size], len_all[a : a + batch_size]
-            g = generator.sample(src, sl, TARGET_LEN, greedy=True)
-            s = generator.sample(src, sl, TARGET_LEN, generator=gen)
-            np_src, np_len = inputs[a : a + batch_size], lengths[a : a + batch_size]
-            s_tokens, s_mask = s.tokens.cpu().numpy(), s.token_mask.cpu().numpy()
-            correct.append(self.score(np_src, np_len, g.tokens.cpu().numpy(), g.token_mask.cpu().numpy()))
-            correct_s.append(self.score(np_src, np_len, s_tokens, s_mask))
-            score, terms = sampled_reward(self, np_src, np_len, s_tokens, s_mask)  # the configured reward
+        for a in range(0, len(lengths), self.eval_batch):
+            b = slice(a, a + self.eval_batch)
+            np_src, np_len = inputs[b], lengths[b]
+            correct.append(self.score(np_src, np_len, g_tokens[b], g_mask[b]))
+            correct_s.append(self.score(np_src, np_len, s_tokens[b], s_mask[b]))
+            score, terms = sampled_reward(self, np_src, np_len, s_tokens[b], s_mask[b])  # the configured reward
             reward.append(score)
             for k, v in terms.items():
                 reward_terms.setdefault(k, []).append(v)
+            src, sl = torch.from_numpy(np_src).to(device), torch.from_numpy(np_len).to(device)
             p = generator.first_step_logprobs(src, sl).exp()[:, self.digit0 : self.digit0 + 10]
             digit_probs.append((p / p.sum(-1, keepdim=True)).cpu().numpy())
-        generator.train(was_training)
         probs = np.concatenate(digit_probs)  # (n_test, 10)
         metrics = {
             "precision": float(np.concatenate(correct).mean()),

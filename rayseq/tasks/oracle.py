@@ -32,6 +32,7 @@ from torch import nn
 
 from rayseq.config.paths import LOCAL_PATH
 from rayseq.tasks.base import SPLIT_FIELDS, Task
+from rayseq.tasks.evaluation import EvalDecode, check_split, chunked, evaluate_here
 from rayseq.types import PromptBatch
 from rayseq.vocab import SPECIAL_TOKENS, Vocab
 
@@ -197,29 +198,37 @@ class OracleTask(Task):
     def metric_names(cls, cfg, split: str) -> list[str]:
         return [f"{split}/nll_oracle", f"{split}/nll_data"]
 
-    @torch.no_grad()
-    def evaluate(self, generator, device="cpu", *, split: str = "val", batch_size: int = 1000) -> tuple[dict, dict]:
+    # -- evaluation: samples on the rollout workers, the NLLs here (rayseq.tasks.evaluation) ---------------------
+    eval_batch = 1000
+
+    def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
         """``<split>/nll_oracle`` and ``<split>/nll_data`` (module docstring)."""
-        if split not in ("val", "test"):
-            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+        return evaluate_here(self, generator, device, split=split)
+
+    def eval_decodes(self, split: str) -> list[EvalDecode]:
+        """``task.eval_samples`` sequences sampled from the generator, in chunks of :attr:`eval_batch` (chunk c seeded
+        with ``chunk_seed(split seed, c)``)."""
+        seed = self.cfg.val_seed if check_split(split) == "val" else self.cfg.test_seed
+        return chunked(split, "sampled", self.cfg.eval_samples, self.eval_batch, self.cfg.seq_len, seed)
+
+    def eval_inputs(self, decode: EvalDecode) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros((decode.rows, 0), dtype=np.int64), np.zeros(decode.rows, dtype=np.int64)
+
+    @torch.no_grad()
+    def eval_figures(self, split: str, decoded: list, generator, device="cpu") -> tuple[dict, dict]:
+        """NLL-oracle: the oracle's mean NLL of the sampled sequences; NLL of the held-out data under the generator
+        (its likelihood, computed here in chunks of :attr:`eval_batch`)."""
         held_out = self.val_data if split == "val" else self.test_data
-        was_training = generator.training
-        generator.eval()
-        gen = torch.Generator(device=device).manual_seed(self.cfg.val_seed if split == "val" else self.cfg.test_seed)
-        n, T = self.cfg.eval_samples, self.cfg.seq_len
-        nll_oracle = []
-        for a in range(0, n, batch_size):
-            m = min(batch_size, n - a)
-            empty = torch.zeros(m, 0, dtype=torch.long, device=device)
-            s = generator.sample(empty, torch.zeros(m, dtype=torch.long, device=device), T, generator=gen)
-            nll_oracle.append(self.oracle.nll(s.tokens.cpu() - OFFSET))
+        decodes = self.eval_decodes(split)
+        if len(decodes) != len(decoded):
+            raise ValueError(f"{len(decodes)} decodes, {len(decoded)} results")
+        nll_oracle = [self.oracle.nll(torch.from_numpy(tokens) - OFFSET) for tokens, _ in decoded]
         nll_test = []
-        for a in range(0, len(held_out), batch_size):
-            y = torch.from_numpy(held_out[a : a + batch_size]).to(device)
+        for a in range(0, len(held_out), self.eval_batch):
+            y = torch.from_numpy(held_out[a : a + self.eval_batch]).to(device)
             empty = torch.zeros(len(y), 0, dtype=torch.long, device=device)
             lp = generator.logprobs(empty, torch.zeros(len(y), dtype=torch.long, device=device), y).logp
             nll_test.append(-lp.mean(1).cpu())
-        generator.train(was_training)
         metrics = {
             f"{split}/nll_oracle": float(torch.cat(nll_oracle).mean()),
             f"{split}/nll_data": float(torch.cat(nll_test).mean()),

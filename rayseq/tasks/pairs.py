@@ -71,6 +71,7 @@ from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids, detokenize
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
 from rayseq.tasks.base import SPLIT_FIELDS, Task, sampled_reward, task_spec
+from rayseq.tasks.evaluation import EvalDecode, chunked, evaluate_here, joined
 from rayseq.types import PromptBatch
 
 SELF_BLEU_REPLIES = 500
@@ -328,18 +329,12 @@ class PairsTask(Task):
 
     def greedy_replies(self, generator, src: np.ndarray, src_len: np.ndarray, device="cpu") -> list[np.ndarray]:
         """The greedy reply (ids, no EOS) to each input."""
-        tokens, mask = self.decode(generator, src, src_len, device)
+        return self._replies(*self.decode(generator, src, src_len, device))
+
+    def _replies(self, tokens: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
+        """Decoded replies (n, T) with their mask -> each reply's ids without the EOS."""
         lens = self.reply_lengths(tokens, mask)
         return [tokens[i, : lens[i]] for i in range(len(tokens))]
-
-    def greedy_words(self, generator, split: str, device="cpu") -> tuple[list[np.ndarray], list[np.ndarray], list]:
-        """The greedy reply (ids) to each input of ``split``, the same replies and the inputs' references as BLEU,
-        distinct-n, Self-BLEU and lengths count them: words (those a subword model's pieces spell), else the ids."""
-        src, src_len, refs = self.split(split)
-        replies = self.greedy_replies(generator, src, src_len, device)
-        if self.words is None:
-            return replies, replies, refs
-        return replies, [self.words(r) for r in replies], self.word_references(self.split_keys(split))
 
     def reply_text(self, ids: np.ndarray) -> str:
         return decode_ids(self.vocab, ids, self.data.tokenizer.get("kind", "words"))
@@ -361,22 +356,50 @@ class PairsTask(Task):
         return [f"{split}/{k}" for k in ("bleu2", "sentence_bleu2", "reward", "distinct1", "distinct2", "self_bleu2",
                                           "reply_len", "distinct_replies", "unk_replies")]
 
-    @torch.no_grad()
+    # -- evaluation: decodes on the rollout workers, figures here (rayseq.tasks.evaluation) -----------------------
+    eval_batch = 512
+
     def evaluate(self, generator, device="cpu", *, split: str = "val") -> tuple[dict, dict]:
         """``<split>/*`` metrics (module docstring); details (sample replies, example prompts) on test only."""
-        src, src_len, refs = self.split(split)
-        was_training = generator.training
-        generator.eval()
-        replies, replies_w, refs = self.greedy_words(generator, split, device)
-        sampled, sampled_mask = self.decode(generator, src, src_len, device,
-                                            seed=self.cfg.val_seed if split == "val" else self.cfg.test_seed)
+        return evaluate_here(self, generator, device, split=split)
+
+    def eval_decodes(self, split: str) -> list[EvalDecode]:
+        """Greedy and sampled replies to the split's prompts, in chunks of :attr:`eval_batch` (sampled chunk c seeded
+        with ``chunk_seed(split seed, c)``); on test, greedy replies to the task's example prompts too."""
+        n = len(self.split(split)[1])
+        seed = self.cfg.val_seed if split == "val" else self.cfg.test_seed
+        out = [*chunked(split, "greedy", n, self.eval_batch, self.max_tgt_len),
+               *chunked(split, "sampled", n, self.eval_batch, self.max_tgt_len, seed)]
+        if split == "test" and self.example_prompts:
+            out += chunked(split, "examples", len(self.example_prompts), self.eval_batch, self.max_tgt_len)
+        return out
+
+    def eval_inputs(self, decode: EvalDecode) -> tuple[np.ndarray, np.ndarray]:
+        if decode.name == "examples":
+            prompts = [encode_text(p, self.vocab, self.data.tokenizer, self.max_src_len)
+                       for p in self.example_prompts[decode.start : decode.stop]]
+            p_src = np.full((len(prompts), self.max_src_len), self.specials.pad, dtype=np.int64)
+            for i, p in enumerate(prompts):
+                p_src[i, : len(p)] = p
+            return p_src, np.array([max(len(p), 1) for p in prompts], dtype=np.int64)
+        src, src_len, _ = self.split(decode.split)
+        return src[decode.start : decode.stop], src_len[decode.start : decode.stop]
+
+    def eval_figures(self, split: str, decoded: list, generator=None, device="cpu") -> tuple[dict, dict]:
+        """The metrics of the decoded replies (no likelihood: the generator is not read)."""
+        src, src_len, _ = self.split(split)
+        replies_of = joined(self.eval_decodes(split), decoded)
+        replies = self._replies(*replies_of["greedy"])
+        replies_w, refs = replies, self._held_out[split][2]
+        if self.words is not None:
+            replies_w, refs = [self.words(r) for r in replies], self.word_references(self.split_keys(split))
+        sampled, sampled_mask = replies_of["sampled"]
         reward, terms = sampled_reward(self, src, src_len, sampled, sampled_mask, key=self.split_keys(split))
         metrics = {**self._metrics(split, replies_w, refs), f"{split}/reward": float(np.mean(reward)),
                    **{f"{split}/{k}": float(np.mean(v)) for k, v in terms.items()},
                    f"{split}/distinct_replies": len({r.tobytes() for r in replies}) / max(len(replies), 1),
                    f"{split}/unk_replies": float(np.mean([self.specials.unk in r for r in replies]))}
         if split != "test":
-            generator.train(was_training)
             return metrics, {}
         details = {
             "test_samples": [
@@ -386,16 +409,10 @@ class PairsTask(Task):
                 for i in range(min(8, len(replies)))
             ],
         }
-        if self.example_prompts:
-            prompts = [encode_text(p, self.vocab, self.data.tokenizer, self.max_src_len) for p in self.example_prompts]
-            p_src = np.full((len(prompts), self.max_src_len), self.specials.pad, dtype=np.int64)
-            for i, p in enumerate(prompts):
-                p_src[i, : len(p)] = p
-            p_len = np.array([max(len(p), 1) for p in prompts], dtype=np.int64)
-            answers = self.greedy_replies(generator, p_src, p_len, device)
+        if "examples" in replies_of:
+            answers = self._replies(*replies_of["examples"])
             details["paper_prompts"] = [{"input": p, "reply": self.reply_text(r)}
                                         for p, r in zip(self.example_prompts, answers)]
-        generator.train(was_training)
         return metrics, details
 
     @staticmethod

@@ -74,6 +74,8 @@ def test_greedy_is_the_policy_greedy(engine, policy, vocab):
         want = policy.greedy(src, src_len, 8)
     width = out.tokens.shape[1]
     assert torch.equal(out.tokens, want[:, :width])
+    # greedy=True (the evaluation's greedy replies) is temperature 0, whatever the seed
+    assert torch.equal(engine.generate(src, src_len, 8, greedy=True, seed=5).tokens, out.tokens)
 
 
 def test_new_weights_are_the_ones_it_runs(engine, policy, vocab):

@@ -250,3 +250,26 @@ def test_a_lora_worker_keeps_its_policy_and_the_learner_computes_the_log_probs(c
     behaviour_logprobs(learner.state, rollout, "tis", cfg.rollout.tis_cap)
     sampled = rollout.action_mask > 0
     assert np.abs(rollout.logp - rollout.engine_logp)[sampled].max() < 1e-3  # the adapted model on both sides
+
+
+@pytest.mark.ray
+def test_the_evaluation_is_decoded_by_vllm_on_the_workers(ray_session, corpus, vllm_hf_dir, tmp_path):
+    """val/* and test/* decoded by vLLM on 2 Ray workers, scored on the learner: the figures of greedy replies equal
+    the learner's own evaluation with the built-in loop (vLLM's greedy replies are the policy's on this model);
+    those of sampled replies (``reward``) are vLLM's draws."""
+    from rayseq.distributed.groups import ActorGroups
+    from rayseq.tasks import make_task
+
+    cfg = vllm_config(corpus, vllm_hf_dir, "rollout.num_workers=2", "rollout.num_cpus_per_worker=1",
+                      "scorer.num_scorers=0", "learner.num_cpus=1", run_dir=tmp_path / "run")
+    task = make_task(cfg.task, cfg.reward)
+    groups = ActorGroups(cfg)
+    try:
+        for split in ("val", "test"):
+            remote, _ = groups.evaluate(split, task.eval_decodes(split))
+            local, _ = groups.learner.evaluate(split)
+            assert sorted(remote) == sorted(local)
+            greedy = [k for k in local if not k.startswith(f"{split}/reward")]
+            assert {k: remote[k] for k in greedy} == {k: local[k] for k in greedy}, split
+    finally:
+        groups.shutdown()

@@ -24,6 +24,7 @@ from rayseq.distributed.weights.flat import FlatWeights
 from rayseq.models import make_generator
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
+from rayseq.tasks.evaluation import figures
 from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays
 
 
@@ -63,6 +64,9 @@ class Learner:
         self.stage = "mle"
         self.pretrainer = MLE(c.algo, c.seed)  # the update of MLE pretraining (and of the algorithm's own stage)
         self.version = 0
+        # the generator changed since its weights were last published without a new version (an algorithm's
+        # validation undid updates, a checkpoint was loaded): an evaluation's decodes then carry fresh weights
+        self.weights_changed = False
         self.dtype = getattr(torch, c.model.dtype)  # the compute precision (fp32 master weights whatever it is)
         self.strategy = make_strategy(c.learner, self.device, self.dtype)  # how it holds its modules
         if c.learner.activation_checkpointing:
@@ -158,7 +162,16 @@ class Learner:
 
     def get_flat_weights(self) -> FlatWeights:
         """:meth:`get_weights` as one buffer (what the Ray groups publish: one object per version)."""
+        self.weights_changed = False
         return FlatWeights.pack(self.get_weights())
+
+    def get_eval_weights(self) -> FlatWeights:
+        """:meth:`get_weights` as one buffer for an evaluation's decodes alone (not published: the workers' samplings
+        keep the version's published weights)."""
+        return FlatWeights.pack(self.get_weights())
+
+    def changed_since_publish(self) -> bool:
+        return self.weights_changed
 
     # -- the learner's end of rollout.weight_sync=collective (rayseq.distributed.weights.transport) -------------
     def send_weights(self, spec, bucket_bytes: int) -> None:
@@ -196,6 +209,7 @@ class Learner:
         """Validation-set reward handed to the algorithm (``Algorithm.on_validation``)."""
         with self.strategy.compute():
             reward = self.task.validation_reward(self.state.generator, self.device)
+        self.weights_changed = True  # the algorithm may undo updates (ERPO interpolation), the version as it was
         return self.algo.on_validation(self.state, reward)
 
     def update(self, batch, iteration: int) -> dict:
@@ -258,14 +272,20 @@ class Learner:
         with self.strategy.compute():
             return self.algo.aux_update(self.state, prompt_arrays(positives, self.task), as_rollout(negatives), seed)
 
-    def evaluate(self, split: str = "val") -> tuple[dict, dict]:
-        """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics; an algorithm
-        that evaluates what it trains itself (``evaluate(state, task, split)``: a reward model) reports its own."""
+    def evaluate(self, split: str = "val", decoded: list | None = None) -> tuple[dict, dict]:
+        """The task's ``val/*`` (during training: what selects) or ``test/*`` (once, reported) metrics. ``decoded``:
+        the split's decodes (the task's ``eval_decodes``, :mod:`rayseq.tasks.evaluation`) made on the rollout
+        workers, or their handles (fetched here): only the figures are computed here, reading the policy where
+        they need its likelihood (no gradients, in the task's evaluation batches); None: the whole evaluation here.
+        An algorithm that evaluates what it trains itself (``evaluate(state, task, split)``: a reward model) reports
+        its own."""
         own = getattr(self.algo, "evaluate", None)
         with self.strategy.compute():
             if own is not None:
                 return own(self.state, self.task, split)
-            return self.task.evaluate(self.state.generator, self.device, split=split)
+            if decoded is None:
+                return self.task.evaluate(self.state.generator, self.device, split=split)
+            return figures(self.task, split, resolve(decoded), self.state.generator, self.device)
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self, modules: bool = True) -> dict:
@@ -341,6 +361,7 @@ class Learner:
         entry, bytes)`` each (whole files: none)."""
         reads = files_of(state).restore(self, state)
         self.version = int(state["version"])
+        self.weights_changed = True
         # RNG states are CPU byte tensors; a checkpoint read with map_location=cuda moved them to the device
         torch.set_rng_state(state["torch_rng"].cpu())
         if self.device.type == "cuda" and "cuda_rng" in state:
@@ -370,6 +391,7 @@ class Learner:
         state = load_checkpoint(path, map_location=self.device)["learner"]
         carried = {k: self.algo.modules[k] for k in self.algo.carried if k in self.algo.modules}
         files_of(state).read_modules(self, state, {"generator": self.state.generator, **carried})
+        self.weights_changed = True
         return {"generator": True, **self.algo.init_from(algorithm_entries(state))}
 
 

@@ -25,6 +25,7 @@ from rayseq.models import make_generator
 from rayseq.rewards.terminal import terminal_rewards
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
+from rayseq.tasks.evaluation import EvalDecode, run_decode
 from rayseq.types import PromptBatch, PromptKeys, Rollout, RolloutRequest, prompt_arrays, to_torch
 
 
@@ -197,6 +198,22 @@ class RolloutWorker:
             return Sampled(out)
         # engine_checksum_diff: of the engine's last weights load against the weights given (0: the same weights)
         return Sampled(out, info={"engine_checksum_diff": self.engine.checksum_diff}, engine_logp=out.logp)
+
+
+def decode_held_out(worker: RolloutWorker, decode: EvalDecode) -> tuple[tuple[np.ndarray, np.ndarray], dict]:
+    """One decode of an evaluation (:class:`~rayseq.tasks.evaluation.EvalDecode`: a chunk of a held-out split's
+    inputs, greedy or sampled with its seed) on ``worker``, through its rollout engine: ((tokens (n, max_len), mask
+    (n, max_len)), info). The inputs are the worker's task's (:meth:`eval_inputs`); what it decodes with are the
+    weights the call carried (:meth:`RolloutWorker.run_shard`)."""
+    t0 = time.perf_counter()
+    engine = worker.engine
+
+    def sample(src, src_len, max_len, greedy, seed):
+        return engine.generate(src, src_len, max_len, seed=seed, greedy=greedy)
+
+    out = run_decode(sample, *worker.task.eval_inputs(decode), decode, worker.device)
+    return out, {"worker": worker.index, "pid": os.getpid(), "rows": decode.rows, "version": worker.version,
+                 "decode_s": time.perf_counter() - t0}
 
 
 def score_rollout(task, rollout: Rollout, sampler=None) -> Rollout:

@@ -81,10 +81,12 @@ class BestKeeper:
         write(RunStore(self.store.display(BEST_DIR)))
         self.store.write_text(f"{BEST_DIR}/best.json", to_json({**self.best, "metric": key}))
 
-    def summary(self, iteration: int, final_test: tuple[dict, dict], learner) -> dict | None:
+    def summary(self, iteration: int, final_test: tuple[dict, dict], learner,
+                evaluate: Callable[[str], tuple[dict, dict]] | None = None) -> dict | None:
         """summary.json's ``best``: the best evaluation's iteration, checkpoint and figures, its test figures computed
-        now by ``learner`` (the learner group) on the best weights, unless they are the final ones (the run's last
-        act: the learner's state is not saved again). None without a best."""
+        now on the best weights, loaded into ``learner`` (the learner group), by ``evaluate(split)`` (the driver's
+        evaluation: the rollout workers decode; None: the learner's own), unless they are the final ones (the run's
+        last act: the learner's state is not saved again). None without a best."""
         if self.best is None:
             return None
         path = list_checkpoints(RunStore(self.store.display(BEST_DIR)))[-1]
@@ -92,7 +94,7 @@ class BestKeeper:
             test, details = final_test
         else:
             learner.restore(path)
-            test, details = learner.evaluate("test")
+            test, details = (evaluate or learner.evaluate)("test")
         best = {"iteration": self.best["iteration"], "metric": self.train.best_metric, "value": self.best["value"],
                 "checkpoint": path, "metrics": {**self.best["val"], **test}}
         self.store.write_text(f"{BEST_DIR}/best.json", to_json(best))

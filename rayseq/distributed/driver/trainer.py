@@ -49,6 +49,7 @@ from rayseq.distributed.groups.manager import LearnerLost
 from rayseq.runlog import MetricsLog, to_json
 from rayseq.storage import RunStore
 from rayseq.tasks import prepared_task
+from rayseq.tasks.evaluation import decodes_split
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,8 @@ class Trainer:
                     final = self._run_stages(groups, bar)
                     test, details = self._evaluate(groups, "test")
                     ckpt = self.save(groups)
-                    best = self.best.summary(self.iteration, (test, details), groups.learner)
+                    best = self.best.summary(self.iteration, (test, details), groups.learner,
+                                             functools.partial(self._evaluation, groups))
                     self._evaluated = {}  # (the summary may have loaded the best weights)
                     break
                 except LearnerLost as exc:
@@ -284,11 +286,16 @@ class Trainer:
         version = groups.learner.version()
         cached = self._evaluated.get(split)
         if cached is None or cached[0] != version:
-            cached = self._evaluated[split] = (version, *groups.learner.evaluate(split))
+            cached = self._evaluated[split] = (version, *self._evaluation(groups, split))
             viewer = cached[2].pop("viewer", None) if isinstance(cached[2], dict) else None
             if viewer:  # a few of the evaluation's episodes as text (a task of episodes), one file per evaluation
                 self.store.write_text(f"viewer/{split}-{self.iteration:06d}.txt", viewer + "\n")
         return cached[1], cached[2]
+
+    def _evaluation(self, groups: ActorGroups, split: str) -> tuple[dict, dict]:
+        """The ``split`` metrics and details of the learner's generator now: the decodes on the rollout workers
+        where the task splits its evaluation (:mod:`rayseq.tasks.evaluation`), the figures on the learners."""
+        return groups.evaluate(split, self.task.eval_decodes(split) if decodes_split(self.task) else None)
 
     def _run_stage(self, groups: ActorGroups, stage: str, n_iters: int, bar) -> dict:
         """Runs the rest of ``stage``; returns the validation metrics (``val/*``) at its end."""

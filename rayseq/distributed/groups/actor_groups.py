@@ -185,6 +185,17 @@ class ActorGroups:
         caller loads the latest checkpoint."""
         self.manager.recover_learner(self)
 
+    def evaluate(self, split: str, decodes: list | None = None) -> tuple[dict, dict]:
+        """The ``split`` metrics and details of the learner's generator now. With ``decodes`` (the task's
+        ``eval_decodes``, :mod:`rayseq.tasks.evaluation`) and Ray workers, the rollout workers decode them (each a
+        share, through its engine, with the weights the learners published, or fresh ones where the generator has
+        changed since without a new version: :meth:`LearnerGroup.eval_weights_handle`) and the learners compute the
+        figures from them; else (in-process, or a task whose evaluation is one piece) the learners evaluate whole."""
+        if decodes is None or self.rollout.is_local:
+            return self.learner.evaluate(split)
+        decoded, _ = self.rollout.decode_held_out(decodes, *self.learner.eval_weights_handle(self.learner.version()))
+        return self.learner.evaluate(split, decoded)
+
     def fetch(self, handles: list) -> list:
         """The objects behind shard handles, fetched to the driver (tests, benchmarks; the loop never does)."""
         return list(handles) if self.is_local else self.manager.received(resolve(handles))

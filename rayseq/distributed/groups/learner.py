@@ -26,6 +26,7 @@ class LearnerGroup:
 
     def __init__(self, cfg: RunConfig, *, manager=None, actor_options: list[dict] | None = None):
         self.is_local = manager is None
+        self._eval_tags = 0  # weights fetched for an evaluation under a tag of their own (eval_weights_handle)
         self._manager = manager
         self.rollout = None  # the RolloutGroup, set by ActorGroups: where update_and_sample samples
         self.actors: list = []
@@ -159,8 +160,10 @@ class LearnerGroup:
         """Every rank starts from another run's checkpoint ``path`` (``Learner.init_from``); what was there."""
         return self._call(lambda a: a.init_from, path, every_rank=True)
 
-    def evaluate(self, split: str = "val") -> tuple[dict, dict]:
-        return self._call(lambda a: a.evaluate, split, keeps_version=True)
+    def evaluate(self, split: str = "val", decoded: list | None = None) -> tuple[dict, dict]:
+        """``Learner.evaluate`` on the reading ranks (``decoded``: the decodes' handles, made on the rollout
+        workers); rank 0's metrics and details."""
+        return self._call(lambda a: a.evaluate, split, decoded, keeps_version=True)
 
     def placement(self) -> dict:
         return self._call(lambda a: a.placement, keeps_version=True)
@@ -193,6 +196,16 @@ class LearnerGroup:
             return published[1]
         self._wait_peers()
         return self._rank0_ref(lambda a: a.get_flat_weights)
+
+    def eval_weights_handle(self, version: int) -> tuple:
+        """(handle, version tag) of the weights an evaluation's decodes carry: the published weights of ``version``
+        when the learner's generator is still what it published; else (an algorithm's validation undid updates, a
+        checkpoint was loaded, the version unchanged) its weights now, under a tag of their own (negative: never a
+        version the samplings carry), left unpublished so that the samplings keep the version's weights."""
+        if self.is_local or not self._call(lambda a: a.changed_since_publish, keeps_version=True):
+            return self.weights_handle(version), version
+        self._eval_tags += 1
+        return self._rank0_ref(lambda a: a.get_eval_weights), -1 - self._eval_tags
 
     def scorer_weights_handle(self):
         """What the scorers load of the algorithm's (``{name: state dict}``; under Ray a ref to it)."""

@@ -230,6 +230,25 @@ class RolloutGroup:
                  for i, shard in enumerate(shards)]
         return [self._call(i, self.live[i % len(self.live)], send) for i, send in enumerate(sends)]
 
+    def decode_held_out(self, decodes: list, weights, version: int) -> list:
+        """An evaluation's decodes (:class:`~rayseq.tasks.evaluation.EvalDecode`) on the live workers, decode k on
+        the (k mod live)-th, each with the weights ``weights`` (a ref) of ``version`` (the learners' last published:
+        the calls carry them, and the group's own published weights, which the next samplings carry, are left as
+        they are). Returns the refs of each decode's (tokens, mask) and each one's info (``worker``, ``pid``, ``rows``,
+        ``decode_s``), in the order of ``decodes``, once all are done.
+        Elastic as sampling: a worker that fails is waited for (``rollout.worker_grace_s``) or left out, its decodes
+        sent to another (:meth:`ActorManager.get`); the decodes do not depend on which worker runs them."""
+        if self.is_local:
+            raise RuntimeError("in-process runs evaluate on the learner (RolloutGroup.decode_held_out: Ray workers)")
+        from rayseq.distributed.actors.worker import decode_held_out
+
+        self._refresh()
+        carry = {"weights": [weights], "version": version}
+        calls = [self._call(k, self.live[k % len(self.live)], partial(send_run, decode_held_out, (d,), carry))
+                 for k, d in enumerate(decodes)]
+        done = self._manager.wait_all(calls)
+        return [ref for ref, _ in done], [info for _, info in done]
+
     def stats(self) -> list[dict]:
         """Each worker's stats, after it has loaded the published weights (it may not have needed them yet)."""
         if self.is_local:

@@ -179,6 +179,7 @@ class Learner:
         :class:`~rayseq.distributed.weights.collective.GroupSpec`: rank 0, its store here)."""
         from rayseq.distributed.weights import collective as weight_sync
 
+        self.weights_changed = False  # published (over the group, not the object store)
         weight_sync.send(self.get_weights()["generator"], spec, bucket_bytes)
 
     def leave_weight_group(self, group_name: str) -> None:

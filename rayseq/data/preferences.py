@@ -18,7 +18,6 @@ Math/data layer: pyarrow, numpy; never Ray.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rayseq.data.errors import DataError
-from rayseq.data.preparation import _read_table, _text_of_messages
+from rayseq.data.preparation import PrepareOptions, _jsonl_records, _read_table, _text_of_messages
 
 
 @dataclass(frozen=True)
@@ -47,17 +46,7 @@ def _records(path: Path) -> list[tuple[str, dict]]:
     if path.is_dir():
         table = _read_table("hf", path)
     elif path.suffix == ".jsonl":
-        out = []
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{i}: bad JSON ({e.msg} at column {e.colno})") from None
-                if not isinstance(obj, dict):
-                    raise DataError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
-                out.append((f"{path}:{i}", obj))
-        return out
+        return list(_jsonl_records(path, PrepareOptions(quiet=True)))  # (where, row): the lines' own errors
     elif path.suffix in (".parquet", ".csv"):
         table = _read_table(path.suffix[1:], path)
     else:

@@ -174,7 +174,9 @@ def _answers(url: str) -> bool:
 def start_background(argv: list[str], url: str, cwd: Path, env: dict, timeout: float) -> tuple[subprocess.Popen, str]:
     """Start ``argv`` in a session of its own, its output to a file; wait until ``url`` answers 200. Returns the
     process and "" when it is up, else why not (it exited, or the time ran out)."""
-    out = open(cwd / f".background-{len(list(cwd.glob('.background-*')))}.log", "w+")  # noqa: SIM115 (kept open)
+    import tempfile
+
+    out = tempfile.TemporaryFile("w+")  # noqa: SIM115 (read and closed by stop_background)
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     proc.log = out
     deadline = time.monotonic() + timeout

@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import Field
 
 # task.* keys of the held-out sets every built-in task reads (Task.fields: a subclass spreads them into its own)
+HELD_OUT = {"val": "valid", "test": "test"}  # evaluation split -> the held-out split of prepared data
 SPLIT_FIELDS = {
     "test_size": (int, Field(
         2000, ge=100, description="Held-out test inputs (counting), oracle samples (NLL-test), prompts (pairs: of the "

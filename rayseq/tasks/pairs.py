@@ -70,12 +70,11 @@ from rayseq.data.preparation import DataError, PrepareOptions
 from rayseq.data.subword import BPEVocab, WordIds
 from rayseq.data.text import decode_ids, detokenize
 from rayseq.rewards import corpus_bleu, sentence_bleu_padded, terminal_rewards
-from rayseq.tasks.base import SPLIT_FIELDS, Task, sampled_reward, task_spec
+from rayseq.tasks.base import HELD_OUT, SPLIT_FIELDS, Task, sampled_reward, task_spec
 from rayseq.tasks.evaluation import EvalDecode, chunked, evaluate_here, joined
 from rayseq.types import PromptBatch
 
 SELF_BLEU_REPLIES = 500
-HELD_OUT = {"val": "valid", "test": "test"}  # evaluation split -> prepared split
 
 
 class PairsTask(Task):

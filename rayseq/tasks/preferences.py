@@ -27,11 +27,10 @@ from rayseq.data.errors import DataError
 from rayseq.data.hf_text import HFVocab
 from rayseq.data.preferences import read_preferences, split_rows
 from rayseq.data.text import tokenize
-from rayseq.tasks.base import Task
+from rayseq.tasks.base import HELD_OUT, Task
 from rayseq.types import PreferenceBatch
 from rayseq.vocab import Vocab
 
-HELD_OUT = {"val": "valid", "test": "test"}
 METRICS = ("accuracy", "margin", "accuracy_longer", "loss")  # <split>/* of a reward model's evaluation
 
 

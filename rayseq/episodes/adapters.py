@@ -410,7 +410,8 @@ def _free_port() -> int:
 
 def serve_openenv(app: str, startup_timeout_s: float = 180.0) -> str:
     """The URL of a server of the OpenEnv app ``package.module:app`` (``openenv.core.env_server.create_app(...)``):
-    started once per process with uvicorn on a free local port, on first use, stopped when the process exits.
+    started once per process with uvicorn on a free local port, on first use, stopped when the process exits, and
+    ending by itself when the process is killed (:mod:`rayseq.episodes.child_server`).
     :class:`EnvError` with the server's output when it does not answer ``/health`` within ``startup_timeout_s``."""
     with _SERVERS_LOCK:
         if app in _SERVERS and _SERVERS[app][0].poll() is None:
@@ -418,8 +419,8 @@ def serve_openenv(app: str, startup_timeout_s: float = 180.0) -> str:
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         log = tempfile.TemporaryFile()
-        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-                                 "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, "-m", "rayseq.episodes.child_server", app, "--port", str(port),
+                                 "--parent", str(os.getpid())], stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         atexit.register(_stop, proc)
         deadline = time.monotonic() + startup_timeout_s
@@ -436,7 +437,7 @@ def serve_openenv(app: str, startup_timeout_s: float = 180.0) -> str:
         log.seek(0)
         said = log.read().decode(errors="replace").strip()[-2000:]
         raise EnvError(f"env.kwargs.app={app}: its OpenEnv server did not start within {startup_timeout_s:g} s "
-                       f"(python -m uvicorn {app}): {said or 'no output'}")
+                       f"(uvicorn serving {app}): {said or 'no output'}")
 
 
 def _stop(proc) -> None:

@@ -73,12 +73,27 @@ def import_object(path: str, what: str):
 
 # -- TRL's environment_factory classes ---------------------------------------------------------------------------
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_XML_CALL = re.compile(r"<tool_call>\s*<function=([^\n>]+)>(.*?)</tool_call>", re.DOTALL)
+_XML_PARAM = re.compile(r"<parameter=([^>\n]+)>\s*(.*?)\s*</parameter>", re.DOTALL)
+_GLM_CALL = re.compile(r"<tool_call>([^\s<]+)\n?((?:(?!</tool_call>).)*)</tool_call>", re.DOTALL)
+_GLM_PARAM = re.compile(r"<arg_key>([^<]+)</arg_key>\s*\n<arg_value>(.*?)</arg_value>", re.DOTALL)
+_LLAMA3_CALL = re.compile(r'\{"name":\s*"([^"]+)",\s*"parameters":\s*')
+
+TOOL_FORMATS = {  # env.kwargs.tool_format -> the chat-template families that write their calls so
+    "hermes": "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>: Qwen2.5, Qwen3, Hermes",
+    "xml": "<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>: Qwen3.5, "
+           "Qwen3-Coder, Nemotron 3",
+    "glm": "<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>: GLM-4.5",
+    "llama3": "{\"name\": ..., \"parameters\": {...}}: Llama 3.1, 3.2",
+    "auto": "each reply read in the format its first call is written in (the four above)",
+}
 
 
-def parse_tool_calls(text: str) -> list[dict]:
-    """The tool calls of a reply in the Hermes format that Qwen's and most tool-calling chat templates teach:
-    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, once per call. A call whose JSON does not parse is
-    kept as ``{"error": ...}`` (answered with the error, as TRL answers a failing call)."""
+def _unreadable(exc: Exception) -> dict:
+    return {"name": "unknown", "error": f"unreadable tool call: {exc}"}
+
+
+def _hermes(text: str) -> list[dict]:
     calls = []
     for body in _TOOL_CALL.findall(text):
         try:
@@ -90,8 +105,84 @@ def parse_tool_calls(text: str) -> list[dict]:
                 args = json.loads(args)
             calls.append({"name": call["name"], "arguments": dict(args)})
         except (ValueError, TypeError) as exc:
-            calls.append({"name": "unknown", "error": f"unreadable tool call: {exc}"})
+            calls.append(_unreadable(exc))
     return calls
+
+
+def _inline_value(raw: str):
+    """A value written inline (XML formats): JSON where it reads as JSON, else the text itself (typed later by the
+    tool's signature: :func:`typed_arguments`)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _xml(text: str) -> list[dict]:
+    return [{"name": name.strip(), "arguments": {k.strip(): _inline_value(v) for k, v in _XML_PARAM.findall(body)},
+             "raw": {k.strip(): v for k, v in _XML_PARAM.findall(body)}}
+            for name, body in _XML_CALL.findall(text)]
+
+
+def _glm(text: str) -> list[dict]:
+    return [{"name": name.strip(), "arguments": {k.strip(): _inline_value(v) for k, v in _GLM_PARAM.findall(body)},
+             "raw": {k.strip(): v for k, v in _GLM_PARAM.findall(body)}}
+            for name, body in _GLM_CALL.findall(text)]
+
+
+def _llama3(text: str) -> list[dict]:
+    calls, decoder, pos = [], json.JSONDecoder(), 0
+    while (m := _LLAMA3_CALL.search(text, pos)) is not None:
+        try:
+            args, end = decoder.raw_decode(text, m.end())
+            if not isinstance(args, dict):
+                raise ValueError("expected \"parameters\": {...}")
+            calls.append({"name": m.group(1), "arguments": args})
+            pos = end
+        except ValueError as exc:
+            calls.append(_unreadable(exc))
+            pos = m.end()
+    return calls
+
+
+_PARSERS = {"hermes": _hermes, "xml": _xml, "glm": _glm, "llama3": _llama3}
+
+
+def parse_tool_calls(text: str, tool_format: str = "hermes") -> list[dict]:
+    """The tool calls of a reply, in the format ``tool_format`` (:data:`TOOL_FORMATS`; Hermes by default, the one
+    Qwen's and most tool-calling chat templates teach), once per call: ``{"name", "arguments"}``. A call that does not
+    parse is kept as ``{"error": ...}`` (answered with the error, as TRL answers a failing call). The XML formats
+    write values as text: each is read as JSON where it parses, and :func:`typed_arguments` types it by the tool."""
+    if tool_format == "auto":
+        if _XML_CALL.search(text):
+            tool_format = "xml"
+        elif _GLM_PARAM.search(text):
+            tool_format = "glm"
+        elif _TOOL_CALL.search(text):
+            tool_format = "hermes"
+        else:
+            tool_format = "llama3"
+    if tool_format not in _PARSERS:
+        raise EnvError(f"env.kwargs.tool_format={tool_format!r}: one of {sorted(TOOL_FORMATS)}")
+    return _PARSERS[tool_format](text)
+
+
+def typed_arguments(tool, call: dict) -> dict:
+    """``call``'s arguments for ``tool``: a value written as text (the XML formats') stays text where the tool's
+    parameter is annotated ``str``, as TRL types arguments by the tool's schema; every other value as read."""
+    raw = call.get("raw")
+    if not raw:
+        return call["arguments"]
+    try:
+        params = inspect.signature(tool).parameters
+    except (TypeError, ValueError):
+        return call["arguments"]
+    out = dict(call["arguments"])
+    for key, text in raw.items():
+        p = params.get(key)
+        if p is not None and p.annotation in (str, "str"):
+            out[key] = text
+    return out
 
 
 def trl_tools(env) -> list:
@@ -106,7 +197,8 @@ class TRLEnvironment:
 
     The episode: the first observation is the row's ``prompt`` (text or chat messages; from ``env.rows``) with what
     ``reset(**row)`` returns appended to its last user message (TRL's rule; without a prompt, the returned text is the
-    observation). Each reply's tool calls (:func:`parse_tool_calls`) are made on the instance's public methods and
+    observation). Each reply's tool calls (:func:`parse_tool_calls`, in ``tool_format``) are made on the instance's
+    public methods and
     answered as ``{"role": "tool", "name", "content": str(result)}`` messages (a call that raises is answered
     ``{"error": ...}``, as TRL does). The episode ends when a reply makes no tool call, or after ``max_calls`` replies
     that did; its reward is then ``get_reward()`` (0 when the class has none), on that last turn.
@@ -117,9 +209,15 @@ class TRLEnvironment:
             ``env.max_turns`` so that the episode ends here and is scored.
         seed: pass the episode's seed to ``reset`` as ``seed=`` (only when its signature names ``seed``: TRL never
             passes one). Default: when it names it.
+        tool_format: how the policy writes its calls, the chat template's family (:data:`TOOL_FORMATS`): ``hermes``
+            (default), ``xml``, ``glm``, ``llama3`` or ``auto``.
     """
 
-    def __init__(self, factory: str, max_calls: int = 8, seed: bool | None = None):
+    def __init__(self, factory: str, max_calls: int = 8, seed: bool | None = None, tool_format: str = "hermes"):
+        if tool_format not in TOOL_FORMATS:
+            raise EnvError(f"env.kwargs.tool_format={tool_format!r}: one of "
+                           + "; ".join(f"{k} ({v})" for k, v in TOOL_FORMATS.items()))
+        self.tool_format = tool_format
         maker = import_object(factory, "env.kwargs.factory")
         self.env = maker()
         if not callable(getattr(self.env, "reset", None)):
@@ -159,7 +257,7 @@ class TRLEnvironment:
             try:
                 if tool is None:
                     raise ValueError(f"Tool {call['name']} not found.")
-                result = tool(**call["arguments"])
+                result = tool(**typed_arguments(tool, call))
             except Exception as exc:  # noqa: BLE001 (TRL answers a failing call with its error; so do we)
                 result = {"error": str(exc)}
         return {"role": "tool", "name": call["name"], "content": str(result)}
@@ -169,7 +267,7 @@ class TRLEnvironment:
         return float(get()) if callable(get) else 0.0
 
     def step(self, action: str):
-        calls = parse_tool_calls(str(action))
+        calls = parse_tool_calls(str(action), self.tool_format)
         if not calls:
             return None, self._reward(), True, {"tool_calls": self.calls}
         self.calls += 1
@@ -505,5 +603,6 @@ class OpenEnv:
         self.client.close()
 
 
-__all__ = ["GEM", "OPPONENTS", "OpenEnv", "ReasoningGym", "TRLEnvironment", "TextArena", "available_moves",
-           "first_move", "parse_tool_calls", "random_move", "require", "serve_openenv", "trl_tools"]
+__all__ = ["GEM", "OPPONENTS", "TOOL_FORMATS", "OpenEnv", "ReasoningGym", "TRLEnvironment", "TextArena",
+           "available_moves", "first_move", "parse_tool_calls", "random_move", "require", "serve_openenv", "trl_tools",
+           "typed_arguments"]

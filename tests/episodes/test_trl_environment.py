@@ -109,3 +109,72 @@ def test_grpo_trains_a_hf_policy_on_a_trl_environment_from_the_cli(hf_dir, tmp_p
     rows = [r for r in pq.read_table(run / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert len(rows) == 2 and all(np.isfinite(r["loss/policy"]) for r in rows)
     assert all(1 <= r["episode/turns"] <= 3 and r["episode/failures"] == 0 for r in rows)
+
+
+def _add(n: int) -> int:
+    """Add to the counter.
+
+    Args:
+        n: how much
+    """
+    return n
+
+
+def _note(text: str) -> str:
+    """Write a note.
+
+    Args:
+        text: the note
+    """
+    return text
+
+
+XML_ADD = "<tool_call>\n<function=_add>\n<parameter=n>\n{}\n</parameter>\n</function>\n</tool_call>"
+XML_NOTE = "<tool_call>\n<function=_note>\n<parameter=text>\n75001\n</parameter>\n</function>\n</tool_call>"
+GLM = "<tool_call>{}\n<arg_key>{}</arg_key>\n<arg_value>{}</arg_value>\n</tool_call>"
+# TRL's chat template of a family -> (tool_format, replies, the turn's end as the template writes it)
+OTHER_FORMATS = {
+    "qwen3_5_nothink": ("xml", [XML_ADD.format(7), XML_NOTE + "\n" + XML_ADD.format(2), "no call at all"],
+                        "<|im_end|>"),
+    "glm4moe": ("glm", [GLM.format("_add", "n", 3), GLM.format("_note", "text", "hi there")], ""),
+    "llama3_2": ("llama3", ['{"name": "_add", "parameters": {"n": 4}}', "just text"], "<|eot_id|>"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(OTHER_FORMATS))
+def test_other_tool_formats_are_read_as_trls_parser_reads_them(hf_dir, family):
+    """Qwen3.5's XML, GLM's key/value and Llama 3's JSON calls: ours (typed by the tool's signature) = what TRL's
+    ``parse_response`` reads with the family's response template and the tools' schemas; ``auto`` reads them
+    the same."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    from rayseq.episodes.adapters import typed_arguments
+
+    fmt, replies, end = OTHER_FORMATS[family]
+    tok = AutoTokenizer.from_pretrained(str(hf_dir), local_files_only=True)
+    tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / f"{family}.jinja").read_text()
+    tok = add_response_schema(tok)
+    tools = {"_add": _add, "_note": _note}
+    prefix = list(tok.apply_chat_template([{"role": "user", "content": "Go."}], tools=list(tools.values()),
+                                          add_generation_prompt=True, tokenize=True, return_dict=False))
+    for text in replies:
+        ids = tok(text + end, add_special_tokens=False)["input_ids"]
+        theirs = parse_response(tok, ids, prefix=prefix, tools=list(tools.values())).get("tool_calls") or []
+        ours = parse_tool_calls(text, fmt)
+        assert [(c["function"]["name"], c["function"]["arguments"]) for c in theirs] == \
+            [(c["name"], typed_arguments(tools[c["name"]], c)) for c in ours]
+        assert parse_tool_calls(text, "auto") == ours
+    # another family's call is no Hermes call (at most an unreadable one, answered with its error)
+    assert all("error" in c for c in parse_tool_calls(replies[0], "hermes"))
+
+
+def test_an_episode_in_the_xml_format_and_a_bad_format():
+    env = make_environment("trl", {"factory": FACTORY, "max_calls": 4, "tool_format": "xml"})
+    env.reset(0, prompt="Go.", target=2)
+    obs, r, done, _ = env.step("<tool_call>\n<function=add>\n<parameter=n>\n2\n</parameter>\n</function>\n</tool_call>")
+    assert (obs, r, done) == ([{"role": "tool", "name": "add", "content": "counter: 2"}], 0.0, False)
+    assert env.step("Done.")[:3] == (None, 1.0, True)
+    with pytest.raises(EnvError, match=r"env.kwargs.tool_format='json': one of .*hermes .*xml .*glm .*llama3 .*auto"):
+        make_environment("trl", {"factory": FACTORY, "tool_format": "json"})
+    assert "error" in parse_tool_calls('{"name": "add", "parameters": [1]}', "llama3")[0]

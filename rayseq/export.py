@@ -106,11 +106,10 @@ def is_reward_model(ck: dict) -> bool:
 def reward_model_of(ck: dict):
     """(generator, head, vocab) of a reward model's checkpoint loaded with its training state: r(x, y) =
     head(state at y's <eos>) (:mod:`rayseq.algos.reward_model`)."""
+    from rayseq.models.reward_head import trained_head
+
     generator, vocab = policy_of(ck)
-    weight = ck["learner"]["algo"]["rm_head"]["weight"]
-    head = torch.nn.Linear(weight.shape[1], 1, bias=False)
-    head.load_state_dict({"weight": weight})
-    return generator, head.eval(), vocab
+    return generator, trained_head(ck, generator.state_dim), vocab
 
 
 def export_hf_reward_model(generator, head, vocab, out: Path) -> None:

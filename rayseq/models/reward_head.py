@@ -36,6 +36,24 @@ def reward_head(state_dim: int) -> nn.Linear:
     return head
 
 
+def trained_head(ck: dict, state_dim: int) -> nn.Linear:
+    """The reward head of a reward model's loaded checkpoint (``training_state=True``): from the learner's files, or,
+    when sharded learners wrote it (``learner.strategy=fsdp``), read whole from the checkpoint's shards (any number
+    of ranks wrote them; read here without a process group)."""
+    learner = ck["learner"]
+    head = reward_head(state_dim)
+    held = (learner.get("algo") or {}).get("rm_head")
+    if held is not None:
+        head.load_state_dict(held)
+    elif "dcp" in learner:
+        from rayseq.distributed.actors.strategies import read_shards
+
+        read_shards(learner["dcp"], {"rm_head": (head, None)})
+    else:
+        raise ValueError("the checkpoint holds no reward head (algo.rm_head): not a reward model's training state")
+    return head.eval()
+
+
 def reply_states(policy, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """(B, T, H) the policy's states at each reply position (the one that predicts token t has read y_<t): its
     ``reply_states`` when it has one (an HF policy: the last hidden layer, without the LM head), else its
@@ -86,9 +104,7 @@ class RewardModelScorer:
         self.generator = generator_from_parts(ModelConfig(**cfg["model"]), self.vocab, self.vocab.specials)
         self.generator.load_state_dict(ck["learner"]["generator"])
         self.generator.to(self.device).eval()
-        weight = ck["learner"]["algo"]["rm_head"]["weight"]
-        self.head = torch.nn.Linear(weight.shape[1], 1, bias=False).to(self.device)
-        self.head.load_state_dict({"weight": weight})
+        self.head = trained_head(ck, self.generator.state_dim).to(self.device)
         driver = ck["driver"]
         self.model_id = f"rayseq-reward-model-it{driver['iteration']}"
         self.info = {"id": self.model_id, "task": task["name"], "algo": "reward_model", "about": task.get("about", ""),

@@ -53,6 +53,31 @@ def longer_accuracy(chosen_len: np.ndarray, rejected_len: np.ndarray) -> float:
     """The accuracy of "the longer reply is preferred" (ties ½): the trivial baseline of a reward model."""
     return float(np.mean(np.where(chosen_len > rejected_len, 1.0, np.where(chosen_len == rejected_len, 0.5, 0.0))))
 
+@torch.no_grad()
+def preference_figures(policy, head: nn.Module, task, split: str, device, use_margin: bool) -> tuple[dict, dict]:
+    """``<split>/accuracy``, ``margin``, ``loss`` and ``accuracy_longer`` (module docstring) of the reward model
+    (``policy``, ``head``) over every pair of the task's held-out ``split``, ``EVAL_ROWS`` pairs a pass; details: the
+    split's size and its chance level."""
+    batch = task.split_batch(split)
+    was = policy.training
+    policy.eval()
+    pos, neg = [], []
+    for a in range(0, len(batch), EVAL_ROWS):
+        rows = np.arange(a, min(a + EVAL_ROWS, len(batch)))
+        part = PreferenceBatch(*(getattr(batch, f)[rows] for f in batch.__dataclass_fields__))
+        r_pos, r_neg = pair_rewards(policy, head, part, device)
+        pos.append(r_pos.float().cpu())
+        neg.append(r_neg.float().cpu())
+    policy.train(was)
+    r_pos, r_neg = torch.cat(pos), torch.cat(neg)
+    margin = torch.as_tensor(batch.margin) if use_margin else None
+    loss, stats = bradley_terry_loss(r_pos, r_neg, margin)
+    return ({f"{split}/accuracy": float(stats.accuracy), f"{split}/margin": float(stats.margin),
+             f"{split}/loss": float(loss), f"{split}/accuracy_longer": longer_accuracy(batch.chosen_len,
+                                                                                       batch.rejected_len)},
+            {"pairs": len(batch), "chance": 0.5})
+
+
 
 class RewardModel(Algorithm):
     name = "reward_model"
@@ -115,25 +140,7 @@ class RewardModel(Algorithm):
         return {**m, "policy/grad_norm": grad_norm}
 
     # -- evaluation ---------------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, state, task, split: str = "val") -> tuple[dict, dict]:
-        """``<split>/accuracy``, ``margin``, ``loss`` and ``accuracy_longer`` (module docstring) over every pair of
-        the held-out split, ``EVAL_ROWS`` pairs a pass; details: the split's size and its chance level."""
-        batch = task.split_batch(split)
-        was = state.generator.training
-        state.generator.eval()
-        pos, neg = [], []
-        for a in range(0, len(batch), EVAL_ROWS):
-            rows = np.arange(a, min(a + EVAL_ROWS, len(batch)))
-            part = PreferenceBatch(*(getattr(batch, f)[rows] for f in batch.__dataclass_fields__))
-            r_pos, r_neg = pair_rewards(state.generator, self.modules["rm_head"], part, state.device)
-            pos.append(r_pos.float().cpu())
-            neg.append(r_neg.float().cpu())
-        state.generator.train(was)
-        r_pos, r_neg = torch.cat(pos), torch.cat(neg)
-        margin = torch.as_tensor(batch.margin) if self.cfg.use_margin else None
-        loss, stats = bradley_terry_loss(r_pos, r_neg, margin)
-        return ({f"{split}/accuracy": float(stats.accuracy), f"{split}/margin": float(stats.margin),
-                 f"{split}/loss": float(loss),
-                 f"{split}/accuracy_longer": longer_accuracy(batch.chosen_len, batch.rejected_len)},
-                {"pairs": len(batch), "chance": 0.5})
+        """:func:`preference_figures` of the model being trained."""
+        return preference_figures(state.generator, self.modules["rm_head"], task, split, state.device,
+                                  self.cfg.use_margin)

@@ -398,7 +398,9 @@ class Learner:
 
 def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu") -> tuple[dict, dict]:
     """The ``split`` metrics (and details) of a checkpoint's generator (file, run directory or URI), on this
-    process: e.g. the test figures of the trial a search chose on its validation metric."""
+    process: e.g. the test figures of the trial a search chose on its validation metric.
+    A reward model's run (``algo.name=reward_model``) is evaluated as its training evaluates it: the preference
+    figures of its policy and reward head on the split's pairs."""
     from rayseq.checkpoint import load_checkpoint
 
     ck = load_checkpoint(location, training_state=False)
@@ -406,4 +408,10 @@ def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu")
     task = make_task(cfg.task, cfg.reward)
     generator = make_generator(cfg, task).to(device)
     generator.load_state_dict(ck["learner"]["generator"])
+    if cfg.algo.name == "reward_model":
+        from rayseq.algos.reward_model import preference_figures
+        from rayseq.models.reward_head import trained_head
+
+        head = trained_head(load_checkpoint(location), generator.state_dim).to(device)
+        return preference_figures(generator, head, task, split, torch.device(device), cfg.algo.use_margin)
     return task.evaluate(generator, device, split=split)

@@ -16,10 +16,15 @@ on every position, the whole minibatch in one gradient pass. "after" runs this t
 unset an HF policy takes 16,384 // 2,048 = 8 rows per pass; "after, one chunk" lowers nothing but raises the head's
 chunk to the whole micro-batch (``logit_elements``), to show what the chunking alone saves.
 
+On a GPU (``--device cuda``, the GPU runner's ``memory`` part) the update runs on the device and its memory is
+what torch's caching allocator held at its peak above what it held before the update (``max_memory_allocated``),
+for larger batches (``GPU_RUNS``; this tree only).
+
 Run book (from the repository root):
 
     python benchmarks/learner_memory_vocab.py --before 213d979   # benchmarks/results/learner_memory_vocab.{md,json,png}
     python benchmarks/learner_memory_vocab.py --quick            # V = 4,096, 64 + 64 tokens (tests/benchmarks)
+    python benchmarks/learner_memory_vocab.py --device cuda      # learner_memory_vocab_gpu.{md,json,png}
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ FULL_RUNS = [("before", 1, None, False), ("before", 2, None, False),
              ("after", 1, None, True), ("after", 2, None, True), ("after", 8, None, True), ("after", 8, 2, True),
              ("after", 2, 1, False)]
 QUICK_RUNS = [("after", 2, None, True), ("after", 4, None, True), ("after", 4, 1, True), ("after", 4, 1, False)]
+# on a GPU: the unset micro-batch (8 rows a pass here) against the batch; a set one; and one pass of 8 rows with the
+# head in one chunk (the (8, 1,024, V) fp32 logits held: what the chunking saves)
+GPU_RUNS = [("after", 2, None, True), ("after", 8, None, True), ("after", 32, None, True), ("after", 32, 4, True),
+            ("after", 8, 8, False)]
 
 
 def build_model(out: Path, shape: dict) -> Path:
@@ -82,12 +91,13 @@ def one(spec: dict) -> dict:
 
     torch.manual_seed(0)
     B, S, T, V = spec["batch"], spec["prompt"], spec["reply"], spec["vocab"]
-    gen = HFCausalLM(spec["model"], SimpleNamespace(pad=0, bos=1, eos=2), vocab_size=V)
+    device = torch.device(spec.get("device", "cpu"))
+    gen = HFCausalLM(spec["model"], SimpleNamespace(pad=0, bos=1, eos=2), vocab_size=V).to(device)
     if not spec["chunked"] and hasattr(gen, "logit_elements"):
         gen.logit_elements = 1 << 62  # one chunk: the head on the whole micro-batch's reply positions at once
-    baseline = ValueBaseline(gen.state_dim)
+    baseline = ValueBaseline(gen.state_dim).to(device)
     modules = {"baseline": baseline, "base_opt": torch.optim.Adam(baseline.parameters(), lr=1e-3)}
-    state = LearnerState(generator=gen, gen_opt=torch.optim.Adam(gen.parameters(), lr=1e-5), device=torch.device("cpu"),
+    state = LearnerState(generator=gen, gen_opt=torch.optim.Adam(gen.parameters(), lr=1e-5), device=device,
                          entropy_coef=0.01, micro_batch=spec["micro"])
     rng = np.random.default_rng(0)
     ones = np.ones((B, T), np.float32)
@@ -98,24 +108,35 @@ def one(spec: dict) -> dict:
                       rewards=rewards, score=rewards.sum(1))
     cfg = SimpleNamespace(gamma=1.0, ratio_to="behaviour", normalize_advantages=False, minibatch_size=B, epochs=1,
                           max_grad_norm=1.0, eps=0.2, eps_high=None, behaviour_weight_cap=5.0)
-    base = rss_mb()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() / 2**20 if cuda else rss_mb()
     t0 = time.perf_counter()
     metrics = ppo_update(cfg, state, rollout, clip_surrogate(cfg), seed=0, modules=modules)
+    if cuda:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+    peak = (torch.cuda.max_memory_allocated() / 2**20 if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KB on Linux
     return {"base_mb": base, "peak_mb": peak, "update_mb": peak - base, "seconds": seconds,
             "loss": metrics["loss/policy"]}
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    """``git ARGS`` in the repository; "unknown" where the tree is a copy without its history (the GPU machine's)."""
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
-def measure(runs, shape: dict, model: Path, trees: dict) -> list[dict]:
+def measure(runs, shape: dict, model: Path, trees: dict, device: str = "cpu") -> list[dict]:
     rows = []
     for code, batch, micro, chunked in runs:
         spec = {**shape, "tree": str(trees[code]), "model": str(model), "batch": batch, "micro": micro,
-                "chunked": chunked}
+                "chunked": chunked, "device": device}
         proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(trees[code])})
         if proc.returncode:
@@ -131,16 +152,20 @@ def logits_mb(rows: int, positions: int, vocab: int) -> float:
     return rows * positions * vocab * 4 / 2**20
 
 
-def report(rows: list[dict], shape: dict, provenance: list[str]) -> str:
+def report(rows: list[dict], shape: dict, provenance: list[str], device: str = "cpu") -> str:
     reply = shape["reply"]
     title = f"One PPO update's peak memory at V = {shape['vocab']:,}, {shape['prompt']:,} + {reply:,} tokens per row"
+    gpu = device == "cuda"
+    what = ("`update MB`: the peak of CUDA memory allocated during the update less what was allocated before it "
+            "(`peak MB`: the peak itself)" if gpu else "`update MB`: the update process's peak resident "
+            "set less its resident set before the update")
     lines = [f"# {title}",
              "", *provenance, "",
              f"Policy: Llama-shaped, {shape['layers']} layers × {shape['width']} wide, tied embeddings; one minibatch "
-             "of the whole batch, entropy bonus 0.01, value baseline. `update MB`: the update process's peak resident "
-             "set less its resident set before the update. `reply logits MB`: one (rows, reply, V) fp32 tensor for "
-             "the rows of one pass, for scale.", "",
-             "| code | batch | micro-batch | head | update MB | peak RSS MB | reply logits MB | seconds |",
+             f"of the whole batch, entropy bonus 0.01, value baseline{', on the GPU' if gpu else ''}. {what}. "
+             "`reply logits MB`: one (rows, reply, V) fp32 tensor for the rows of one pass, for scale.", "",
+             f"| code | batch | micro-batch | head | update MB | peak {'CUDA' if gpu else 'RSS'} MB | reply logits MB "
+             "| seconds |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rows_per_pass = r["batch"] if r["code"] == "before" else (r["micro"] or min(r["batch"], max(
@@ -154,8 +179,12 @@ def report(rows: list[dict], shape: dict, provenance: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[dict], shape: dict, out: Path) -> None:
-    import matplotlib
+def plot(rows: list[dict], shape: dict, out: Path, device: str = "cpu") -> None:
+    try:
+        import matplotlib
+    except ImportError:  # a machine without it (the GPU machine's image): the table and the JSON say it all
+        print("matplotlib is not installed: no plot")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -175,7 +204,7 @@ def plot(rows: list[dict], shape: dict, out: Path) -> None:
     ax.set_xscale("log")
     ax.set_xticks(batches, [str(b) for b in batches])
     ax.minorticks_off()
-    ax.set(xlabel="rows in the batch", ylabel="update's peak MB (RSS)",
+    ax.set(xlabel="rows in the batch", ylabel=f"update's peak MB ({'CUDA allocated' if device == 'cuda' else 'RSS'})",
            title=f"One PPO update, V = {shape['vocab']:,}, {shape['prompt']} + {shape['reply']} tokens per row")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -187,16 +216,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true", help="V = 4,096, 64 + 64 tokens, this tree only")
     ap.add_argument("--before", help="git revision of the code before (its 'before' rows); none: after only")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: the updates on the GPU, its allocator's peak (GPU_RUNS; with --quick, QUICK_RUNS)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
         return 0
     shape = QUICK if args.quick else FULL
-    runs = QUICK_RUNS if args.quick else FULL_RUNS
+    runs = QUICK_RUNS if args.quick else GPU_RUNS if args.device == "cuda" else FULL_RUNS
     if not args.before:
         runs = [r for r in runs if r[0] != "before"]
-    name = "learner_memory_vocab_quick" if args.quick else "learner_memory_vocab"
+    name = ("learner_memory_vocab_quick" if args.quick else "learner_memory_vocab") + \
+        ("_gpu" if args.device == "cuda" else "")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"after": REPO}
@@ -209,16 +241,20 @@ def main(argv=None) -> int:
             archive = subprocess.run(["git", "archive", args.before], cwd=REPO, capture_output=True, check=True)
             subprocess.run(["tar", "-x", "-C", str(trees["before"])], input=archive.stdout, check=True)
             provenance.append(f"- before: {git('rev-parse', '--short', args.before)}")
+        if args.device == "cuda":
+            import torch
+
+            provenance.append(f"- device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
         provenance += [f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, "
                        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
                        f"Python {platform.python_version()}",
                        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"]
         model = build_model(Path(tmp) / "model", shape)
-        rows = measure(runs, shape, model, trees)
-    (args.out / f"{name}.md").write_text(report(rows, shape, provenance))
+        rows = measure(runs, shape, model, trees, args.device)
+    (args.out / f"{name}.md").write_text(report(rows, shape, provenance, args.device))
     (args.out / f"{name}.json").write_text(json.dumps({"shape": shape, "provenance": provenance, "runs": rows},
                                                       indent=1))
-    plot(rows, shape, args.out / f"{name}.png")
+    plot(rows, shape, args.out / f"{name}.png", args.device)
     print(f"wrote {args.out / name}.md, .json, .png")
     return 0
 

@@ -19,7 +19,8 @@
 # Parts: env (the machine); smoke (the GPU suite's smoke subset: three algorithms' updates, resume, fractions of one
 # GPU under Ray, a Hugging Face policy, serving, the device's arithmetic against the CPU's, and the checks only a GPU
 # can answer: a driver that sees no GPU checkpointing a GPU learner, two learners sharing the GPU); sample (the HF
-# sampler's tokens/s, fp32 and bf16), nograd (peak memory of the passes without gradients), sync (a 1B weights sync
+# sampler's tokens/s, fp32 and bf16), nograd (peak memory of the passes without gradients), memory (one PPO
+# update's peak at V = 128,256 and 1k + 1k tokens per row: benchmarks/learner_memory_vocab.py), sync (a 1B weights sync
 # four ways); updates, mcq, hf_grpo (bench.py); serve; tests (the suite's other algorithms); scaling; overhead; oracle.
 #   --kit DIR        the kit (default .kit)
 #   --oracle FILE    SeqGAN's oracle (.npz; default ../shared/data/seqgan_oracle.npz, else DIR-of-kit/seqgan_oracle.npz)
@@ -28,7 +29,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=benchmarks/results/gpu DEVICE=cuda QUICK=0 BUDGET=450 KIT=.kit ORACLE=""
-ALL_PARTS="env smoke sample nograd sync updates mcq hf_grpo serve tests scaling overhead oracle"
+ALL_PARTS="env smoke sample nograd memory sync updates mcq hf_grpo serve tests scaling overhead oracle"
 PARTS=$ALL_PARTS
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -104,6 +105,11 @@ part_hf_grpo() { part_bench hf_grpo; }
 part_sample() { part_bench sample; }
 part_nograd() { part_bench nograd; }
 part_sync() { part_bench sync; }
+
+part_memory() {  # one PPO update's peak memory at V = 128,256 and 1k + 1k tokens per row, on the device
+  local quick=(); [ "$QUICK" = 1 ] && quick=(--quick)
+  timeout -k 30 "$(left)" $PY benchmarks/learner_memory_vocab.py --device "$DEVICE" "${quick[@]}" --out "$OUT"
+}
 
 part_serve() {  # requests/s and p99 at 32 concurrent, the replica on the device
   local quick=(); [ "$QUICK" = 1 ] && quick=(--quick --requests 40 --warmup 5 --batching on)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ["env", "smoke", "sample", "nograd", "sync", "updates", "mcq", "hf_grpo", "serve", "tests", "scaling",
+PARTS = ["env", "smoke", "sample", "nograd", "memory", "sync", "updates", "mcq", "hf_grpo", "serve", "tests", "scaling",
          "overhead", "oracle"]
 pytestmark = pytest.mark.ray
 
@@ -62,6 +62,8 @@ def test_gpu_runner_on_the_cpu_runs_every_part_then_skips_them(tmp_path):
     for part in ("sample", "nograd", "sync"):
         assert json.loads((out / f"{part}.json").read_text())["rows"], part
     assert [r["error"] for r in json.loads((out / "sync.json").read_text())["rows"]][:2] == ["", ""]
+    memory = json.loads((out / "learner_memory_vocab_quick.json").read_text())["runs"]
+    assert memory and all(r["update_mb"] > 0 for r in memory)
     updates = json.loads((out / "updates.json").read_text())
     assert updates["device"] == "cpu" and all(r["cpu_s"] > 0 and r["device_s"] > 0 for r in updates["rows"])
     assert (out / "updates.png").stat().st_size > 0

@@ -164,3 +164,68 @@ def test_openenv_episodes_through_its_own_server_and_client(tmp_path, capsys):
     assert train_main([*args, *SMALLER, f"run_dir={run}"]) == 0, capsys.readouterr().err
     rows = [r for r in pq.read_table(run / "metrics.parquet").to_pylist() if r["stage"] == "train"]
     assert len(rows) == 2 and all(r["episode/failures"] == 0 and r["episode/turns"] >= 1 for r in rows)
+
+
+# -- the packages in environment actors (env.num_actors) -----------------------------------------------------------
+def _servers_of(parent: int) -> list[int]:
+    """The pids of the OpenEnv servers that process ``parent`` started (rayseq.episodes.child_server)."""
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "rayseq.episodes.child_server" in args and APP in args and args[args.index("--parent") + 1] == str(parent):
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.ray
+@pytest.mark.slow  # two actors' start-ups and an OpenEnv server's (uvicorn, OpenEnv's imports): 20-40 s
+def test_packages_play_in_environment_actors_and_a_killed_actor_takes_its_server_along(ray_session):
+    """TextArena's tic-tac-toe in a pool of two actors plays as in the process, move for move; an OpenEnv server
+    started inside an actor (the heavy environment env.num_actors is for) ends when that actor is killed."""
+    import random
+    import time
+
+    from rayseq.distributed.env_actors import ActorEnvs
+    from rayseq.episodes.adapters import random_move
+
+    pytest.importorskip("textarena", reason="the textarena extra")
+    kwargs = {"game": "TicTacToe-v0", "opponent": "first"}
+    here = [make_environment("textarena", kwargs) for _ in range(4)]
+    pool = ActorEnvs("textarena", kwargs, num_actors=2, max_concurrent=2, step_timeout_s=120)
+    try:
+        seeds = [0, 1, 2, 3]
+        obs = pool.call([(b, "reset", (s,), {}) for b, s in enumerate(seeds)])
+        assert obs == [env.reset(s) for env, s in zip(here, seeds)]
+        done = [False] * 4
+        rngs = [random.Random(s) for s in seeds]
+        for _ in range(5):
+            live = [b for b in range(4) if not done[b]]
+            moves = {b: random_move(obs[b], rngs[b]) for b in live}
+            theirs = pool.call([(b, "step", (moves[b],), {}) for b in live])
+            for b, result in zip(live, theirs):
+                assert tuple(result[:3]) == tuple(here[b].step(moves[b])[:3])
+                obs[b], done[b] = result[0], result[2]
+        assert pool.replaced == 0
+    finally:
+        pool.close()
+
+    pytest.importorskip("openenv", reason="the openenv extra")
+    pool = ActorEnvs("openenv", {"app": APP}, num_actors=1, max_concurrent=2, step_timeout_s=120)
+    try:
+        assert pool.call([(0, "reset", (3,), {}), (1, "reset", (4,), {})]) == ["guess a number from 1 to 20"] * 2
+        actor_pid = ray_session.get(pool.actors[0].__ray_call__.remote(lambda self: __import__("os").getpid()))
+        servers = _servers_of(actor_pid)
+        assert len(servers) == 1  # one server per process, shared by its environments
+        ray_session.kill(pool.actors[0], no_restart=True)  # no exit handler runs: as a lost node or a hung actor
+        deadline = time.monotonic() + 30
+        while _servers_of(actor_pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _servers_of(actor_pid), "the OpenEnv server outlived its killed actor"
+    finally:
+        pool.close()

@@ -361,11 +361,18 @@ class VLLMEngine:
             temperature, seed = 0.0, None
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids in self.prompts(src, src_len)]
         params = [self.sampling_params(max_len, n=n, temperature=temperature, top_p=top_p,
-                                       seed=None if seed is None else int(seed) * 100_003 + b)
+                                       seed=None if seed is None else row_seed(seed, b))
                   for b in range(len(prompts))]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         rows = [(list(c.token_ids), self.token_logprobs(c)) for out in outputs for c in out.outputs]
         return completions_output(rows, self.pad_id, src.device)
+
+
+def row_seed(seed: int, row: int) -> int:
+    """The seed of prompt ``row``'s completions in a call seeded ``seed``: seed · 100003 + row, reduced into
+    [0, 2^63) (vLLM seeds a torch generator, a signed 64-bit integer; a call's seed may be any derived one, up to
+    2^63, as an episode's turns' are)."""
+    return (int(seed) * 100_003 + row) % 2**63
 
 
 def _vllm_gpu_utilization() -> float:

@@ -237,6 +237,8 @@ class VLLMEngine:
                 blame("rollout.engine_kwargs", exc)
             raise
         self._vllm = vllm
+        # positions of a prompt and its completion together (the model's, or engine_kwargs' max_model_len)
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.separator_id, self.eos_id = separator_id, eos_id
         banned = set(banned_ids)
         self.allowed = [i for i in range(vocab_size) if i not in banned]

@@ -65,6 +65,7 @@ def test_a_vllm_episode_is_its_sampled_ids_and_the_rendered_observations(chat_di
     prompts = learner.task.sample_prompts(np.random.default_rng(0), 4)
     rollout = worker.sample(prompts, RolloutRequest(max_len=cfg.env.max_tokens, seed=3), score=True)
     assert rollout.logp is None and rollout.engine_logp is not None  # the policy's are the learner's to compute
+    assert rollout.info["engine_checksum_diff"] == 0.0  # sampled with the weights the learner gave
     assert len(rollout) == 4 and len(cont.calls) == 3 and rollout.extras["episode_splits"].sum() == 0
     tok = learner.task.vocab.tokenizer
     for b, seed in enumerate(rollout.key):

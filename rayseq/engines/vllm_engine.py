@@ -237,6 +237,8 @@ class VLLMEngine:
                 blame("rollout.engine_kwargs", exc)
             raise
         self._vllm = vllm
+        # positions of a prompt and its completion together (the model's, or engine_kwargs' max_model_len)
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.separator_id, self.eos_id = separator_id, eos_id
         banned = set(banned_ids)
         self.allowed = [i for i in range(vocab_size) if i not in banned]
@@ -361,11 +363,18 @@ class VLLMEngine:
             temperature, seed = 0.0, None
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids in self.prompts(src, src_len)]
         params = [self.sampling_params(max_len, n=n, temperature=temperature, top_p=top_p,
-                                       seed=None if seed is None else int(seed) * 100_003 + b)
+                                       seed=None if seed is None else row_seed(seed, b))
                   for b in range(len(prompts))]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         rows = [(list(c.token_ids), self.token_logprobs(c)) for out in outputs for c in out.outputs]
         return completions_output(rows, self.pad_id, src.device)
+
+
+def row_seed(seed: int, row: int) -> int:
+    """The seed of prompt ``row``'s completions in a call seeded ``seed``: seed · 100003 + row, reduced into
+    [0, 2^63) (vLLM seeds a torch generator, a signed 64-bit integer; a call's seed may be any derived one, up to
+    2^63, as an episode's turns' are)."""
+    return (int(seed) * 100_003 + row) % 2**63
 
 
 def _vllm_gpu_utilization() -> float:

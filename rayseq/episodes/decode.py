@@ -109,6 +109,18 @@ def reads_one_stream(policy) -> bool:
     return getattr(policy, "separator", True) is False
 
 
+def context_length(policy, engine=None) -> int | None:
+    """The positions a policy that reads one stream attends to at most, prompt and reply together: its Hugging Face
+    config's ``max_position_embeddings``, or the engine's ``max_model_len`` where smaller (vLLM's, which
+    ``rollout.engine_kwargs`` may set lower); None for a step policy (its episodes keep no such limit)."""
+    if not reads_one_stream(policy):
+        return None
+    config = getattr(getattr(policy, "model", None), "config", None)
+    limits = [n for n in (getattr(config, "max_position_embeddings", None), getattr(engine, "max_model_len", None))
+              if n]
+    return int(min(limits)) if limits else None
+
+
 def make_continuation(policy, engine, device):
     """:class:`StreamContinuation` with ``engine`` for a policy that reads one stream, else :class:`StepContinuation`
     with the policy's own decoding (the built-in engine's)."""

@@ -3,7 +3,9 @@
 :func:`run_episodes` — all B episodes advance together: one batched sampling call gives every active episode its
 action (:mod:`rayseq.episodes.decode`), every environment steps (:mod:`rayseq.episodes.pool` in-process, or actors),
 each observation is rendered and appended (:mod:`rayseq.episodes.render`), until an episode is done, reaches
-``max_turns``, or its next turn would pass ``max_tokens`` (the actions' and observations' tokens after the prompt).
+``max_turns``, or its next turn would pass ``max_tokens`` (the actions' and observations' tokens after the prompt) or
+the policy's ``context`` (the positions it reads: prompt and tokens of a row; a turn's actions are then cut to what the
+fullest row has left, and a row with no room left ends, ``tokens``).
 An environment that raises or times out ends its episode, recorded (``failure``) and counted; the others go on.
 
 The trajectory of an episode is one sample (a rollout row): ``src`` the first observation as rendered, ``tokens``
@@ -39,11 +41,18 @@ from rayseq.seeding import derive_seed
 
 @dataclass
 class Limits:
-    """An episode's limits: turns, tokens after the prompt, tokens per action."""
+    """An episode's limits: turns, tokens after the prompt, tokens per action, and the positions the policy reads in
+    one row, its prompt included (``context``: a Hugging Face model's, :func:`rayseq.episodes.decode.context_length`;
+    None: no such limit)."""
 
     max_turns: int = 10
     max_tokens: int = 512
     max_action_tokens: int = 32
+    context: int | None = None
+
+    def context_room(self, sample) -> float:
+        """Positions ``sample``'s row has left for sampled tokens (inf without a context limit)."""
+        return float("inf") if self.context is None else self.context - len(sample.src) - len(sample.tokens)
 
 
 @dataclass
@@ -132,11 +141,17 @@ def run_episodes(envs, renderer, continuation, seeds, rows, limits: Limits, *, t
     turn = 0
     while True:
         active = [b for b, ep in enumerate(episodes) if not ep.done]
+        for b in active:  # a row the policy's context cannot extend by a token (a prompt that fills it) ends here
+            if limits.context_room(episodes[b].samples[-1]) < 1:
+                episodes[b].done, episodes[b].truncated = True, "tokens"
+        active = [b for b in active if not episodes[b].done]
         if not active:
             return episodes
         turn += 1
         room = [limits.max_tokens - episodes[b].n_tokens for b in active]
-        width = max(1, min(limits.max_action_tokens, max(room)))
+        # one width for the batch: never past the context of the fullest row (the engine samples every row as wide)
+        fits = min(limits.context_room(episodes[b].samples[-1]) for b in active)
+        width = max(1, int(min(limits.max_action_tokens, max(room), fits)))
         out = continuation([episodes[b].samples[-1].src for b in active],
                            [episodes[b].samples[-1].tokens for b in active], width, temperature=temperature,
                            seed=derive_seed(seed, "episode_turn", turn))
@@ -190,7 +205,7 @@ def run_episodes(envs, renderer, continuation, seeds, rows, limits: Limits, *, t
                 else:
                     ep.samples.append(Sample(src=nxt.src, continues=True))
                 continue
-            if ep.n_tokens + len(nxt) + 1 > limits.max_tokens:
+            if ep.n_tokens + len(nxt) + 1 > limits.max_tokens or limits.context_room(s) < len(nxt) + 1:
                 ep.done, ep.truncated = True, "tokens"
                 ep.conv["messages"] = said  # the observation that did not fit is not part of the episode
                 renderer.finish(ep.conv, ids, ended)

@@ -15,6 +15,7 @@ rollouts are episodes of an environment (:mod:`rayseq.episodes`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import string
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 from pydantic import Field
 
 from rayseq.config.env import EnvConfig
-from rayseq.episodes.decode import make_continuation
+from rayseq.episodes.decode import context_length, make_continuation
 from rayseq.episodes.pool import LocalEnvs
 from rayseq.episodes.protocol import EnvError, close_environment, make_environment
 from rayseq.episodes.render import TURN, ChatRenderer, VocabRenderer
@@ -135,11 +136,16 @@ class EnvTask(Task):
         """Environments in this process (``env.num_actors`` = 0), with the step timeout."""
         return LocalEnvs(self.environment, self.env.step_timeout_s, self.env.max_concurrent)
 
+    def limits_of(self, policy, engine=None) -> Limits:
+        """The ``env:`` section's limits, with the positions ``policy`` (sampled through ``engine``) reads
+        (:func:`rayseq.episodes.decode.context_length`)."""
+        return dataclasses.replace(self.limits, context=context_length(policy, engine))
+
     def episode_sampler(self, policy, engine, device, envs=None) -> EpisodeSampler:
         """The rollout worker's sampler: episodes in ``envs`` (default: in this process) with ``policy`` sampled
         through ``engine``."""
         return EpisodeSampler(envs or self.local_envs(), self.renderer, make_continuation(policy, engine, device),
-                              self.limits, rows=self.row if self._rows else None,
+                              self.limits_of(policy, engine), rows=self.row if self._rows else None,
                               exact=getattr(engine, "exact", True), tools=self.tools)
 
     # -- the task protocol ------------------------------------------------------------------------------------
@@ -170,7 +176,7 @@ class EnvTask(Task):
             cont = make_continuation(generator, BuiltinEngine(generator, torch.device(device)), torch.device(device))
             episodes = run_episodes(envs, self.renderer, cont, seeds, [self.row(k) if self._rows else {}
                                                                        for k in seeds],
-                                    self.limits, temperature=1.0, seed=seed, tools=self.tools)
+                                    self.limits_of(generator), temperature=1.0, seed=seed, tools=self.tools)
         finally:
             envs.close()
             generator.train(was_training)

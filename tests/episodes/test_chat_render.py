@@ -17,6 +17,9 @@ ENDS_REPLIES = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}"
                 "{% if add_generation_prompt %}<|assistant|> {% endif %}")
 # the same, keeping only the last two messages: earlier turns are rewritten (dropped) as the conversation grows
 FORGETS = ENDS_REPLIES.replace("messages %}", "messages[-2:] %}")
+# ENDS_REPLIES with the tools named in a system line: a template that renders tools (TRL's environment_factory classes)
+TOOLS_TEMPLATE = ("{% if tools %}<|system|> tools: {% for t in tools %}{{ t['function']['name'] }} {% endfor %}\n"
+                  "{% endif %}" + ENDS_REPLIES)
 # no end token after a reply: what the policy sampled (its <eos>) is not what the template renders
 NO_END = ENDS_REPLIES.replace("<eos>", "")
 

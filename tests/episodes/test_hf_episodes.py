@@ -16,7 +16,7 @@ from rayseq.episodes.runner import Limits, rollout_arrays, run_episodes
 from rayseq.models.factory import make_generator
 from rayseq.tasks import make_task
 from rayseq.train import main as train_main
-from tests.episodes.envs_for_tests import Scored
+from tests.episodes.envs_for_tests import Echo, Scored
 from tests.episodes.test_chat_render import ENDS_REPLIES
 from tests.episodes.test_episodes import ENVS, SMALL, Recorded, episode_config
 from tests.hf_fixtures import with_chat_template
@@ -115,3 +115,37 @@ def test_a_template_that_rewrites_turns_splits_the_episode_or_ends_a_groups(chat
         assert all(ep.turns == 3 and len(ep.splits) == 2 for ep in episodes)
         for b, ep in zip((0, 3), episodes):
             assert a["rewards"][b].sum() == pytest.approx(ep.ret)  # the first row carries the episode's return
+
+
+def test_episodes_keep_to_the_positions_the_policy_reads(chat_model):
+    """A Hugging Face policy reads at most its model's positions (prompt and tokens of a row): a turn is cut to what
+    the fullest row has left and an observation that would pass them ends the episode (``tokens``), so no row is
+    longer; a prompt that fills them ends its episode before any turn; a limit that never binds changes nothing (the
+    same episodes, id for id, as without one); a step policy has none."""
+    from rayseq.episodes.decode import context_length
+
+    cfg = episode_config("model.arch=hf", f"model.path={chat_model}", f"env.name={ENVS}:Scored", "algo.name=grpo",
+                         "algo.group_size=2", "train.batch_size=4")
+    task = make_task(cfg.task)
+    torch.manual_seed(0)
+    policy = make_generator(cfg, task).eval()
+    assert context_length(policy) == policy.model.config.n_positions == 128
+    assert context_length(make_generator(episode_config(f"env.name={ENVS}:Scored"), task)) is None
+    cont = make_continuation(policy, BuiltinEngine(policy, torch.device("cpu")), torch.device("cpu"))
+
+    def play(context, seeds=(3, 4, 5)):
+        return run_episodes(LocalEnvs(Scored, None), task.renderer, cont, list(seeds), [{}] * len(seeds),
+                            Limits(3, 256, 4, context=context), seed=2)
+
+    prompt = max(len(task.renderer.start(f"say {w}")[0]) for w in Echo.WORDS)
+    for context in range(prompt + 1, prompt + 25):  # every room an action can meet after an observation
+        for ep in play(context):
+            (s,) = ep.samples
+            assert len(s.src) + len(s.tokens) <= context
+            assert ep.truncated == "tokens" or (ep.truncated is None and ep.turns == 3)
+    assert all(ep.truncated == "tokens" and ep.turns < 3 for ep in play(prompt + 9))
+    free = [[(s.src, s.tokens, s.logp) for s in ep.samples] for ep in play(None)]
+    assert [[(s.src, s.tokens, s.logp) for s in ep.samples] for ep in play(10_000)] == free
+    assert all(ep.turns == 3 and ep.truncated is None for ep in play(10_000))
+    (ep,) = play(len(task.renderer.start("say red")[0]), seeds=[0])  # seed 0 says red: a prompt as long as it
+    assert ep.turns == 0 and ep.truncated == "tokens" and not ep.samples[0].tokens

@@ -15,16 +15,13 @@ from rayseq.episodes.adapters import TRLEnvironment, parse_tool_calls, trl_tools
 from rayseq.episodes.protocol import EnvError, make_environment
 from rayseq.train import main as train_main
 from tests.episodes.envs_for_tests import TRLCounter
-from tests.episodes.test_chat_render import ENDS_REPLIES
+from tests.episodes.test_chat_render import TOOLS_TEMPLATE
 from tests.episodes.test_episodes import SMALL
 from tests.hf_fixtures import with_chat_template
 
 trl = pytest.importorskip("trl", reason="the peers extra: pip install -e .[peers]")
 
 FACTORY = "tests.episodes.envs_for_tests:TRLCounter"
-# ENDS_REPLIES with the tools named in a system line: a template that renders tools, whose replies end in <eos>
-TOOLS_TEMPLATE = ("{% if tools %}<|system|> tools: {% for t in tools %}{{ t['function']['name'] }} {% endfor %}\n"
-                  "{% endif %}" + ENDS_REPLIES)
 
 
 def call(name: str, **arguments) -> str:

@@ -185,6 +185,9 @@ class RolloutWorker:
         )
         if inexact:
             rollout.engine_logp = drawn.engine_logp.float().cpu().numpy()
+            # of the engine's last weights load against the weights given (0: the same weights), whoever drew the
+            # rollout through it (π_θ's replies, an episode's turns)
+            rollout.info["engine_checksum_diff"] = self.engine.checksum_diff
         rollout.info["sample_s"] = time.perf_counter() - t0
         return score_rollout(self.task, rollout, sampler) if score else rollout
 
@@ -194,10 +197,7 @@ class RolloutWorker:
         engine's (``engine_logp``): the learners compute the policy's
         (:func:`rayseq.algos.common.behaviour_logprobs`)."""
         out = self.engine.generate(src, src_len, request.max_len, temperature=request.temperature, seed=request.seed)
-        if self.engine.exact:
-            return Sampled(out)
-        # engine_checksum_diff: of the engine's last weights load against the weights given (0: the same weights)
-        return Sampled(out, info={"engine_checksum_diff": self.engine.checksum_diff}, engine_logp=out.logp)
+        return Sampled(out) if self.engine.exact else Sampled(out, engine_logp=out.logp)
 
 
 def decode_held_out(worker: RolloutWorker, decode: EvalDecode) -> tuple[tuple[np.ndarray, np.ndarray], dict]:

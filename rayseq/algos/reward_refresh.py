@@ -86,6 +86,7 @@ class RewardRefresh:
                                            label=f"reward.refresh.labeller={self.cfg.labeller}")],
                                task_rewards=own.task_rewards if isinstance(own, Reward) else None)
         self.version = 0
+        load_refreshed(self.path, self.weights())  # this process scores with the run's copy (not an earlier run's)
 
     def update(self, rollout: Rollout) -> dict:
         """One refresh on the sampled groups of ``rollout`` (module docstring, steps 2-3); its metrics. The new

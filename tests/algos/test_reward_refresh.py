@@ -196,3 +196,44 @@ def test_resumed_run_continues_with_the_refreshed_reward_model(runs, tmp_path):
             torch.testing.assert_close(a[part][k], b[part][k], rtol=0, atol=0, msg=f"{part}.{k}")
     for name in ("reward_model/refresh_accuracy", "reward_model/refresh_loss", "reward/rm", "reward/gold"):
         assert _refresh_metrics(tmp_path / "cut", name) == _refresh_metrics(tmp_path / "full", name), name
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_on_ray_the_scorers_score_with_the_learners_refreshed_weights(runs, ray_session, tmp_path):
+    """A rollout worker, a scorer actor and a learner actor, from a policy pretrained in-process: after each refresh
+    the scorer's reward model equals the learner's (its version new to it), and the reward model's accuracy on the
+    gold-labelled pairs of the policy's fresh replies rises over the refreshes."""
+    from rayseq.algos import make_algo
+    from rayseq.algos.iteration import Step
+    from rayseq.algos.reward_refresh import refresh_step
+    from rayseq.distributed.groups import ActorGroups
+
+    refresh = "prompts: 16, group_size: 4, steps: 2, lr: 0.003"
+    Trainer(policy_config(runs, "train.iters=0", refresh=refresh, run_dir=tmp_path / "pre")).run()
+    cfg = policy_config(runs, "train.iters=10", "rollout.num_workers=1", "scorer.num_scorers=1", refresh=refresh,
+                        run_dir=tmp_path / "ray")
+    trainer = Trainer(cfg)
+    groups = ActorGroups(cfg)
+    try:
+        groups.learner.init_from(str(tmp_path / "pre"))
+        groups.learner.start_stage("train")
+        algo = make_algo(cfg.algo, cfg.seed)
+        accuracy = []
+        for i in range(cfg.train.iters):
+            step = Step(cfg=cfg, task=trainer.task, rng=trainer.rng, stage_iter=i, n_iters=cfg.train.iters,
+                        iteration=i, batch_size=cfg.train.batch_size, carry=trainer.carry)
+            m = algo.training_step(groups, step)
+            assert np.isfinite(m["reward/rm"])  # the batch scored on the scorer by the reward model
+            m = refresh_step(groups, step)
+            accuracy.append(m["reward_model/refresh_accuracy"])
+            learner = groups.learner.state_dict()["reward_refresh"]
+            scorer = ray_session.get(groups.scorer.actors[0].reward_model_weights.remote())
+            assert learner["version"] == i + 1 == ray_session.get(groups.scorer.actors[0].stats.remote())[
+                "weights_version"]
+            for part in ("generator", "head"):
+                for k, v in learner[part].items():
+                    torch.testing.assert_close(scorer[part][k], v.cpu(), rtol=0, atol=0, msg=f"{part}.{k}")
+    finally:
+        groups.shutdown()
+    assert np.mean(accuracy[-3:]) > np.mean(accuracy[:3])

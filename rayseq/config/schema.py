@@ -40,7 +40,7 @@ from rayseq.config.declared import (
 from rayseq.config.env import EnvConfig
 from rayseq.config.environment import transformers_problem
 from rayseq.config.overrides import deep_merge, parse_overrides
-from rayseq.config.paths import LOCAL_PATH, same_path
+from rayseq.config.paths import LOCAL_PATH, is_run, same_path
 
 ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry; traits live on the classes
 TASKS = tuple(registry.TASKS)
@@ -101,8 +101,6 @@ def _check_refresh(fn: str, kwargs: dict, refresh: RefreshConfig | None) -> None
         return
     if fn != "reward_model":
         raise ValueError(f"refresh: only a reward-model term (fn: reward_model) can be refreshed, not fn: {fn}")
-    from rayseq.rewards.trained import is_run
-
     if not is_run(kwargs.get("path", "")):
         raise ValueError(f"refresh: path={kwargs.get('path')} is not a run of algo.name=reward_model; a refresh "
                          "retrains a rayseq reward model (a Hugging Face folder is scored as it is)")
@@ -168,8 +166,8 @@ class RewardConfig(_RewardFunction):
     @model_validator(mode="after")
     def _resolves(self) -> RewardConfig:
         if self.terms and (self.fn != "task" or self.kwargs or self.refresh):
-            raise ValueError("reward.terms: a weighted sum replaces reward.fn, reward.kwargs and reward.refresh (a "
-                             "term has its own refresh); give one or the other")
+            raise ValueError("reward.terms: a weighted sum replaces reward.fn and reward.kwargs (and reward.refresh: "
+                             "a term has its own); give one or the other")
         if not self.terms:
             try:
                 registry.reward_function(self.fn, self.kwargs)
@@ -900,7 +898,10 @@ def config_to_dict(cfg: RunConfig) -> dict:
     if algo.own_reward or not task_cls.has_reward:
         del d["reward"]
     elif cfg.reward.terms:
-        d["reward"] = {"terms": d["reward"]["terms"], "batch_size": cfg.reward.batch_size}
+        d["reward"] = {"terms": [{k: v for k, v in t.items() if k != "refresh" or v is not None}  # fixed: no refresh
+                                 for t in d["reward"]["terms"]], "batch_size": cfg.reward.batch_size}
     else:
         del d["reward"]["terms"]
+        if d["reward"]["refresh"] is None:
+            del d["reward"]["refresh"]
     return d

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from rayseq.config.paths import is_run
 from rayseq.data.hf_text import encode_all, spec_vocab
 from rayseq.models.reward_head import RewardModelScorer, is_reward_checkpoint
 
@@ -24,12 +25,6 @@ REFRESHED = "refreshed_reward_model"  # the scorers' name of a refreshed reward 
 def load_scorer(checkpoint: str | os.PathLike, device: str = "cpu") -> RewardModelScorer:
     """The reward model of a run (its newest checkpoint that loads) on ``device``."""
     return RewardModelScorer(checkpoint, spec_vocab, encode_all, device)
-
-
-def is_run(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a rayseq run directory or checkpoint file (not a Hugging Face folder)."""
-    p = Path(path).expanduser()
-    return p.is_file() or (p / "checkpoints").is_dir() or (p / "summary.json").is_file()
 
 
 _LOADED: dict[tuple[str, str], RewardModelScorer] = {}  # (run, device) -> its scorer, one per process

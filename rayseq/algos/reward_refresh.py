@@ -15,7 +15,8 @@ algorithm's iteration, whatever the algorithm):
        P(y_i ≻ y_j) = σ((s_i − s_j) / τ);
 
 3. ``refresh.steps`` Adam steps (``refresh.lr``) on the reward model's weights (its policy body and scalar head), each
-   on ``refresh.batch_size`` of the pairs, of the Bradley–Terry loss
+   on ``refresh.batch_size`` pairs — a fraction ``refresh.mix`` of them drawn from a fixed preference file
+   (``refresh.preferences``, when given), the rest from the fresh ones — of the Bradley–Terry loss
 
        L = −(1/B) Σ_k log σ(r(x_k, y⁺_k) − r(x_k, y⁻_k))        (:func:`rayseq.losses.preference.bradley_terry_loss`);
 
@@ -25,7 +26,8 @@ algorithm's iteration, whatever the algorithm):
 Metrics: ``reward_model/refresh_accuracy`` (the fraction of the fresh pairs the reward model ranked as the labeller
 did, before it trained on them: its accuracy on the current policy's replies, which it has not seen),
 ``reward_model/refresh_loss`` (L, the mean over the steps, each before its update), ``reward_model/pairs`` (pairs
-built) and ``reward_model/version`` (refreshes so far).
+built), ``reward_model/fixed_pairs`` (the file's pairs in each step) and ``reward_model/version`` (refreshes so
+far). A refresh whose groups are all tied (no pair) leaves the model as it is.
 
 References: Yu et al. (2017, SeqGAN Algorithm 1: the discriminator retrained on fresh samples); Ouyang et al. (2022,
 Eq. 1); Gao et al. (2022) on optimising a fixed proxy reward model.
@@ -39,6 +41,7 @@ import numpy as np
 import torch
 
 from rayseq import registry
+from rayseq.data.preferences import read_preferences
 from rayseq.losses.preference import bradley_terry_loss
 from rayseq.rewards.reward import Reward, Term
 from rayseq.rewards.trained import load_refreshed, load_scorer
@@ -87,6 +90,7 @@ class RewardRefresh:
                                task_rewards=own.task_rewards if isinstance(own, Reward) else None)
         self.version = 0
         load_refreshed(self.path, self.weights())  # this process scores with the run's copy (not an earlier run's)
+        self.fixed = fixed_pairs(self.model, self.cfg.preferences) if self.cfg.preferences else None
 
     def update(self, rollout: Rollout) -> dict:
         """One refresh on the sampled groups of ``rollout`` (module docstring, steps 2-3); its metrics. The new
@@ -105,9 +109,15 @@ class RewardRefresh:
             r = self.model.rewards(encoded).float()
         m["reward_model/refresh_accuracy"] = float((r[chosen] > r[rejected]).float().mean())
         losses = []
+        n_fixed = 0 if self.fixed is None else min(round(self.cfg.fixed_fraction * self.cfg.batch_size),
+                                                    len(self.fixed[0]))
         for _ in range(self.cfg.steps):
-            rows = rng.permutation(len(chosen))[: self.cfg.batch_size]
-            loss, _ = self.pair_loss([encoded[i] for i in chosen[rows]], [encoded[i] for i in rejected[rows]])
+            rows = rng.permutation(len(chosen))[: self.cfg.batch_size - n_fixed]
+            pos, neg = [encoded[i] for i in chosen[rows]], [encoded[i] for i in rejected[rows]]
+            if n_fixed:  # the fixed file's share of the step (refresh.mix)
+                drawn = rng.permutation(len(self.fixed[0]))[:n_fixed]
+                pos, neg = pos + [self.fixed[0][i] for i in drawn], neg + [self.fixed[1][i] for i in drawn]
+            loss, _ = self.pair_loss(pos, neg)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             self.opt.step()
@@ -115,7 +125,7 @@ class RewardRefresh:
         self.version += 1
         load_refreshed(self.path, self.weights())
         return {**m, "reward_model/refresh_loss": float(np.mean(losses)), "reward_model/version": float(self.version),
-                "time/refresh_update_s": time.perf_counter() - t0}
+                "reward_model/fixed_pairs": float(n_fixed), "time/refresh_update_s": time.perf_counter() - t0}
 
     def pair_loss(self, chosen: list, rejected: list) -> tuple[torch.Tensor, object]:
         """The Bradley–Terry loss (module docstring, step 3) of (prompt ids, reply ids) pairs, chosen and rejected
@@ -136,6 +146,18 @@ class RewardRefresh:
         self.opt.load_state_dict(state["opt"])
         self.version = int(state["version"])
         load_refreshed(self.path, self.weights())
+
+
+def fixed_pairs(model, path: str) -> tuple[list, list]:
+    """(chosen, rejected) (prompt ids, reply ids) of every row of a fixed preference file (``refresh.preferences``,
+    read as ``task.name=preferences`` reads one), encoded for ``model`` (a RewardModelScorer)."""
+    rows = read_preferences(path)
+    if isinstance(rows[0].prompt, list):
+        raise ValueError(f"reward.refresh.preferences={path}: conversational prompts; the refresh reads text prompts "
+                         "(the prompts the policy's replies are scored with)")
+    prompts = [r.prompt for r in rows]
+    return (model.encode_pairs(prompts, [r.chosen for r in rows]),
+            model.encode_pairs(prompts, [r.rejected for r in rows]))
 
 
 def refresh_due(cfg, stage_iter: int) -> bool:

@@ -85,6 +85,11 @@ class RefreshConfig(_Section):
     lr: float = Field(1e-4, gt=0, description="Adam learning rate of the reward model's refresh.")
     temperature: float = Field(0.0, ge=0, description="0: the reply the labeller scores higher is preferred; τ > 0: "
                                "preferred with probability σ((s_i − s_j)/τ) (Bradley–Terry sampling).")
+    preferences: str | None = Field(None, description="A fixed preference file (or datasets folder) of rows "
+                                    "{prompt, chosen, rejected} with text prompts, mixed into every step.",
+                                    json_schema_extra=LOCAL_PATH)
+    mix: float | None = Field(None, ge=0.0, le=1.0, description="The fraction of each step's pairs drawn from "
+                              "preferences (default 0.5 with a file).")
 
     @model_validator(mode="after")
     def _labeller_resolves(self) -> RefreshConfig:
@@ -92,7 +97,16 @@ class RefreshConfig(_Section):
             registry.reward_function(self.labeller, self.labeller_kwargs)
         except ValueError as exc:
             raise ValueError(f"labeller: {exc}") from None
+        if self.mix is not None and self.preferences is None:
+            raise ValueError("mix: the fraction of pairs drawn from a fixed preference file; set preferences too")
+        if self.preferences is not None and not Path(self.preferences).expanduser().exists():
+            raise ValueError(f"preferences={self.preferences}: no such file or folder")
         return self
+
+    @property
+    def fixed_fraction(self) -> float:
+        """The fraction of each step's pairs from the fixed file (0 without one)."""
+        return 0.0 if self.preferences is None else (0.5 if self.mix is None else self.mix)
 
 
 def _check_refresh(fn: str, kwargs: dict, refresh: RefreshConfig | None) -> None:

@@ -126,6 +126,28 @@ def test_one_refresh_update_by_hand_on_two_pairs(runs):
             torch.testing.assert_close(held[part][k], v, rtol=0, atol=0)
 
 
+def test_a_fixed_preference_file_mixed_into_each_step(runs, tmp_path):
+    rows = preference_rows(3, seed=5)
+    prefs = write_jsonl(tmp_path / "fixed.jsonl", rows)
+    rollout_replies = ["it was great", "it was awful", "it was boring", "it was lovely"]  # 2 fresh pairs
+    # mix = 1: every pair of the step is the file's (its 3 rows): L = −(1/3) Σ_k log σ(r(x_k, y⁺_k) − r(x_k, y⁻_k))
+    cfg = policy_config(runs, refresh=f"group_size: 2, prompts: 2, batch_size: 3, preferences: '{prefs}', mix: 1.0")
+    task = make_task(cfg.task, cfg.reward)
+    refresh = RewardRefresh(cfg.reward.refreshed, task, torch.device("cpu"), cfg.seed)
+    prompts = [r["prompt"] for r in rows]
+    with torch.no_grad():
+        pos = refresh.model.rewards(refresh.model.encode_pairs(prompts, [r["chosen"] for r in rows]))
+        neg = refresh.model.rewards(refresh.model.encode_pairs(prompts, [r["rejected"] for r in rows]))
+    m = refresh.update(_rollout(task, rollout_replies))
+    assert m["reward_model/fixed_pairs"] == 3 and m["reward_model/pairs"] == 2
+    assert m["reward_model/refresh_loss"] == pytest.approx(-torch.log(torch.sigmoid(pos - neg)).mean().item(),
+                                                           rel=1e-5)
+    # the default mix (0.5) of 4 pairs a step: 2 of the file's, 2 fresh
+    cfg = policy_config(runs, refresh=f"group_size: 2, prompts: 2, batch_size: 4, preferences: '{prefs}'")
+    refresh = RewardRefresh(cfg.reward.refreshed, task, torch.device("cpu"), cfg.seed)
+    assert refresh.update(_rollout(task, rollout_replies))["reward_model/fixed_pairs"] == 2
+
+
 def test_config_refusals(runs):
     rm, data = runs
     pairs = ["task.name=pairs", f"task.data={data}", "algo.name=reinforce"]
@@ -139,6 +161,11 @@ def test_config_refusals(runs):
         policy_config(runs, refresh="group_size: 1")
     with pytest.raises(ConfigError, match="evry"):
         policy_config(runs, refresh="evry: 2")
+    with pytest.raises(ConfigError, match="mix: the fraction of pairs drawn from a fixed preference file; set "
+                                          "preferences too"):
+        policy_config(runs, refresh="mix: 0.3")
+    with pytest.raises(ConfigError, match="preferences=nowhere.jsonl: no such file or folder"):
+        policy_config(runs, refresh="preferences: nowhere.jsonl")
     with pytest.raises(ConfigError, match="rollout.max_staleness=0"):
         policy_config(runs, "algo.name=ppo", "rollout.max_staleness=1")
     with pytest.raises(ConfigError, match="scorer.num_scorers >= 1"):

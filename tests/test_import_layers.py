@@ -90,6 +90,7 @@ FORBIDDEN = {("rayseq.serving", p) for p in ("rayseq.distributed", "rayseq.algos
 # the modules of rayseq.algos that name no single algorithm: what rayseq.distributed may import of the algorithms (with
 # the package itself, whose make_algo builds the configured one); one algorithm's module is reached only through them
 GENERIC_ALGOS = {"rayseq.algos.common", "rayseq.algos.iteration", "rayseq.algos.parallel", "rayseq.algos.regularizers",
+                 "rayseq.algos.reward_refresh",  # a refreshed reward model, whatever the algorithm
                  "rayseq.algos.sampling"}
 
 

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rayseq.algos.reward_refresh import refresh_due
 from rayseq.types import PromptBatch, RolloutRequest
 
 
@@ -324,7 +325,9 @@ def ahead_step(algo, groups: Groups, step: Step) -> dict:
         rng = step.rng_state()
         queue.append(Ahead(rng, groups.rollout.sample(*_draw(algo, step, ahead), wait=False)))
     t2 = time.perf_counter()
-    if k == 0 and not step.last:  # the next batch behind the update, sampled with the weights it makes
+    # the next batch behind the update, sampled with the weights it makes (not when a refreshed reward model changes
+    # after this iteration: the batch is then drawn next iteration, scored by the new one)
+    if k == 0 and not step.last and not refresh_due(step.cfg, step.stage_iter):
         rng = step.rng_state()
         m, after = groups.learner.update_and_sample(shards, step.stage_iter, *_draw(algo, step, 1))
         queue.append(Ahead(rng, after))

@@ -10,6 +10,7 @@ prints the paths as given. URIs (``s3://...``) are kept as they are.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -19,6 +20,12 @@ LOCAL_PATH = {"local_path": True}  # json_schema_extra of a key naming a local f
 def _is_relative(value) -> bool:
     return isinstance(value, str) and bool(value) and "://" not in value \
         and not os.path.isabs(os.path.expanduser(value))
+
+
+def is_run(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a rayseq run directory or checkpoint file (not a Hugging Face folder)."""
+    p = Path(path).expanduser()
+    return p.is_file() or (p / "checkpoints").is_dir() or (p / "summary.json").is_file()
 
 
 def same_path(a: str | None, b: str | None) -> bool:

@@ -40,7 +40,7 @@ from rayseq.config.declared import (
 from rayseq.config.env import EnvConfig
 from rayseq.config.environment import transformers_problem
 from rayseq.config.overrides import deep_merge, parse_overrides
-from rayseq.config.paths import LOCAL_PATH, same_path
+from rayseq.config.paths import LOCAL_PATH, is_run, same_path
 
 ALGOS = tuple(registry.ALGORITHMS)  # the names are listed once, in rayseq.registry; traits live on the classes
 TASKS = tuple(registry.TASKS)
@@ -67,6 +67,59 @@ class _RewardFunction(_Section):
         return v
 
 
+class RefreshConfig(_Section):
+    """``refresh:`` of a reward-model term (``fn: reward_model`` on an ``algo.name=reward_model`` run): the reward model
+    retrained online, on the learner, from Bradley–Terry pairs of the policy's own replies (``group_size`` replies to
+    each of ``prompts`` prompts, the one the ``labeller`` scores higher preferred, ties dropped), every ``every``
+    iterations; its new weights reach the scorers before the next batch is scored (rayseq/algos/reward_refresh.py)."""
+
+    labeller: str = Field(description="The reward function that labels the pairs: a built-in (task: the task's own "
+                          "reward, bleu, chrf, length, ...) or your own as an import path package.module:function "
+                          "(e.g. a gold reward).")
+    labeller_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the labeller.")
+    every: int = Field(1, ge=1, description="Iterations of the train stage between two refreshes.")
+    steps: int = Field(1, ge=1, description="Bradley–Terry steps per refresh, each on batch_size of its pairs.")
+    prompts: int = Field(16, ge=1, description="Prompts sampled per refresh (each answered group_size times).")
+    group_size: int = Field(4, ge=2, description="G: replies sampled per prompt; the pairs are those of a group.")
+    batch_size: int = Field(32, ge=1, description="Pairs per step, drawn from the refresh's pairs (all when fewer).")
+    lr: float = Field(1e-4, gt=0, description="Adam learning rate of the reward model's refresh.")
+    temperature: float = Field(0.0, ge=0, description="0: the reply the labeller scores higher is preferred; τ > 0: "
+                               "preferred with probability σ((s_i − s_j)/τ) (Bradley–Terry sampling).")
+    preferences: str | None = Field(None, description="A fixed preference file (or datasets folder) of rows "
+                                    "{prompt, chosen, rejected} with text prompts, mixed into every step.",
+                                    json_schema_extra=LOCAL_PATH)
+    mix: float | None = Field(None, ge=0.0, le=1.0, description="The fraction of each step's pairs drawn from "
+                              "preferences (default 0.5 with a file).")
+
+    @model_validator(mode="after")
+    def _labeller_resolves(self) -> RefreshConfig:
+        try:
+            registry.reward_function(self.labeller, self.labeller_kwargs)
+        except ValueError as exc:
+            raise ValueError(f"labeller: {exc}") from None
+        if self.mix is not None and self.preferences is None:
+            raise ValueError("mix: the fraction of pairs drawn from a fixed preference file; set preferences too")
+        if self.preferences is not None and not Path(self.preferences).expanduser().exists():
+            raise ValueError(f"preferences={self.preferences}: no such file or folder")
+        return self
+
+    @property
+    def fixed_fraction(self) -> float:
+        """The fraction of each step's pairs from the fixed file (0 without one)."""
+        return 0.0 if self.preferences is None else (0.5 if self.mix is None else self.mix)
+
+
+def _check_refresh(fn: str, kwargs: dict, refresh: RefreshConfig | None) -> None:
+    """A refresh belongs to a reward-model term scoring a rayseq reward model's run (its weights are retrained)."""
+    if refresh is None:
+        return
+    if fn != "reward_model":
+        raise ValueError(f"refresh: only a reward-model term (fn: reward_model) can be refreshed, not fn: {fn}")
+    if not is_run(kwargs.get("path", "")):
+        raise ValueError(f"refresh: path={kwargs.get('path')} is not a run of algo.name=reward_model; a refresh "
+                         "retrains a rayseq reward model (a Hugging Face folder is scored as it is)")
+
+
 class RewardTerm(_RewardFunction):
     """One term w · f(prompts, replies, references, **kwargs) of reward.terms."""
 
@@ -77,10 +130,13 @@ class RewardTerm(_RewardFunction):
                                    "max_order; chrf: char_order, word_order, beta; length: target).")
     name: str | None = Field(None, description="Logged as reward/<name>; default: the built-in's name or the "
                              "function's.")
+    refresh: RefreshConfig | None = Field(None, description="A reward-model term retrained online from pairs of the "
+                                          "policy's replies (RefreshConfig); None: fixed.")
 
     @model_validator(mode="after")
     def _resolves(self) -> RewardTerm:
         registry.reward_function(self.fn, self.kwargs)  # now with its kwargs
+        _check_refresh(self.fn, self.kwargs, self.refresh)
         if not math.isfinite(self.weight):
             raise ValueError(f"weight must be finite, got {self.weight}")
         if self.name is not None and not _TERM_NAME.match(self.name):
@@ -116,11 +172,16 @@ class RewardConfig(_RewardFunction):
         "each term is logged as reward/<name>.")
     batch_size: int | None = Field(
         None, ge=1, description="Replies per call of a text reward function; None = all of a scorer's batch.")
+    refresh: RefreshConfig | None = Field(
+        None, description="reward.fn=reward_model retrained online from pairs of the policy's replies (keys: "
+        "labeller, labeller_kwargs, every, steps, prompts, group_size, batch_size, lr, temperature); in reward.terms "
+        "a term's own refresh.")
 
     @model_validator(mode="after")
     def _resolves(self) -> RewardConfig:
-        if self.terms and (self.fn != "task" or self.kwargs):
-            raise ValueError("reward.terms: a weighted sum replaces reward.fn and reward.kwargs; give one or the other")
+        if self.terms and (self.fn != "task" or self.kwargs or self.refresh):
+            raise ValueError("reward.terms: a weighted sum replaces reward.fn and reward.kwargs (and reward.refresh: "
+                             "a term has its own); give one or the other")
         if not self.terms:
             try:
                 registry.reward_function(self.fn, self.kwargs)
@@ -130,12 +191,24 @@ class RewardConfig(_RewardFunction):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"reward.terms: more than one term is named {dup[0]!r}; give them names (name: ...)")
+        if not self.terms:
+            try:
+                _check_refresh(self.fn, self.kwargs, self.refresh)
+            except ValueError as exc:
+                raise ValueError(f"reward.{exc}") from None
+        if sum(t.refresh is not None for t in self.terms) > 1:
+            raise ValueError("reward.terms: more than one term has a refresh; one reward model is refreshed a run")
         return self
+
+    @property
+    def refreshed(self) -> RewardTerm | None:
+        """The reward-model term that is refreshed online (its ``refresh``), or None."""
+        return next((t for t in self.resolved_terms if t.refresh is not None), None)
 
     @property
     def resolved_terms(self) -> list[RewardTerm]:
         """The terms of the sum: ``terms``, or ``fn`` with ``kwargs`` and weight 1."""
-        return list(self.terms) or [RewardTerm(fn=self.fn, kwargs=self.kwargs)]
+        return list(self.terms) or [RewardTerm(fn=self.fn, kwargs=self.kwargs, refresh=self.refresh)]
 
     @property
     def is_task(self) -> bool:
@@ -554,6 +627,8 @@ class RunConfig(_Section):
                              f"{', '.join(registry.names_with('task', has_references=True))}")
         if self.rollout.max_staleness:
             check_pipeline(algo, self.algo.name, self.rollout.max_staleness)
+        if self.reward.refreshed is not None:
+            self._check_refresh()
         if self.learner.num_learners > 1:
             check_data_parallel(self)
         if self.learner.cpu_offload and self.learner.strategy != "fsdp":
@@ -620,6 +695,24 @@ class RunConfig(_Section):
         """Sampled rollouts are scored on the scorer actors (when there are any): the task's reward is expensive
         (chitchat's BLEU against all references), or the reward is configured (user code, maybe a GPU model)."""
         return self.task_class.scored_remotely or self.uses_reward_config
+
+    def _check_refresh(self) -> None:
+        """What a refreshed reward model needs of the rest of the run (rayseq/algos/reward_refresh.py)."""
+        algo = self.algorithm
+        if algo.own_reward or algo.kind != "rollout":
+            raise ValueError(f"reward.refresh: algo.name={self.algo.name} does not learn from the configured reward "
+                             "of sampled replies, so a refreshed reward model would score nothing; use a rollout "
+                             "algorithm (reinforce, ppo, grpo, ...)")
+        if not self.task_class.has_reward:
+            raise ValueError(f"reward.refresh: the {self.task.name} task takes no configured reward")
+        if self.rollout.max_staleness:
+            raise ValueError(f"reward.refresh with rollout.max_staleness={self.rollout.max_staleness}: batches sampled "
+                             "ahead are scored before a refresh's weights reach the scorers; set "
+                             "rollout.max_staleness=0")
+        if self.rollout.num_workers > 0 and self.scorer.num_scorers == 0:
+            raise ValueError("reward.refresh with scorer.num_scorers=0: the refreshed weights go to the scorer actors, "
+                             "which score the replies; set scorer.num_scorers >= 1 (or rollout.num_workers=0 to run "
+                             "in-process)")
 
     @property
     def uses_reward_config(self) -> bool:
@@ -819,7 +912,10 @@ def config_to_dict(cfg: RunConfig) -> dict:
     if algo.own_reward or not task_cls.has_reward:
         del d["reward"]
     elif cfg.reward.terms:
-        d["reward"] = {"terms": d["reward"]["terms"], "batch_size": cfg.reward.batch_size}
+        d["reward"] = {"terms": [{k: v for k, v in t.items() if k != "refresh" or v is not None}  # fixed: no refresh
+                                 for t in d["reward"]["terms"]], "batch_size": cfg.reward.batch_size}
     else:
         del d["reward"]["terms"]
+        if d["reward"]["refresh"] is None:
+            del d["reward"]["refresh"]
     return d

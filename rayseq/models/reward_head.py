@@ -134,18 +134,35 @@ class RewardModelScorer:
             raise InputError(f"prompts has {len(prompts)} items for {len(queries)} queries")
         pairs = [self._split(q, None if prompts is None else prompts[i]) for i, q in enumerate(queries)]
         out = []
-        pad, eos = self.vocab.specials.pad, self.vocab.specials.eos
         for a in range(0, len(pairs), SCORE_ROWS):
-            part = pairs[a : a + SCORE_ROWS]
-            src = np.full((len(part), max(max(len(p) for p, _ in part), 1)), pad, dtype=np.int64)
-            tokens = np.full((len(part), max(len(r) for _, r in part) + 1), pad, dtype=np.int64)
-            for i, (p, r) in enumerate(part):
-                src[i, : len(p)] = p
-                tokens[i, : len(r) + 1] = [*r, eos]
-            src_len = torch.tensor([len(p) for p, _ in part], device=self.device)
-            ends = torch.tensor([len(r) for _, r in part], device=self.device)
-            r = sequence_rewards(self.generator, self.head, torch.as_tensor(src, device=self.device), src_len,
-                                 torch.as_tensor(tokens, device=self.device), ends)
-            out += r.float().cpu().tolist()
+            out += self.rewards(pairs[a : a + SCORE_ROWS]).float().cpu().tolist()
         return out
+
+    def rewards(self, pairs: list[tuple[list[int], list[int]]]) -> torch.Tensor:
+        """r (B,) of (prompt ids, reply ids) pairs (:meth:`_split`'s), in one pass, with gradients when enabled (what
+        an online refresh trains: rayseq.algos.reward_refresh)."""
+        pad, eos = self.vocab.specials.pad, self.vocab.specials.eos
+        src = np.full((len(pairs), max(max(len(p) for p, _ in pairs), 1)), pad, dtype=np.int64)
+        tokens = np.full((len(pairs), max(len(r) for _, r in pairs) + 1), pad, dtype=np.int64)
+        for i, (p, r) in enumerate(pairs):
+            src[i, : len(p)] = p
+            tokens[i, : len(r) + 1] = [*r, eos]
+        src_len = torch.tensor([len(p) for p, _ in pairs], device=self.device)
+        ends = torch.tensor([len(r) for _, r in pairs], device=self.device)
+        return sequence_rewards(self.generator, self.head, torch.as_tensor(src, device=self.device), src_len,
+                                torch.as_tensor(tokens, device=self.device), ends)
+
+    def encode_pairs(self, prompts: list[str], replies: list[str]) -> list[tuple[list[int], list[int]]]:
+        """(prompt ids, reply ids) of each prompt and its reply, as the model was trained on them."""
+        return [self._split(p + r, p) for p, r in zip(prompts, replies)]
+
+    def weights(self) -> dict:
+        """``{"generator": ..., "head": ...}`` state dicts on the CPU: what a refresh publishes."""
+        return {k: {n: v.detach().cpu() for n, v in m.state_dict().items()}
+                for k, m in (("generator", self.generator), ("head", self.head))}
+
+    def load_weights(self, weights: dict) -> None:
+        """Load :meth:`weights` (of a refreshed copy)."""
+        self.generator.load_state_dict(weights["generator"])
+        self.head.load_state_dict(weights["head"])
 

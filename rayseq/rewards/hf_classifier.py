@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from rayseq.data.hf_files import context_length
-from rayseq.rewards.trained import is_reward_checkpoint, is_run, scorer_of
+from rayseq.rewards.trained import is_reward_checkpoint, is_run, scorer_device, scorer_of
 
 _LOADED: dict[tuple[str, str], tuple] = {}  # (path, device) -> (tokenizer, model), one per process
 
@@ -125,7 +125,7 @@ def reward_model(prompts: list[str], replies: list[str], references: list[list[s
     (default: the model's positions). Runs where configured rewards run: the scorer actors, ``batch_size`` replies a
     pass. ``path`` may also be an ``algo.name=reward_model`` run (its newest checkpoint; any ``model.arch``, the
     built-in ones included): :class:`rayseq.rewards.trained.RewardModelScorer` scores it."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = scorer_device()
     if is_run(path):
         return np.asarray(scorer_of(path, device).score([p + r for p, r in zip(prompts, replies)], list(prompts)),
                           dtype=np.float64)

@@ -65,7 +65,7 @@ class Reward:
     """R = Σ_k w_k f_k for one task (module docstring). ``task.rewards`` is read here, before
     :func:`rayseq.tasks.make_task` replaces it with this object: it is the ``task`` term."""
 
-    def __init__(self, task, terms: Sequence[Term], batch_size: int | None = None):
+    def __init__(self, task, terms: Sequence[Term], batch_size: int | None = None, task_rewards=None):
         if not terms:
             raise ValueError("a reward needs at least one term")
         self.task = task
@@ -73,7 +73,8 @@ class Reward:
         self.names = [t.name for t in self.terms]
         self.weights = np.array([t.weight for t in self.terms], dtype=np.float64)
         self.batch_size = batch_size
-        self._task_rewards = task.rewards  # the task's own (the `task` term)
+        # the task's own (the `task` term): task.rewards, or given (a second Reward on a task that has one installed)
+        self._task_rewards = task.rewards if task_rewards is None else task_rewards
         self._kind = task.spec()["tokenizer"].get("kind", "words")
         self._ref_text: dict[int, list[str]] = {}  # key -> its references as text
         self._prompt_text: dict[int, str] = {}  # key -> its input as text (a key names one input)
@@ -85,6 +86,16 @@ class Reward:
         term_scores = np.stack([self._term(t, batch) for t in self.terms], axis=1)  # (B, K) float64
         score = np.where(np.isnan(term_scores), 0.0, term_scores) @ self.weights  # TRL's nansum
         return score.astype(np.float32), term_scores.astype(np.float32)
+
+    @property
+    def task_rewards(self):
+        """The task's own reward (``rewards(src, src_len, tokens, token_mask, key)``), which this one replaced."""
+        return self._task_rewards
+
+    def texts(self, src, src_len, tokens, token_mask, key=None) -> tuple[list[str], list[str]]:
+        """(prompts, replies) of a batch as the text functions see them."""
+        batch = _Batch(self, src, src_len, tokens, token_mask, key)
+        return batch.prompts, batch.replies
 
     def __call__(self, src, src_len, tokens, token_mask, key=None) -> tuple[np.ndarray, np.ndarray]:
         """The task's ``rewards`` contract: per-token rewards (B, T), R on each reply's last token, and R (B,)."""

@@ -10,21 +10,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
+from rayseq.config.paths import is_run
 from rayseq.data.hf_text import encode_all, spec_vocab
 from rayseq.models.reward_head import RewardModelScorer, is_reward_checkpoint
 
-__all__ = ["RewardModelScorer", "is_reward_checkpoint", "is_run", "scorer_of", "load_scorer"]
+__all__ = ["REFRESHED", "RewardModelScorer", "is_reward_checkpoint", "is_run", "load_refreshed", "load_scorer",
+           "scorer_device", "scorer_of"]
+
+REFRESHED = "refreshed_reward_model"  # the scorers' name of a refreshed reward model's weights (reward.refresh)
 
 
 def load_scorer(checkpoint: str | os.PathLike, device: str = "cpu") -> RewardModelScorer:
     """The reward model of a run (its newest checkpoint that loads) on ``device``."""
     return RewardModelScorer(checkpoint, spec_vocab, encode_all, device)
-
-
-def is_run(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a rayseq run directory or checkpoint file (not a Hugging Face folder)."""
-    p = Path(path).expanduser()
-    return p.is_file() or (p / "checkpoints").is_dir() or (p / "summary.json").is_file()
 
 
 _LOADED: dict[tuple[str, str], RewardModelScorer] = {}  # (run, device) -> its scorer, one per process
@@ -38,3 +38,14 @@ def scorer_of(run: str | os.PathLike, device: str) -> RewardModelScorer:
     return _LOADED[key]
 
 
+
+
+def scorer_device() -> str:
+    """Where ``reward.fn=reward_model`` scores in this process: its GPU when it sees one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_refreshed(run: str | os.PathLike, weights: dict) -> None:
+    """Load a refreshed copy's weights (``RewardModelScorer.weights``) into the reward model of ``run`` that this
+    process scores with."""
+    scorer_of(run, scorer_device()).load_weights(weights)

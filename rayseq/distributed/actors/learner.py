@@ -15,6 +15,7 @@ import torch
 from rayseq.algos import MLE, LearnerState, make_algo
 from rayseq.algos.common import behaviour_logprobs
 from rayseq.algos.iteration import ALGO_PRETRAIN, stage_name
+from rayseq.algos.reward_refresh import RewardRefresh
 from rayseq.checkpoint import algorithm_entries
 from rayseq.config import RunConfig, blame
 from rayseq.distributed.actors.strategies import files_of, make_strategy
@@ -22,6 +23,7 @@ from rayseq.distributed.handles import as_rollout, resolve
 from rayseq.distributed.runtime import placement_group_id
 from rayseq.distributed.weights.flat import FlatWeights
 from rayseq.models import make_generator
+from rayseq.rewards.trained import REFRESHED
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.tasks.evaluation import figures
@@ -61,6 +63,9 @@ class Learner:
         self.algo.modules = self.algo.build_modules(c, generator, self.task, self.device)
         # the entropy bonus of regularized (rollout) algorithms (their KL penalty is the algorithm's: Algorithm.learn)
         self.state.entropy_coef = c.algo.entropy_coef if c.algorithm.regularized else 0.0
+        # a reward model the run refreshes online (reward.refresh): this rank's trainable copy
+        refreshed = c.reward.refreshed if c.uses_reward_config else None
+        self.refresh = RewardRefresh(refreshed, self.task, self.device, c.seed) if refreshed else None
         self.stage = "mle"
         self.pretrainer = MLE(c.algo, c.seed)  # the update of MLE pretraining (and of the algorithm's own stage)
         self.version = 0
@@ -194,13 +199,22 @@ class Learner:
         return self.version
 
     def scorer_version(self) -> int:
-        """The version of what the scorers hold of the algorithm's (``Algorithm.scorer_weights``; 0: nothing)."""
-        return self.algo.scorer_weights()[0]
+        """The version of what the scorers hold of the algorithm's (``Algorithm.scorer_weights``; 0: nothing), plus
+        the refreshes of a refreshed reward model (an algorithm that publishes to the scorers reads no reward.*:
+        only one of the two counts)."""
+        return self.algo.scorer_weights()[0] + (self.refresh.version if self.refresh is not None else 0)
 
     def get_scorer_weights(self) -> dict:
         """``{name: state dict}`` the scorers load (``Algorithm.scorer_weights``; sharded: gathered as
-        :meth:`get_weights`)."""
-        return self.strategy.whole(self.algo.scorer_weights()[1])
+        :meth:`get_weights`), and a refreshed reward model's (under ``REFRESHED``)."""
+        out = self.strategy.whole(self.algo.scorer_weights()[1])
+        return out if self.refresh is None else {**out, REFRESHED: self.refresh.weights()}
+
+    def refresh_reward(self, shards: Rollout | list) -> dict:
+        """A refresh of the reward model on sampled groups (a Rollout, or its shard handles, fetched here):
+        :meth:`rayseq.algos.reward_refresh.RewardRefresh.update`."""
+        with self.strategy.compute():
+            return self.refresh.update(as_rollout(shards))
 
     def rollout_request(self, iteration: int, max_len: int, temperature: float, seed: int):
         """The algorithm's request built from the learner's copy (algorithms whose requests carry state)."""
@@ -306,6 +320,8 @@ class Learner:
         algo_state = self.algo.state_dict() if modules else self.algo.state_beside_modules()
         if algo_state:
             out["algo"] = algo_state
+        if self.refresh is not None:  # whole on every rank, written beside a sharded checkpoint's shards too
+            out["reward_refresh"] = self.refresh.state_dict()
         return out
 
     def save(self, location: str, stem: str) -> dict:
@@ -368,6 +384,8 @@ class Learner:
         if self.device.type == "cuda" and "cuda_rng" in state:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         self.algo.load_state_dict(algorithm_entries(state))
+        if self.refresh is not None and "reward_refresh" in state:
+            self.refresh.load_state_dict(state["reward_refresh"])
         return reads
 
     def apply_config_lrs(self) -> dict:

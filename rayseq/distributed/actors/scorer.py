@@ -17,6 +17,7 @@ import torch
 from rayseq.config import RunConfig
 from rayseq.distributed.actors.worker import score_rollout
 from rayseq.distributed.runtime import placement_group_id
+from rayseq.rewards.trained import REFRESHED, load_refreshed
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
 from rayseq.types import Rollout
@@ -51,6 +52,9 @@ class ScorerActor:
         when ``version`` is new to this scorer."""
         if version != self.weights_version:
             for name, state in weights.items():
+                if name == REFRESHED:  # a refreshed reward model's: into the one this process scores with
+                    load_refreshed(self.cfg.reward.refreshed.kwargs["path"], state)
+                    continue
                 self._held[name].load_state_dict(state)
                 self.modules[name] = self._held[name]
             self.weights_version = version
@@ -72,6 +76,12 @@ class ScorerActor:
         out = self.score_rollout(rollout, sampler)
         report = {"score": out.score, "term_scores": out.term_scores} if report_score else {}
         return out, {"score_s": out.info["score_s"], "rows": len(out), **report}
+
+    def reward_model_weights(self) -> dict:
+        """The weights of the refreshed reward model this scorer scores with (``reward.refresh``; tests, checks)."""
+        from rayseq.rewards.trained import scorer_device, scorer_of
+
+        return scorer_of(self.cfg.reward.refreshed.kwargs["path"], scorer_device()).weights()
 
     def run_shard(self, fn, *args, **kwargs) -> tuple:
         """``fn(self, *args, **kwargs) -> (data, info)``: what an algorithm scores here with a model of its own (a

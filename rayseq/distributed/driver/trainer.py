@@ -31,6 +31,7 @@ import yaml
 
 from rayseq.algos import MLE, make_algo
 from rayseq.algos.iteration import ALGO_PRETRAIN, STAGES, Carry, Step, counted, stage_name
+from rayseq.algos.reward_refresh import refresh_due, refresh_step
 from rayseq.checkpoint import (
     FORMAT,
     checkpoint_stem,
@@ -310,6 +311,7 @@ class Trainer:
         ev = {k: v for k, v in self.pretrain_metrics.items() if k.startswith("val/")} if own else None
         if self.stage_iter >= n_iters:
             return ev if own else self._evaluate(groups, "val")[0]
+        refreshing = stage == "train" and cfg.uses_reward_config and cfg.reward.refreshed is not None
         every = cfg.train.eval_every
         if stage == "mle" and cfg.train.pretrain_eval_every is not None:
             every = cfg.train.pretrain_eval_every
@@ -319,7 +321,11 @@ class Trainer:
             step = Step(cfg=cfg, task=self.task, rng=self.rng, stage_iter=self.stage_iter, n_iters=n_iters,
                         iteration=self.iteration, batch_size=batch_size, carry=self.carry)
             with counted(groups) as counters:
+                if refreshing and groups.scorer.weights_version < 0:  # a resumed run's or a rebuilt learner's RM
+                    groups.scorer.sync_weights()
                 m = iterate(groups, step)
+                if refreshing and refresh_due(cfg, step.stage_iter):  # reward.refresh, before the next scoring
+                    m.update(refresh_step(groups, step))
             m.update(counters)
             self.stage_iter += 1
             self.iteration += 1

@@ -237,6 +237,10 @@ class LearnerGroup:
         handles): ``Algorithm.aux_update``."""
         return self._call(lambda a: a.aux_update, self._sent(positives), negatives, seed, every_rank=True)
 
+    def refresh_reward(self, shards: list) -> dict:
+        """A refresh of the run's refreshed reward model on sampled groups (shard handles), on every rank."""
+        return self._call(lambda a: a.refresh_reward, shards, every_rank=True)
+
     def update(self, shards: list, iteration: int, scores: list | None = None, rows=None) -> dict:
         """The rollout algorithm's update on the shard handles (the learner fetches them), with ``scores`` (per-shard
         handles the learner's algorithm gives the rollout, ``Algorithm.assign_scores``); returns its metrics (with

@@ -36,8 +36,9 @@ class ScorerGroup:
         version = self._learner.scorer_version()
         if version == self.weights_version:
             return
-        if self.is_local:
-            self.local.set_weights(self._learner.scorer_weights_handle(), version)
+        if self.is_local:  # without a local scorer, the in-process learner loaded them where the replies are scored
+            if self.local is not None:
+                self.local.set_weights(self._learner.scorer_weights_handle(), version)
             self.weights_version = version
             return
         self._weights_ref = self._learner.scorer_weights_handle()

@@ -541,3 +541,77 @@ def _load_export(store: RunStore, map_location) -> dict:
     return {"task": task, "config": {"model": config["model"], "algo": {"name": config["algo"]},
                                      "train": {"pretrain_iters": config["pretrain_iters"]}},
             "driver": config["driver"], "learner": {"generator": weights}}
+
+
+def store_reader(location: str):
+    """A ``torch.distributed.checkpoint`` reader of the directory ``location`` (a local path or a pyarrow.fs URI:
+    ``s3://``...) that reads in place what this rank's load plan names and nothing else.
+
+    DCP's load plan (``DefaultLoadPlanner``) lists, for each entry of the state dict being filled, the saved chunks
+    that overlap this rank's own part of it: a DTensor's local shard, or the whole of a plain tensor or object. The
+    reader opens only the files those chunks are in and reads only their byte ranges (random access: a local file's
+    seek, an object store's ranged GET). So a learner that loads shards saved by as many ranks, split the same way
+    (a resume, a rebuilt learner), reads its own rank's file, and from the others only the entries every rank holds
+    whole (unsharded tensors and objects, which the save wrote once); a learner on fewer ranks reads the parts it now
+    holds, from every file. Each read is recorded in the reader's ``reads``: ``(file, entry, bytes)``."""
+    from contextlib import contextmanager
+
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.filesystem import FileSystemBase
+
+    from rayseq.storage import RunStore
+
+    store = RunStore(location)
+
+    class StoreFiles(FileSystemBase):
+        """DCP's filesystem interface, its reading half, over the run store."""
+
+        @contextmanager
+        def create_stream(self, path, mode):
+            if mode != "rb":
+                raise ValueError(f"{store.display()} is opened for reading only (mode {mode!r})")
+            with store.fs.open_input_file(str(path)) as f:
+                yield f
+
+        def concat_path(self, path, suffix):
+            return f"{path}/{suffix}"
+
+        def init_path(self, path):
+            return str(path)
+
+        def exists(self, path):
+            return store.fs.get_file_info(str(path)).type.name != "NotFound"
+
+        @classmethod
+        def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+            return True
+
+        def rename(self, path, new_path):
+            raise NotImplementedError("reading only")
+
+        mkdir = rm_file = rename
+
+    class StoreReader(FileSystemReader):
+        def __init__(self):
+            super().__init__(store.root)
+            self.fs, self.path, self.reads = StoreFiles(), store.root, []
+
+        def read_data(self, plan, planner):
+            for item in plan.items:
+                info = self.storage_data[item.storage_index]
+                self.reads.append((info.relative_path, item.storage_index.fqn, info.length))
+            return super().read_data(plan, planner)
+
+    return StoreReader()
+
+
+def read_module_shards(location: str, modules: dict) -> None:
+    """Fill each of ``modules`` (``{name: module}``, whole, unsharded) from the ``torch.distributed.checkpoint``
+    directory ``location`` that sharded learners wrote (any number of ranks; :func:`store_reader`), in this process,
+    with no process group: e.g. a reward model's head outside its run."""
+    import torch.distributed.checkpoint as dcp
+
+    state = {name: module.state_dict() for name, module in modules.items()}
+    dcp.load(state, storage_reader=store_reader(location), no_dist=True)
+    for name, module in modules.items():
+        module.load_state_dict(state[name])

@@ -553,6 +553,12 @@ class Algorithm:
         """Called with the validation reward every ``validate_every`` iterations; returns metrics."""
         return {}
 
+    def evaluate_saved(self, location: str, generator: nn.Module, task: Any, split: str,
+                       device: str) -> tuple[dict, dict]:
+        """The ``split`` figures of a saved run (``location``: its checkpoint) whose trained ``generator`` is given,
+        in this process, as its training evaluates it: the task's evaluation by default."""
+        return task.evaluate(generator, device, split=split)
+
 
 class SupervisedAlgo(Algorithm):
     """Updates on reference targets (MLE, RAML, data noising, scheduled sampling): one batch of (input, target)

@@ -140,6 +140,15 @@ class RewardModel(Algorithm):
         return {**m, "policy/grad_norm": grad_norm}
 
     # -- evaluation ---------------------------------------------------------------------------------
+    def evaluate_saved(self, location, generator, task, split, device) -> tuple[dict, dict]:
+        """:func:`preference_figures` of a saved reward model: its policy and its head (read with the checkpoint's
+        training state, from the learner's files or its shards: :func:`~rayseq.models.reward_head.trained_head`)."""
+        from rayseq.checkpoint import load_checkpoint
+        from rayseq.models.reward_head import trained_head
+
+        head = trained_head(load_checkpoint(location), generator.state_dim).to(device)
+        return preference_figures(generator, head, task, split, torch.device(device), self.cfg.use_margin)
+
     def evaluate(self, state, task, split: str = "val") -> tuple[dict, dict]:
         """:func:`preference_figures` of the model being trained."""
         return preference_figures(state.generator, self.modules["rm_head"], task, split, state.device,

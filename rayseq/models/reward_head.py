@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayseq.checkpoint import load_latest
+from rayseq.checkpoint import load_latest, read_module_shards
 from rayseq.config import ModelConfig
 from rayseq.models.factory import generator_from_parts
 
@@ -46,9 +46,7 @@ def trained_head(ck: dict, state_dim: int) -> nn.Linear:
     if held is not None:
         head.load_state_dict(held)
     elif "dcp" in learner:
-        from rayseq.distributed.actors.strategies import read_shards
-
-        read_shards(learner["dcp"], {"rm_head": (head, None)})
+        read_module_shards(learner["dcp"], {"rm_head": head})
     else:
         raise ValueError("the checkpoint holds no reward head (algo.rm_head): not a reward model's training state")
     return head.eval()

@@ -260,11 +260,11 @@ def test_a_sharded_hf_policy_survives_a_killed_learner_and_resumes_on_other_coun
 def test_rebuilt_sharded_learners_read_only_their_own_shards(ray_session, tmp_path):
     """Two FSDP learners checkpoint (PPO: the generator, the value baseline, their Adam moments, each rank's half in its
     own file ``__<rank>_0.distcp``); two fresh learners (a rebuilt group, a resume on as many ranks) restore it, each
-    reading in place (rayseq.distributed.actors.sharding.store_reader) what its load plan names: every sharded entry
+    reading in place (rayseq.checkpoint.store_reader) what its load plan names: every sharded entry
     from its own rank's file alone, and from the other file only entries saved whole (the optimizers' step counts:
     every rank holds them, the save wrote them once). Each shard is read by exactly one rank, and the restored
     weights are the checkpoint's. (Before, every rank copied every rank's files.)"""
-    from rayseq.distributed.actors.sharding import store_reader
+    from rayseq.checkpoint import store_reader
 
     cfg = _kill_test_config(2, tmp_path / "run", "learner.strategy=fsdp", "train.pretrain_iters=2", "train.iters=2",
                             "train.checkpoint_every=2")

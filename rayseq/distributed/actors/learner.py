@@ -416,9 +416,9 @@ class Learner:
 
 def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu") -> tuple[dict, dict]:
     """The ``split`` metrics (and details) of a checkpoint's generator (file, run directory or URI), on this
-    process: e.g. the test figures of the trial a search chose on its validation metric.
-    A reward model's run (``algo.name=reward_model``) is evaluated as its training evaluates it: the preference
-    figures of its policy and reward head on the split's pairs."""
+    process: e.g. the test figures of the trial a search chose on its validation metric. Its algorithm evaluates it
+    as its training does (:meth:`~rayseq.algos.common.Algorithm.evaluate_saved`: a reward model's preference figures
+    with its head; the task's evaluation otherwise)."""
     from rayseq.checkpoint import load_checkpoint
 
     ck = load_checkpoint(location, training_state=False)
@@ -426,10 +426,4 @@ def evaluate_checkpoint(location: str, split: str = "test", device: str = "cpu")
     task = make_task(cfg.task, cfg.reward)
     generator = make_generator(cfg, task).to(device)
     generator.load_state_dict(ck["learner"]["generator"])
-    if cfg.algo.name == "reward_model":
-        from rayseq.algos.reward_model import preference_figures
-        from rayseq.models.reward_head import trained_head
-
-        head = trained_head(load_checkpoint(location), generator.state_dim).to(device)
-        return preference_figures(generator, head, task, split, torch.device(device), cfg.algo.use_margin)
-    return task.evaluate(generator, device, split=split)
+    return make_algo(cfg.algo, cfg.seed).evaluate_saved(location, generator, task, split, device)

@@ -347,8 +347,8 @@ def files_of(learner_state: dict) -> WholeFiles | ShardedFiles:
 def read_shards(location: str, pairs: dict, held_only: bool = False) -> list:
     """Fill ``pairs`` (``{name: (module, optimizer or None)}``) from a sharded checkpoint's
     ``torch.distributed.checkpoint`` directory ``location`` (a path or a URI; any number of ranks wrote it), read in
-    place: this rank's parts alone (:func:`~.sharding.store_reader`). ``held_only``: leave out the names it does not
-    hold (another run's, ``train.init_from``). Returns what was read: ``(file, entry, bytes)`` each."""
+    place: this rank's parts alone (:func:`rayseq.checkpoint.store_reader`). ``held_only``: leave out the names it
+    does not hold (another run's, ``train.init_from``). Returns what was read: ``(file, entry, bytes)`` each."""
     from rayseq.distributed.actors.sharding import load_sharded, restore_sharded, saved_names, sharded_state
 
     if held_only:

@@ -244,7 +244,7 @@ def _plot(path: Path, plot: dict) -> None:
         top = peak(med["gold"])
         ax1.plot(d[top], med["gold"][top] - med["gold"][0], "*", ms=14, color=line.get_color())
         ax2.plot(d, np.array(med["proxy"]) - med["proxy"][0], "o-", label=f"proxy, N={size}")
-    for ax, what in ((ax1, "gold reward gain (dashed: d(α − β log d); star: peak)"), (ax2, "proxy reward gain")):
+    for ax, what in ((ax1, "gold gain (dashed: d(α − β log d); ★: peak)"), (ax2, "proxy reward gain")):
         ax.set_xlabel("d = √KL(π ‖ π_init)")
         ax.set_ylabel(what)
         ax.legend()

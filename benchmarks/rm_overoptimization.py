@@ -23,8 +23,10 @@ penalty to the pretrained policy (``algo.kl_coef``), whose ``kl/per_reply`` (Σ_
 gives d per iteration. The gain of a window is its mean gold minus that of the first window (d ≈ 0.03: the
 pretrained policy); the peak is the window of highest median gold.
 
-Run book (from the repository root; 2 CPU cores: about 15 minutes for the defaults when the machine is idle)
+Run book (from the repository root; one size and seed takes about half a minute on an idle CPU core, the defaults
+nine of them; the three seeds may run side by side, each its own process, then --report-only for the report of all)
   python benchmarks/rm_overoptimization.py                          # N ∈ {100, 400, 1600}, seeds 0 1 2
+  python benchmarks/rm_overoptimization.py --seeds 1                # one seed's runs (N ∈ {100, 400, 1600})
   python benchmarks/rm_overoptimization.py --sizes 100 1600 --seeds 0 --iters 60
   python benchmarks/rm_overoptimization.py --report-only
 

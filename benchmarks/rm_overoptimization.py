@@ -237,16 +237,21 @@ def _plot(path: Path, plot: dict) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax1, ax0, ax2) = plt.subplots(1, 3, figsize=(15, 4))
     for size, (med, alpha, beta) in plot.items():
-        d = np.array(med["d"])
-        (line,) = ax1.plot(d, np.array(med["gold"]) - med["gold"][0], "o-", label=f"gold, N={size}")
+        d, gain = np.array(med["d"]), np.array(med["gold"]) - med["gold"][0]
         xs = np.linspace(max(d.min(), 1e-3), d.max(), 50)
-        ax1.plot(xs, xs * (alpha - beta * np.log(xs)), "--", color=line.get_color(), alpha=0.6)
         top = peak(med["gold"])
-        ax1.plot(d[top], med["gold"][top] - med["gold"][0], "*", ms=14, color=line.get_color())
+        near = d <= 1.2  # the rise and the turn, on their own scale
+        for ax, keep in ((ax1, slice(None)), (ax0, near)):
+            (line,) = ax.plot(d[keep], gain[keep], "o-", label=f"gold, N={size}")
+            fit = xs <= d[keep].max()
+            ax.plot(xs[fit], xs[fit] * (alpha - beta * np.log(xs[fit])), "--", color=line.get_color(), alpha=0.6)
+            ax.plot(d[top], gain[top], "*", ms=14, color=line.get_color())
         ax2.plot(d, np.array(med["proxy"]) - med["proxy"][0], "o-", label=f"proxy, N={size}")
-    for ax, what in ((ax1, "gold gain (dashed: d(α − β log d); ★: peak)"), (ax2, "proxy reward gain")):
+    ax0.set_title("d ≤ 1.2")
+    for ax, what in ((ax1, "gold gain (dashed: d(α − β log d); ★: peak)"), (ax0, "gold gain"),
+                     (ax2, "proxy reward gain")):
         ax.set_xlabel("d = √KL(π ‖ π_init)")
         ax.set_ylabel(what)
         ax.legend()

@@ -1,5 +1,6 @@
-"""benchmarks/rm_overoptimization.py's pieces: the exact gold reward by hand, the Bradley–Terry labelling of its pairs,
-and the fit of Gao et al.'s R(d) = d(α − β log d) against a curve of known α, β."""
+"""benchmarks/rm_overoptimization.py's pieces: the exact gold reward by hand, how rarely the data's replies gush, the
+Bradley–Terry labelling of its pairs, the peak of a gold curve and the fit of Gao et al.'s R(d) = d(α − β log d)
+against a curve of known α, β."""
 
 from __future__ import annotations
 
@@ -8,14 +9,29 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.rm_overoptimization import fit_rl_form, gold, preference_rows
+from benchmarks.rm_overoptimization import PLEASANT, fit_rl_form, gold, peak, preference_rows, reply
 
 
 def test_gold_by_hand():
-    replies = ["it was great", "it was great and lovely", "it was awful", "well it was really great and awful",
-               "i think it was great and lovely and wonderful and fine"]
-    # 1; 1 − 0.5 (a second pleasant word); −1; 1 − 1 (7 words: −0.1); 1 − 1.0 (3 pleasant) − 0.5 (11 words)
-    assert gold(None, replies, None) == pytest.approx([1.0, 0.5, -1.0, -0.1, -0.5])
+    replies = ["it was fine", "it was great", "it was great and lovely and wonderful", "it was awful",
+               "well it was really great and awful", "i think it was great and lovely and wonderful and excellent",
+               "it was great and lovely and wonderful and excellent and fantastic"]
+    # 0; 1; 3 (the maximum); −2; 1 − 2; 3 − 1.5 (a fourth pleasant word); 3 − 2 × 1.5
+    assert gold(None, replies, None) == pytest.approx([0.0, 1.0, 3.0, -2.0, -1.0, 1.5, 0.0])
+
+
+def test_the_data_rarely_gushes():
+    """What the proxies can learn: replies with four pleasant words are rare in the data, with five absent."""
+    rng = np.random.default_rng(0)
+    counts = np.array([sum(w in PLEASANT for w in reply(rng).split()) for _ in range(4000)])
+    assert counts.max() == 4
+    assert (counts == 4).mean() == pytest.approx(0.05, abs=0.015)
+    assert (counts <= 3).mean() == pytest.approx(0.95, abs=0.015)
+
+
+def test_peak_is_the_first_window_of_highest_gold():
+    assert peak([0.1, 0.5, 0.9, 0.9, -1.0]) == 2
+    assert peak([1.0, 0.5, -3.0]) == 0
 
 
 def test_pairs_follow_the_bradley_terry_model_of_gold():

@@ -182,8 +182,8 @@ class Learner:
         from rayseq.distributed.weights import collective as weight_sync
 
         self.weights_changed = False  # published (over the group, not the object store)
-        tensors = (t for _, t in self.strategy.whole_tensors(self.state.generator.state_dict()))
-        weight_sync.send(tensors, spec, bucket_bytes, root=self.strategy.rank == 0)
+        weight_sync.send(self.strategy.whole_tensors(self.state.generator.state_dict()), spec, bucket_bytes,
+                         root=self.strategy.rank == 0)
 
     def leave_weight_group(self, group_name: str) -> None:
         """Drop this process's membership of the weights group ``group_name`` (a group being replaced)."""

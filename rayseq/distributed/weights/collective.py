@@ -133,16 +133,16 @@ def checksum(state: dict) -> torch.Tensor:
     return total.cpu()
 
 
-def send(tensors: Iterable[torch.Tensor], spec: GroupSpec, bucket_bytes: int, root: bool = True) -> None:
-    """Broadcast a state dict's tensors in its order (``tensors``: its values, or a stream that makes each one when
-    asked: a sharded learner's gathers, ``LearnerStrategy.whole_tensors``) from this process, rank 0 of ``spec``'s
-    group (joined here if new), when ``root``: each bucket as it fills (one held at a time, dropped once sent), then
-    their checksum.
+def send(items: Iterable[tuple[str, torch.Tensor]], spec: GroupSpec, bucket_bytes: int, root: bool = True) -> None:
+    """Broadcast a state dict's tensors in its order (``items``: its ``(name, tensor)`` items, or a stream that makes
+    each one when asked: a sharded learner's gathers, ``LearnerStrategy.whole_tensors``) from this process, rank 0 of
+    ``spec``'s group (joined here if new), when ``root``: each bucket as it fills (one held at a time, dropped once
+    sent; each tensor let go once copied into its bucket), then their checksum.
 
     Every learner rank whose stream is a collective calls it, ``root`` on rank 0 alone: the others take their part in
     each gather and send nothing. The stream is drained whatever the broadcast does (a member lost, a timeout: raised
     once drained), so that every rank takes part in every gather and the learners' collectives stay in step."""
-    tensors = iter(tensors)
+    items = iter(items)
     try:
         if root:
             group = join(spec, 0)
@@ -150,16 +150,17 @@ def send(tensors: Iterable[torch.Tensor], spec: GroupSpec, bucket_bytes: int, ro
 
             def summed():
                 nonlocal total
-                for t in tensors:
+                for _, t in items:
                     total = total.to(t.device) + _sums(t)
                     yield t
+                    del t  # before the next one is made
 
             for buf in _bucketed(summed(), bucket_bytes):
                 _broadcast(group, buf)
                 del buf  # before the next bucket is made
             _broadcast(group, total.cpu())
     finally:
-        for _ in tensors:  # the gathers left (none once the broadcast completed)
+        for _ in items:  # the gathers left (none once the broadcast completed)
             pass
 
 

@@ -83,6 +83,42 @@ def test_collective_sync_is_the_object_store_sync(ray_session, tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])  # 80-100 s each
+def test_two_sharded_learners_broadcast_the_whole_weights(ray_session, tmp_path, dtype):
+    """Two FSDP learners (learner.strategy=fsdp): every rank takes part in gathering each tensor, rank 0 broadcasts
+    the buckets as they fill. After every update each worker holds the learners' whole weights (in the model dtype)
+    bit for bit, received over the group, and the run is the object-store run of the same learners bit for bit."""
+    sharded = (*COMMON, "learner.num_learners=2", "learner.strategy=fsdp", "learner.num_cpus=0.5",
+               f"model.dtype={dtype}")
+    checked = []
+
+    def report(row, trainer):
+        if row["stage"] == "train":
+            rollout = trainer.groups.rollout
+            rollout.sync_weights()
+            rollout.transport.wait()
+            whole = trainer.groups.learner.get_weights()["generator"]
+            assert {s["collective_loads"] == s["loads"] >= 1 for s in rollout.stats()} == {True}
+            for actor in rollout.live_actors:
+                held = ray_session.get(actor.__ray_call__.remote(lambda w: w.policy.state_dict()))
+                assert list(held) == list(whole)
+                for k, v in whole.items():
+                    assert v.dtype == held[k].dtype == getattr(torch, dtype) and torch.equal(held[k], v), k
+            checked.append(row["iteration"])
+
+    Trainer(tiny_config(*sharded, "rollout.weight_sync=collective", "rollout.weight_bucket_mb=0.01",
+                        run_dir=tmp_path / "c"), report=report).run()
+    Trainer(tiny_config(*sharded, run_dir=tmp_path / "o")).run()
+    assert len(checked) == 4
+    c = pq.read_table(tmp_path / "c" / "metrics.parquet").to_pandas()
+    o = pq.read_table(tmp_path / "o" / "metrics.parquet").to_pandas()
+    same = [k for k in o.columns if not k.startswith("time/") and k in c.columns]
+    assert len(same) > 10
+    for k in same:
+        assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k
+
+
+@pytest.mark.ray
 def test_collective_sync_with_staleness_one_is_the_object_store_sync(ray_session, tmp_path):
     """rollout.max_staleness=1: each worker receives version v behind the batch it is sampling and ahead of the next
     one, which carries v too; the run is the object-store run's with the same staleness, bit for bit."""

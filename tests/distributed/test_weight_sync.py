@@ -33,6 +33,20 @@ def test_buckets_carry_the_bytes_in_the_model_dtype():
         unpack(state, [torch.zeros(nbytes + 1, dtype=torch.uint8)])
 
 
+def test_the_checksum_sums_in_chunks_as_one_sum_does(monkeypatch):
+    """:func:`checksum` sums each tensor SUM_CHUNK elements at a time (a float64 copy of a chunk, not of the tensor):
+    the plain sums in float64, to its rounding, and the tensors unchanged (a float64 one too)."""
+    from rayseq.distributed.weights import collective as weight_sync
+
+    monkeypatch.setattr(weight_sync, "SUM_CHUNK", 7)
+    torch.manual_seed(0)
+    state = {"a": torch.randn(10, 5), "b": torch.randn(33).to(torch.bfloat16), "c": torch.randn(3, 3).double()}
+    before = {k: v.clone() for k, v in state.items()}
+    plain = sum(torch.stack([v.double().sum(), v.double().abs().sum()]) for v in state.values())
+    assert torch.allclose(checksum(state), plain, rtol=1e-12, atol=0)
+    assert all(torch.equal(state[k], before[k]) for k in state)
+
+
 def test_config():
     with pytest.raises(ConfigError, match="rollout.weight_sync=collective: the workers are Ray actors"):
         tiny_config("rollout.num_workers=0", "rollout.weight_sync=collective")

@@ -120,9 +120,18 @@ def unpack(like: dict, bufs: list[torch.Tensor]) -> dict:
     return out
 
 
+SUM_CHUNK = 1 << 16  # elements: a checksum's float64 copy of a tensor is made this many at a time (512 KiB)
+
+
 def _sums(t: torch.Tensor) -> torch.Tensor:
-    d = t.detach().double()
-    return torch.stack([d.sum(), d.abs().sum()])
+    """(2,) float64 on ``t``'s device: Σ t and Σ |t|, in chunks of :data:`SUM_CHUNK` elements (a float64 copy of a
+    whole tensor would take 4x a bf16 tensor's bytes beside it, more than a bucket)."""
+    total = torch.zeros(2, dtype=torch.float64, device=t.device)
+    for part in t.detach().reshape(-1).split(SUM_CHUNK):
+        d = part.to(torch.float64, copy=True)  # a copy even of float64 (made absolute in place)
+        total[0] += d.sum()
+        total[1] += d.abs_().sum()
+    return total
 
 
 def checksum(state: dict) -> torch.Tensor:

@@ -53,7 +53,7 @@ def _plan(args) -> list[tuple[str, str, float | None]]:
     for dtype in args.dtypes:
         plan.append((dtype, "object_store", None))
         plan += [(dtype, "collective", mb) for mb in args.buckets_mb]
-        plan.append((dtype, "collective, gathered whole first", max(args.buckets_mb)))
+        plan.append((dtype, "collective, gathered whole first", min(args.buckets_mb)))
     return plan
 
 

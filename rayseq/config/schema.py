@@ -316,8 +316,8 @@ class RolloutConfig(_Section):
         "(rayseq.distributed.weights.collective). Not the default: on one node the object store is faster "
         "(benchmarks/rollout_engines). Composes with rollout.max_staleness up to 1 (a worker receives behind the "
         "batches already queued on it), with rollout.engine=vllm and with learner.strategy=fsdp (every learner rank "
-        "takes part in gathering each tensor, rank 0 sends the buckets as they fill: about one bucket held beyond "
-        "its shards).",
+        "takes part in gathering each tensor, rank 0 sends the buckets as they fill: about two buckets and one "
+        "tensor's gather held beyond its shards).",
     )
     weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")
     weight_sync_timeout_s: float = Field(

@@ -96,11 +96,6 @@ def full_tensors(state: dict, dtype: torch.dtype | None = None,
         del t
 
 
-def full_state(state: dict, dtype: torch.dtype | None = None, keep: bool = True) -> dict:
-    """:func:`full_tensors` as one dict (every rank calls it; ``{}`` on the ranks that do not ``keep``)."""
-    return dict(full_tensors(state, dtype, keep))
-
-
 def load_full(module: nn.Module, full: dict) -> None:
     """Load whole tensors (a replicated learner's, another run's) into a sharded ``module``: each distributed like
     the module's own."""

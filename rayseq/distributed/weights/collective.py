@@ -21,9 +21,9 @@ broadcast goes to a group rebuilt with the re-created worker (the driver's side:
 The sender streams (:func:`send`): it makes each bucket as its tensors come, sends it and drops it, then sends the
 checksum it summed on the way. A sharded learner (``learner.strategy=fsdp``) makes each whole tensor only when the
 stream asks for it: every rank casts its shard to the model dtype and takes part in that tensor's all-gather
-(``DTensor.full_tensor()``), and rank 0 alone keeps it, for the bucket. So rank 0 holds about one bucket beyond its
-shards while publishing (``benchmarks/weight_publish_memory.py``), never the whole model, and the other ranks one
-tensor at a time.
+(``DTensor.full_tensor()``), and rank 0 alone keeps it, for the bucket. So while publishing rank 0 holds, beyond its
+shards, about two buckets (a bucket's tensors and their copy into it) and one tensor's gather, never the whole model,
+and the other ranks one tensor's gather (``benchmarks/weight_publish_memory.py``).
 
 References: OpenRLHF's and veRL's NCCL broadcast to the rollout engines (``_broadcast_to_vllm``; the checkpoint
 engine), slime's bucketed ``update_weight_from_distributed``.

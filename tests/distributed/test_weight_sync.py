@@ -66,6 +66,7 @@ def learner_sum(trainer) -> float:
 
 COMMON = ("rollout.num_workers=2", "rollout.num_cpus_per_worker=0.5", "learner.num_cpus=1", "algo.name=ppo_dynamic",
           "algo.minibatch_size=16", "train.pretrain_iters=4", "train.iters=4", "train.eval_every=0")
+SHARDED = ("learner.num_learners=2", "learner.strategy=fsdp", "learner.num_cpus=0.5")  # two FSDP learners
 
 
 @pytest.mark.ray
@@ -102,8 +103,7 @@ def test_two_sharded_learners_broadcast_the_whole_weights(ray_session, tmp_path,
     """Two FSDP learners (learner.strategy=fsdp): every rank takes part in gathering each tensor, rank 0 broadcasts
     the buckets as they fill. After every update each worker holds the learners' whole weights (in the model dtype)
     bit for bit, received over the group, and the run is the object-store run of the same learners bit for bit."""
-    sharded = (*COMMON, "learner.num_learners=2", "learner.strategy=fsdp", "learner.num_cpus=0.5",
-               f"model.dtype={dtype}")
+    sharded = (*COMMON, *SHARDED, f"model.dtype={dtype}")
     checked = []
 
     def report(row, trainer):
@@ -159,12 +159,14 @@ def test_collective_sync_with_staleness_one_is_the_object_store_sync(ray_session
 
 
 @pytest.mark.ray
-def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_store(ray_session, tmp_path):
+@pytest.mark.parametrize("learners", [(), SHARDED], ids=["one", "sharded"])
+def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_store(ray_session, tmp_path, learners):
     """kill -9 rollout worker 1 after an update, while the group still counts it: the learner's next broadcast cannot
     complete (its peer is gone: it fails within rollout.weight_sync_timeout_s), the worker's calls fail and are sent
     again to the worker Ray re-created, with the weights the calls carry by reference; the next version rebuilds the
     group with the new worker. The run equals the object-store run bit for bit, and afterwards every worker holds the
-    learner's weights, received over the new group."""
+    learner's weights, received over the new group. Sharded learners: rank 0's failed broadcast still takes part in
+    the rest of the gathers, so the ranks' collectives stay in step."""
     import os
     import signal
 
@@ -184,9 +186,9 @@ def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_st
             after.append(learner_sum(trainer))
             after.append(trainer.groups.rollout.transport.rebuilds)
 
-    Trainer(tiny_config(*COMMON, "rollout.weight_sync=collective", "rollout.weight_sync_timeout_s=5",
+    Trainer(tiny_config(*COMMON, *learners, "rollout.weight_sync=collective", "rollout.weight_sync_timeout_s=5",
                         run_dir=tmp_path / "c"), report=report).run()
-    Trainer(tiny_config(*COMMON, run_dir=tmp_path / "o")).run()
+    Trainer(tiny_config(*COMMON, *learners, run_dir=tmp_path / "o")).run()
     assert killed
     *stats, total, rebuilds = after
     assert rebuilds >= 1 and killed[0] not in {s["pid"] for s in stats}

@@ -346,7 +346,7 @@ def _sync_actor(ray, num_gpus: float):
             nbytes = int(bucket_mb * 2**20)
             try:
                 if backend == "gloo" and rank == 0:
-                    weight_sync.send(self.state, spec, nbytes)
+                    weight_sync.send(self.state.items(), spec, nbytes)
                 elif backend == "gloo":
                     self.state = weight_sync.receive(self.state, spec, rank, nbytes, first=True)
                 else:

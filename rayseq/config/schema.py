@@ -388,7 +388,9 @@ class RolloutConfig(_Section):
         "rollout.weight_sync_timeout_s) falls back to the object store for that version and the group is rebuilt "
         "(rayseq.distributed.weights.collective). Not the default: on one node the object store is faster "
         "(benchmarks/rollout_engines). Composes with rollout.max_staleness up to 1 (a worker receives behind the "
-        "batches already queued on it) and with rollout.engine=vllm; not with learner.strategy=fsdp.",
+        "batches already queued on it), with rollout.engine=vllm and with learner.strategy=fsdp (every learner rank "
+        "takes part in gathering each tensor, rank 0 sends the buckets as they fill: about two buckets and one "
+        "tensor's gather held beyond its shards).",
     )
     weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")
     weight_sync_timeout_s: float = Field(
@@ -661,11 +663,6 @@ class RunConfig(_Section):
                              "batches in flight (the overlap of max_staleness=1 at a staleness of "
                              f"{self.rollout.max_staleness}); set rollout.max_staleness=1 (or 0), or "
                              "rollout.weight_sync=object_store")
-        if self.rollout.weight_sync == "collective" and self.learner.strategy == "fsdp" and \
-                self.learner.num_learners > 1:
-            raise ValueError("rollout.weight_sync=collective broadcasts from learner rank 0 alone, and "
-                             "learner.strategy=fsdp gathers the weights on every learner rank; use "
-                             "rollout.weight_sync=object_store with learner.strategy=fsdp")
         if self.rollout.engine_kwargs and self.rollout.engine == "builtin":
             raise ValueError("rollout.engine_kwargs: read only by rollout.engine=vllm")
         if self.model.arch == "hf":

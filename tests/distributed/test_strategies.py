@@ -136,7 +136,7 @@ def _gather_on_two_ranks(rank: int, port: int, out_dir: str) -> None:
 
     import torch.distributed as dist
 
-    from rayseq.distributed.actors.sharding import full_state, shard_modules
+    from rayseq.distributed.actors.sharding import full_tensors, shard_modules
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -145,17 +145,17 @@ def _gather_on_two_ranks(rank: int, port: int, out_dir: str) -> None:
         model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 3))
         shard_modules({"m": model}, 2, torch.device("cpu"), dtype=torch.float32)
         assert all(p.to_local().numel() < p.numel() for p in model.parameters())  # each rank holds a part
-        got = full_state(model.state_dict(), torch.bfloat16, keep=rank == 0)
-        torch.save({"bf16": got, "fp32": full_state(model.state_dict(), None, keep=rank == 0)},
+        got = dict(full_tensors(model.state_dict(), torch.bfloat16, keep=rank == 0))
+        torch.save({"bf16": got, "fp32": dict(full_tensors(model.state_dict(), None, keep=rank == 0))},
                    f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
 def test_the_whole_weights_are_gathered_one_tensor_at_a_time_and_kept_by_the_answering_rank_only(tmp_path):
-    """:func:`rayseq.distributed.actors.sharding.full_state` over two FSDP ranks (gloo): rank 0 gets every tensor
-    whole, cast to the publishing dtype (the same values as the whole model cast on the CPU), or as held without a
-    dtype; rank 1 takes part in each gather and keeps nothing."""
+    """:func:`rayseq.distributed.actors.sharding.full_tensors` over two FSDP ranks (gloo): rank 0 gets every tensor
+    whole, cast to the publishing dtype (each rank's shard cast before the gather: the same values as the whole model
+    cast on the CPU), or as held without a dtype; rank 1 takes part in each gather and keeps nothing."""
     import socket
 
     import torch.multiprocessing as mp

@@ -33,6 +33,20 @@ def test_buckets_carry_the_bytes_in_the_model_dtype():
         unpack(state, [torch.zeros(nbytes + 1, dtype=torch.uint8)])
 
 
+def test_the_checksum_sums_in_chunks_as_one_sum_does(monkeypatch):
+    """:func:`checksum` sums each tensor SUM_CHUNK elements at a time (a float64 copy of a chunk, not of the tensor):
+    the plain sums in float64, to its rounding, and the tensors unchanged (a float64 one too)."""
+    from rayseq.distributed.weights import collective as weight_sync
+
+    monkeypatch.setattr(weight_sync, "SUM_CHUNK", 7)
+    torch.manual_seed(0)
+    state = {"a": torch.randn(10, 5), "b": torch.randn(33).to(torch.bfloat16), "c": torch.randn(3, 3).double()}
+    before = {k: v.clone() for k, v in state.items()}
+    plain = sum(torch.stack([v.double().sum(), v.double().abs().sum()]) for v in state.values())
+    assert torch.allclose(checksum(state), plain, rtol=1e-12, atol=0)
+    assert all(torch.equal(state[k], before[k]) for k in state)
+
+
 def test_config():
     with pytest.raises(ConfigError, match="rollout.weight_sync=collective: the workers are Ray actors"):
         tiny_config("rollout.num_workers=0", "rollout.weight_sync=collective")
@@ -42,10 +56,8 @@ def test_config():
                                               r"set rollout.max_staleness=1 \(or 0\), or rollout.weight_sync="
                                               r"object_store"):
             tiny_config("rollout.weight_sync=collective", staleness, "algo.name=ppo")
-    with pytest.raises(ConfigError, match="rollout.weight_sync=collective broadcasts from learner rank 0 alone, and "
-                                          "learner.strategy=fsdp"):
-        tiny_config("rollout.weight_sync=collective", "learner.num_learners=2", "learner.strategy=fsdp",
-                    "algo.name=ppo")
+    tiny_config("rollout.weight_sync=collective", "learner.num_learners=2", "learner.strategy=fsdp",
+                "algo.name=ppo")  # every rank takes part in each tensor's gather, rank 0 sends
 
 
 def learner_sum(trainer) -> float:
@@ -54,6 +66,7 @@ def learner_sum(trainer) -> float:
 
 COMMON = ("rollout.num_workers=2", "rollout.num_cpus_per_worker=0.5", "learner.num_cpus=1", "algo.name=ppo_dynamic",
           "algo.minibatch_size=16", "train.pretrain_iters=4", "train.iters=4", "train.eval_every=0")
+SHARDED = ("learner.num_learners=2", "learner.strategy=fsdp", "learner.num_cpus=0.5")  # two FSDP learners
 
 
 @pytest.mark.ray
@@ -85,6 +98,41 @@ def test_collective_sync_is_the_object_store_sync(ray_session, tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])  # 80-100 s each
+def test_two_sharded_learners_broadcast_the_whole_weights(ray_session, tmp_path, dtype):
+    """Two FSDP learners (learner.strategy=fsdp): every rank takes part in gathering each tensor, rank 0 broadcasts
+    the buckets as they fill. After every update each worker holds the learners' whole weights (in the model dtype)
+    bit for bit, received over the group, and the run is the object-store run of the same learners bit for bit."""
+    sharded = (*COMMON, *SHARDED, f"model.dtype={dtype}")
+    checked = []
+
+    def report(row, trainer):
+        if row["stage"] == "train":
+            rollout = trainer.groups.rollout
+            rollout.sync_weights()
+            rollout.transport.wait()
+            whole = trainer.groups.learner.get_weights()["generator"]
+            assert {s["collective_loads"] == s["loads"] >= 1 for s in rollout.stats()} == {True}
+            for actor in rollout.live_actors:
+                held = ray_session.get(actor.__ray_call__.remote(lambda w: w.policy.state_dict()))
+                assert list(held) == list(whole)
+                for k, v in whole.items():
+                    assert v.dtype == held[k].dtype == getattr(torch, dtype) and torch.equal(held[k], v), k
+            checked.append(row["iteration"])
+
+    Trainer(tiny_config(*sharded, "rollout.weight_sync=collective", "rollout.weight_bucket_mb=0.01",
+                        run_dir=tmp_path / "c"), report=report).run()
+    Trainer(tiny_config(*sharded, run_dir=tmp_path / "o")).run()
+    assert len(checked) == 4
+    c = pq.read_table(tmp_path / "c" / "metrics.parquet").to_pandas()
+    o = pq.read_table(tmp_path / "o" / "metrics.parquet").to_pandas()
+    same = [k for k in o.columns if not k.startswith("time/") and k in c.columns]
+    assert len(same) > 10
+    for k in same:
+        assert c[k].fillna(-1).tolist() == o[k].fillna(-1).tolist(), k
+
+
+@pytest.mark.ray
 def test_collective_sync_with_staleness_one_is_the_object_store_sync(ray_session, tmp_path):
     """rollout.max_staleness=1: each worker receives version v behind the batch it is sampling and ahead of the next
     one, which carries v too; the run is the object-store run's with the same staleness, bit for bit."""
@@ -111,12 +159,14 @@ def test_collective_sync_with_staleness_one_is_the_object_store_sync(ray_session
 
 
 @pytest.mark.ray
-def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_store(ray_session, tmp_path):
+@pytest.mark.parametrize("learners", [(), SHARDED], ids=["one", "sharded"])
+def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_store(ray_session, tmp_path, learners):
     """kill -9 rollout worker 1 after an update, while the group still counts it: the learner's next broadcast cannot
     complete (its peer is gone: it fails within rollout.weight_sync_timeout_s), the worker's calls fail and are sent
     again to the worker Ray re-created, with the weights the calls carry by reference; the next version rebuilds the
     group with the new worker. The run equals the object-store run bit for bit, and afterwards every worker holds the
-    learner's weights, received over the new group."""
+    learner's weights, received over the new group. Sharded learners: rank 0's failed broadcast still takes part in
+    the rest of the gathers, so the ranks' collectives stay in step."""
     import os
     import signal
 
@@ -136,9 +186,9 @@ def test_a_worker_killed_before_a_broadcast_leaves_the_run_that_of_the_object_st
             after.append(learner_sum(trainer))
             after.append(trainer.groups.rollout.transport.rebuilds)
 
-    Trainer(tiny_config(*COMMON, "rollout.weight_sync=collective", "rollout.weight_sync_timeout_s=5",
+    Trainer(tiny_config(*COMMON, *learners, "rollout.weight_sync=collective", "rollout.weight_sync_timeout_s=5",
                         run_dir=tmp_path / "c"), report=report).run()
-    Trainer(tiny_config(*COMMON, run_dir=tmp_path / "o")).run()
+    Trainer(tiny_config(*COMMON, *learners, run_dir=tmp_path / "o")).run()
     assert killed
     *stats, total, rebuilds = after
     assert rebuilds >= 1 and killed[0] not in {s["pid"] for s in stats}
@@ -174,11 +224,11 @@ def test_a_group_of_its_own_broadcasts_and_refuses_a_wrong_checksum():
             out[fn.__name__] = e
 
     def sender():
-        weight_sync.send(state, spec, 256)
+        weight_sync.send(state.items(), spec, 256)
         group = weight_sync.join(spec, 0)  # then a version whose checksum lies
-        weight_sync._broadcast(group, weight_sync.checksum(state) + 1.0)
         for buf in weight_sync.buckets(state, 256):
             weight_sync._broadcast(group, buf)
+        weight_sync._broadcast(group, weight_sync.checksum(state) + 1.0)
 
     def receiver():
         first = weight_sync.receive(like, spec, 1, 256, first=True)
@@ -272,7 +322,7 @@ def test_the_object_store_transport_sends_nothing_and_the_collective_one_queues_
 
     ray = _Recorder()
     learner, workers = ray.actor("learner"), [ray.actor("w0"), ray.actor("w1")]
-    learners = SimpleNamespace(actor=learner)  # the learner group: rank 0 is the group's root
+    learners = SimpleNamespace(actor=learner, reading=[learner])  # the learner group: rank 0 is the group's root
     store = make_transport(RolloutConfig(), ray)
     assert isinstance(store, ObjectStoreTransport)
     store.broadcast(learners, workers, 1, (0, (0, 1)))
@@ -303,3 +353,134 @@ def test_the_object_store_transport_sends_nothing_and_the_collective_one_queues_
     name = t.group
     t.forget()  # a rebuilt learner: the workers leave its group, the next version builds a new one
     assert ray.calls == [("w1", "leave_weight_group", (name,))] and t.group is None
+
+
+def test_a_sharded_learners_ranks_all_take_part_and_rank_0_sends():
+    """Sharded learners (learner.strategy=fsdp: every rank reads the model): each version's send goes to every rank,
+    whose gathers it takes part in, ahead of the workers' receives; the group is rank 0's and the workers'."""
+    from rayseq.distributed.weights.transport import CollectiveTransport
+
+    ray = _Recorder()
+    rank0, rank1, worker = ray.actor("learner"), ray.actor("learner1"), ray.actor("w0")
+    t = CollectiveTransport(ray, 1 << 10)
+    t.broadcast(SimpleNamespace(actor=rank0, reading=[rank0, rank1]), [worker], 1, (0, (0,)))
+    spec = t.spec
+    assert spec.world == 2  # rank 0 and the worker: the other learner ranks never join
+    assert ray.calls == [("learner", "rendezvous", ()), ("learner", "send_weights", (spec, 1 << 10)),
+                         ("learner1", "send_weights", (spec, 1 << 10)),
+                         ("w0", "receive_weights", (spec, 1, 1, 1 << 10, True))]
+
+
+def test_the_sender_streams_one_bucket_at_a_time(monkeypatch):
+    """:func:`~rayseq.distributed.weights.collective.send` of a stream that makes each tensor when asked (as a
+    sharded learner gathers them): when a tensor is made, the tensors still alive from before are those of the bucket
+    being filled (under ``bucket_bytes``: the sent buckets and their tensors are gone), and the first bucket goes out
+    before the last tensor is made; the buckets and checksum are :func:`buckets`' and :func:`checksum`'s of the whole
+    state."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from rayseq.distributed.weights import collective as weight_sync
+
+    torch.manual_seed(0)
+    state = {f"t{i}": torch.randn(n) for i, n in enumerate([100, 300, 50, 700, 20, 20, 400, 64, 64, 5])}
+    bucket_bytes = 1024
+    sent, alive_before, made = [], [], []
+    refs: list = []
+
+    def stream():
+        for name, t in state.items():
+            alive_before.append(sum(nbytes for ref, nbytes in refs if not ref.expired()))
+            made.append(len(sent))  # buckets sent before this tensor was made
+            copy = t.clone()  # a gathered tensor: the stream's own
+            refs.append((StorageWeakRef(copy.untyped_storage()), copy.numel() * copy.element_size()))
+            yield name, copy
+            del copy
+
+    monkeypatch.setattr(weight_sync, "join", lambda spec, rank: "group")
+    monkeypatch.setattr(weight_sync, "_broadcast", lambda group, buf: sent.append(buf.clone()))
+    weight_sync.send(stream(), weight_sync.GroupSpec("g", "127.0.0.1", 0, 2, 1.0), bucket_bytes)
+    whole = weight_sync.buckets(state, bucket_bytes)
+    assert len(sent) == len(whole) + 1 and len(whole) >= 3
+    assert all(torch.equal(a, b) for a, b in zip(sent, whole))
+    assert torch.equal(sent[-1], weight_sync.checksum(state))
+    assert max(alive_before) < bucket_bytes  # the whole state is 9,692 bytes
+    assert made[-1] >= len(whole) - 1  # every full bucket went out before the last tensor was made
+
+
+def test_a_failed_broadcast_drains_the_stream():
+    """A broadcast that fails (here its group cannot be joined: no other member comes) still takes the rest of the
+    stream, so that a sharded learner's rank 0 takes part in every gather the other ranks wait in; then raises."""
+    from rayseq.distributed.actors.learner import Learner
+    from rayseq.distributed.weights import collective as weight_sync
+
+    made = []
+
+    def stream():
+        for i in range(4):
+            made.append(i)
+            yield f"t{i}", torch.zeros(8)
+
+    spec = weight_sync.GroupSpec("rayseq-test-alone", *Learner.rendezvous(), 2, 1.0)
+    with pytest.raises(Exception):  # noqa: B017 - gloo's timeout (its type varies by version)
+        weight_sync.send(stream(), spec, 16)
+    assert made == [0, 1, 2, 3]
+    weight_sync.leave(spec.name)
+    made.clear()
+    weight_sync.send(stream(), spec, 16, root=False)  # a rank that takes part in the gathers alone
+    assert made == [0, 1, 2, 3]
+
+
+def _publish_from_two_sharded_ranks(rank: int, port: int, weights_port: int, out_dir: str, dtype: str) -> None:
+    """Ranks 0 and 1: two FSDP learners (gloo) publishing over the weights group, as ``Learner.send_weights`` does;
+    rank 2: a rollout worker receiving (member 1 of that group)."""
+    import os
+
+    import torch.distributed as dist
+
+    from rayseq.distributed.actors.strategies import FSDP
+    from rayseq.distributed.weights import collective as weight_sync
+
+    spec = weight_sync.GroupSpec("rayseq-test-fsdp", "127.0.0.1", weights_port, 2, 60.0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 3))  # odd sizes: uneven shards
+    if rank == 2:
+        like = {k: v.to(getattr(torch, dtype)) for k, v in model.state_dict().items()}
+        torch.save(weight_sync.receive(like, spec, 1, 200, first=True), f"{out_dir}/worker.pt")
+        return
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        strategy = FSDP(torch.device("cpu"), getattr(torch, dtype))
+        strategy.wrap(rank, 2, {"m": model}, {"opt": torch.optim.Adam(model.parameters())})
+        assert all(p.to_local().numel() < p.numel() for p in model.parameters())  # each rank holds a part
+        weight_sync.send(strategy.whole_tensors(model.state_dict()), spec, 200, root=rank == 0)
+        check = torch.ones(1) * (rank + 1)
+        dist.all_reduce(check)  # the ranks' collectives still in step
+        assert float(check) == 3.0
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # three spawned processes: 30-60 s on 2 loaded cores
+@pytest.mark.parametrize("dtype", ["bfloat16"])
+def test_two_sharded_learners_publish_the_whole_weights_in_the_model_dtype(tmp_path, dtype):
+    """Two FSDP learners (gloo) and a worker: rank 0 streams the weights, rank 1 takes part in each tensor's gather
+    (of its shard cast to the model dtype); the worker holds the whole model, cast to the model dtype, bit for bit.
+    (float32: the Ray test of two sharded learners.)"""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    mp.start_processes(_publish_from_two_sharded_ranks, args=(*ports, str(tmp_path), dtype), nprocs=3,
+                       start_method="spawn")
+    torch.manual_seed(0)
+    whole = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 3)).state_dict()
+    got = torch.load(tmp_path / "worker.pt")
+    assert list(got) == list(whole)
+    for k, v in whole.items():
+        assert got[k].dtype == getattr(torch, dtype) and torch.equal(got[k], v.to(got[k].dtype)), k

@@ -181,11 +181,14 @@ class Learner:
     # -- the learner's end of rollout.weight_sync=collective (rayseq.distributed.weights.transport) -------------
     def send_weights(self, spec, bucket_bytes: int) -> None:
         """Broadcast the generator's weights to the rollout workers over the group ``spec`` (a
-        :class:`~rayseq.distributed.weights.collective.GroupSpec`: rank 0, its store here)."""
+        :class:`~rayseq.distributed.weights.collective.GroupSpec`: rank 0, its store here), bucket by bucket in the
+        compute precision, each whole tensor made as its bucket fills (sharded: every rank takes part in each
+        tensor's gather, rank 0 sends)."""
         from rayseq.distributed.weights import collective as weight_sync
 
         self.weights_changed = False  # published (over the group, not the object store)
-        weight_sync.send(self.get_weights()["generator"], spec, bucket_bytes)
+        weight_sync.send(self.strategy.whole_tensors(self.state.generator.state_dict()), spec, bucket_bytes,
+                         root=self.strategy.rank == 0)
 
     def leave_weight_group(self, group_name: str) -> None:
         """Drop this process's membership of the weights group ``group_name`` (a group being replaced)."""

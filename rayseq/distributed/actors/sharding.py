@@ -10,7 +10,7 @@ the gradients reduce-scattered after backward. The update itself stays :mod:`ray
 rows of every minibatch, its losses scaled by its share of the denominators, the shares' gradients **summed** (the
 reduce-scatter sums instead of averaging), so N ranks make the update one learner makes.
 
-What reads the full parameters is a collective: every rank takes part in publishing weights (:func:`full_state`),
+What reads the full parameters is a collective: every rank takes part in publishing weights (:func:`full_tensors`),
 evaluating and checkpointing (``torch.distributed.checkpoint``: :func:`save_sharded`, :func:`load_sharded`, which
 reshard to any number of ranks, one included). ``model.dtype=bfloat16`` computes in bf16 with fp32 master weights and
 gradient reduction (``MixedPrecisionPolicy``); ``learner.cpu_offload`` keeps parameters and optimizer state in host
@@ -21,6 +21,8 @@ workers (a policy's decoder layers wrapped one by one, the root last).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -74,23 +76,26 @@ def rebuild_optimizer(opt: torch.optim.Optimizer, named: dict[int, str], params:
     return type(opt)(groups, **opt.defaults)
 
 
-def full_state(state: dict, dtype: torch.dtype | None = None, keep: bool = True) -> dict:
-    """``state`` (name -> tensor) with every sharded tensor gathered whole (a collective: every rank calls it, in the
-    same order) and on the CPU; what rank 0 publishes and writes.
+def full_tensors(state: dict, dtype: torch.dtype | None = None,
+                 keep: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of ``state`` (name -> tensor), each sharded tensor gathered whole when the stream is asked
+    for it (a collective: every rank drains the stream, in the same order) and on the CPU; yielded by the ranks that
+    ``keep`` it (rank 0: what it publishes and writes), the others taking their part in each gather and yielding
+    nothing.
 
-    One tensor at a time: each is gathered, cast to ``dtype`` where it is floating (on its device, every rank its own
-    copy in parallel: the cast costs no more than the gather), then copied to the CPU by the ranks that ``keep`` it and
-    dropped by the others, so a rank holds at most one whole tensor beyond its shards, and only the ranks that answer
-    hold the whole state in host memory. Casting before or after the copy gives the same values (IEEE rounding)."""
-    out = {}
+    One tensor at a time: each rank casts its shard to ``dtype`` where it is floating (on its device, in parallel), so
+    the all-gather moves the publishing dtype (bf16: half fp32's bytes); the ranks that ``keep`` the tensor copy it to
+    the CPU and the others drop it, so a rank holds at most one whole tensor beyond its shards (and a consumer that
+    keeps none, one). Casting the parts or the whole gives the same values (IEEE rounding is elementwise)."""
     for k, v in state.items():
-        t = (v.full_tensor() if is_sharded(v) else v).detach()
-        if dtype is not None and t.is_floating_point():
-            t = t.to(dtype)
+        v = v.detach()
+        if dtype is not None and v.is_floating_point():
+            v = v.to(dtype)
+        t = v.full_tensor() if is_sharded(v) else v
+        del v
         if keep:
-            out[k] = t.cpu()
+            yield k, t.cpu()
         del t
-    return out
 
 
 def load_full(module: nn.Module, full: dict) -> None:

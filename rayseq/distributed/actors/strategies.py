@@ -13,7 +13,8 @@ gradients                         summed in one all-reduce            reduce-sca
 compute precision                 autocast to ``model.dtype``         FSDP's mixed precision
 the KL reference π_ref            a frozen copy of the generator      a new generator sharded the same way, holding
                                                                       the same shards
-whole weights (publishing)        each rank its own                   gathered: every rank takes part, rank 0's
+whole weights (publishing)        each rank its own                   gathered tensor by tensor in the compute
+                                                                      precision: every rank takes part, rank 0's
 checkpoint                        whole files, rank 0                 DCP shards, each rank its own; rank 0 the whole
                                                                       generator weights and the rest
 ranks that take part in a read    rank 0                              every rank
@@ -33,7 +34,7 @@ References: torchtitan ``parallelize_llama``; RLlib ``Learner.build()``; torch F
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Protocol
@@ -83,6 +84,11 @@ class LearnerStrategy(Protocol):
         """``{name: state dict or None}`` whole and on the CPU (rank 0's where the ranks gather it; ``{}`` on the
         others). ``publish``: floating tensors in the compute precision (bf16: half the bytes), else as held (fp32
         master weights)."""
+
+    def whole_tensors(self, state: dict, publish: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(name, tensor)`` of one state dict, each whole and on the CPU, made when the stream is asked for it (the
+        collective sync's buckets: :func:`rayseq.distributed.weights.collective.send`); rank 0's where the ranks
+        gather them (every rank drains the stream, the others yield nothing). ``publish``: as :meth:`whole`."""
 
     def load_whole(self, module: nn.Module, full: dict) -> None:
         """Whole tensors (a replicated learner's, another run's) into a held ``module``."""
@@ -151,8 +157,10 @@ class Replicated:
         return _frozen_copy(generator, self.dtype)
 
     def whole(self, state, publish=True):
-        return {k: None if v is None else {n: _cast(t.detach().cpu(), self.dtype, publish) for n, t in v.items()}
-                for k, v in state.items()}
+        return {k: None if v is None else dict(self.whole_tensors(v, publish)) for k, v in state.items()}
+
+    def whole_tensors(self, state, publish=True):
+        return ((n, _cast(t.detach().cpu(), self.dtype, publish)) for n, t in state.items())
 
     def load_whole(self, module, full):
         module.load_state_dict(full)
@@ -235,11 +243,15 @@ class FSDP:
         return ref.eval().requires_grad_(False)
 
     def whole(self, state, publish=True):
-        from rayseq.distributed.actors.sharding import full_state
+        whole = {k: None if v is None else dict(self.whole_tensors(v, publish)) for k, v in state.items()}
+        return whole if self.rank == 0 else {}
 
-        dtype, keep = (self.dtype if publish else None), self.rank == 0  # every rank gathers, rank 0 keeps
-        whole = {k: None if v is None else full_state(v, dtype, keep) for k, v in state.items()}
-        return whole if keep else {}
+    def whole_tensors(self, state, publish=True):
+        """Every rank casts its shard of each tensor to the compute precision (``publish``) and takes part in its
+        all-gather, one tensor at a time (:func:`.sharding.full_tensors`); rank 0 keeps it."""
+        from rayseq.distributed.actors.sharding import full_tensors
+
+        return full_tensors(state, self.dtype if publish else None, keep=self.rank == 0)
 
     def load_whole(self, module, full):
         from rayseq.distributed.actors.sharding import load_full

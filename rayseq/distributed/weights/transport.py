@@ -8,8 +8,9 @@ sees that version. A transport adds what goes out besides it when the rollout gr
 
 - :class:`ObjectStoreTransport` (``object_store``): nothing; the reference is the transport.
 - :class:`CollectiveTransport` (``collective``): the learner broadcasts the generator's weights over a gloo group of
-  its own and the workers receive them (:mod:`.collective`), queued behind the learner's update and ahead of the
-  workers' next calls; a worker reads the reference only where a broadcast failed.
+  its own (rank 0 sends; a sharded learner's ranks all take part in gathering each tensor) and the workers receive
+  them (:mod:`.collective`), queued behind the learner's update and ahead of the workers' next calls; a worker reads
+  the reference only where a broadcast failed.
 
 The actors' ends of the collective transport: ``Learner.send_weights``, ``RolloutWorker.receive_weights`` and their
 ``leave_weight_group``.
@@ -30,7 +31,8 @@ class WeightTransport(Protocol):
         """Send weights ``version`` to the workers besides the reference their calls carry.
 
         Args:
-            learners: the learner group, whose rank 0 (``learners.actor``) holds the version.
+            learners: the learner group: its rank 0 (``learners.actor``) sends the version, and every rank that
+                reads the model (``learners.reading``: sharded learners' all) takes part in gathering it.
             workers: the live rollout worker actors, in shard order.
             version: the weights version (the learner's update count).
             key: what the set of workers is (the worker re-creations so far and the live workers): a transport
@@ -120,13 +122,13 @@ class CollectiveTransport:
         self.spec, self._members = None, []
 
     def broadcast(self, learners, workers: list, version: int, key) -> None:
-        """Queue weights ``version``: the learner's send (behind its update) and each worker's receive (ahead of its
-        next call). ``key``: what the group must be built for (the worker re-creations so far and the live workers:
-        a re-created or returning worker is not in the current group)."""
-        learner = learners.actor  # rank 0: the group's root
+        """Queue weights ``version``: the learner's send (behind its update; on every reading rank, whose gathers it
+        takes part in) and each worker's receive (ahead of its next call). ``key``: what the group must be built for
+        (the worker re-creations so far and the live workers: a re-created or returning worker is not in the current
+        group)."""
         if not self._healthy(key):
-            self._rebuild(learner, workers, key)
-        self._pending = [learner.send_weights.remote(self.spec, self.bucket_bytes),
+            self._rebuild(learners.actor, workers, key)  # rank 0: the group's root
+        self._pending = [*(rank.send_weights.remote(self.spec, self.bucket_bytes) for rank in learners.reading),
                          *[w.receive_weights.remote(self.spec, rank, version, self.bucket_bytes, self._first)
                            for rank, w in enumerate(workers, start=1)]]
         self._first = False

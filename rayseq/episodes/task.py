@@ -10,7 +10,10 @@ rollouts are episodes of an environment (:mod:`rayseq.episodes`).
 - The reward is the environment's, per turn; :meth:`EnvTask.rewards` gives nothing of its own.
 - Evaluation plays ``val_size`` (``test_size``) episodes from seeds of ``val_seed`` (``test_seed``) with the
   policy sampling at temperature 1: ``<split>/success``, ``<split>/return`` (also as ``<split>/reward``),
-  ``<split>/turns`` and the other episode figures, and a few of them as text for the run's viewer.
+  ``<split>/turns`` and the other episode figures, and a few of them as text for the run's viewer. The episodes come
+  in chunks of :data:`EVAL_EPISODES` (:meth:`EnvTask.eval_decodes`) that a rollout worker plays under Ray, with its
+  engine and environments (:meth:`EnvTask.eval_play`); the learners add up the figures (:meth:`EnvTask.eval_figures`,
+  :mod:`rayseq.tasks.evaluation`).
 """
 
 from __future__ import annotations
@@ -59,9 +62,11 @@ class EnvTask(Task):
         "vocabulary": (Literal["env", "chars"], Field(
             "env", description="A policy trained from scratch (rnn, transformer): one token per word of the "
             "environment's vocabulary (env; it declares one) or per printable character (chars).")),
-        "val_size": (int, Field(64, ge=1, description="Episodes of each evaluation (val/*).")),
+        "val_size": (int, Field(64, ge=1, description="Episodes of each evaluation (val/*), in chunks of 64 "
+                                "that the rollout workers play (one chunk: 64 or fewer).")),
         "val_seed": (int, Field(2019, description="Seed of the evaluation episodes' seeds and sampling.")),
-        "test_size": (int, Field(256, ge=1, description="Episodes of the final test (test/*).")),
+        "test_size": (int, Field(256, ge=1, description="Episodes of the final test (test/*), in chunks of "
+                                 "64 that the rollout workers play.")),
         "test_seed": (int, Field(2018, description="Seed of the test episodes' seeds and sampling.")),
         "env": (dict | None, Field(None, exclude=True, description="The env: section (derived from it).")),
     }

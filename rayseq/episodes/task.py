@@ -178,7 +178,10 @@ class EnvTask(Task):
 
     def eval_decodes(self, split: str) -> list[EvalDecode]:
         """The split's episodes in chunks of :data:`EVAL_EPISODES`, chunk c sampled with ``chunk_seed(seed, c)``
-        (one chunk, as ``val_size`` = 64: the one call every evaluation made before it was chunked)."""
+        (one chunk, as ``val_size`` = 64: the one call every evaluation made before it was chunked). More chunks
+        play other episodes than one call over the split would: each turn samples the batch of active episodes from
+        one generator, so an episode's draws depend on the seed and on the episodes beside it; the figures are the
+        same arithmetic over the episodes played (each chunk as if played alone)."""
         seeds, seed = self.split_seeds(split)
         return chunked(split, "episodes", len(seeds), EVAL_EPISODES, self.env.max_tokens, seed=seed)
 

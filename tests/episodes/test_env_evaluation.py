@@ -100,10 +100,12 @@ def test_the_figures_check_each_chunk_came_back_whole(guess):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_ray_workers_play_the_evaluation_episodes_and_the_learner_none(ray_session, tmp_path):
+@pytest.mark.parametrize("num_actors", [0, 1])
+def test_ray_workers_play_the_evaluation_episodes_and_the_learner_none(ray_session, tmp_path, num_actors):
     """A checkpoint evaluated the Ray way (2 rollout workers play the chunks: test's two on one each; the learner
-    adds up the figures) = the in-process evaluation; every val/test episode was reset in a worker's process (the
-    environment logs its pid), none in the learner's or the driver's."""
+    adds up the figures) = the in-process evaluation. Every val/test episode was reset (the environment logs its pid)
+    in a worker's process (env.num_actors=0) or in a worker's environment actor (1), never in the learner's or the
+    driver's."""
     from rayseq.distributed.actors.learner import evaluate_checkpoint
     from rayseq.distributed.driver import Trainer
     from rayseq.distributed.groups import ActorGroups
@@ -113,11 +115,13 @@ def test_ray_workers_play_the_evaluation_episodes_and_the_learner_none(ray_sessi
                  "train.iters=1", "train.eval_every=0", "task.val_size=8", "task.test_size=100")
     run = tmp_path / "run"
     Trainer(episode_config(*overrides, run_dir=run)).run()
-    cfg = episode_config(*overrides, "rollout.num_workers=2", "rollout.num_cpus_per_worker=0.5", "learner.num_cpus=1")
+    cfg = episode_config(*overrides, "rollout.num_workers=2", "rollout.num_cpus_per_worker=0.5", "learner.num_cpus=1",
+                         f"env.num_actors={num_actors}")
     task = make_task(cfg.task)
     groups = ActorGroups(cfg)
     try:
         groups.learner.restore(str(run))
+        learner_pids = set(ray_session.get([a.pid.remote() for a in groups.learner.actors]))
         log.write_text("")
         out, pids, workers = {}, set(), []
         for split in ("val", "test"):
@@ -131,10 +135,11 @@ def test_ray_workers_play_the_evaluation_episodes_and_the_learner_none(ray_sessi
         played = [tuple(map(int, line.split())) for line in Path(log).read_text().splitlines()]
     finally:
         groups.shutdown()
-    assert set(workers) == {0, 1} and os.getpid() not in pids
-    evaluated = {int(s) for split in ("val", "test") for s in task.split_seeds(split)[0]}
+    assert set(workers) == {0, 1} and not pids & (learner_pids | {os.getpid()})
     played = [(p, s) for p, s in played if s != 0]  # a task's probe, reset(0), wherever one is made
-    assert {s for _, s in played} == evaluated
-    assert {p for p, _ in played} <= pids  # in the workers' processes only
+    assert {s for _, s in played} == {int(s) for split in ("val", "test") for s in task.split_seeds(split)[0]}
+    where = {p for p, _ in played}
+    assert not where & (learner_pids | {os.getpid()})
+    assert where <= pids if num_actors == 0 else not where & pids  # the workers' processes, or their actors'
     for split in ("val", "test"):
         assert out[split] == evaluate_checkpoint(str(run), split), split

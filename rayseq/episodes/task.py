@@ -10,7 +10,10 @@ rollouts are episodes of an environment (:mod:`rayseq.episodes`).
 - The reward is the environment's, per turn; :meth:`EnvTask.rewards` gives nothing of its own.
 - Evaluation plays ``val_size`` (``test_size``) episodes from seeds of ``val_seed`` (``test_seed``) with the
   policy sampling at temperature 1: ``<split>/success``, ``<split>/return`` (also as ``<split>/reward``),
-  ``<split>/turns`` and the other episode figures, and a few of them as text for the run's viewer.
+  ``<split>/turns`` and the other episode figures, and a few of them as text for the run's viewer. The episodes come
+  in chunks of :data:`EVAL_EPISODES` (:meth:`EnvTask.eval_decodes`) that a rollout worker plays under Ray, with its
+  engine and environments (:meth:`EnvTask.eval_play`); the learners add up the figures (:meth:`EnvTask.eval_figures`,
+  :mod:`rayseq.tasks.evaluation`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from rayseq.episodes.pool import LocalEnvs
 from rayseq.episodes.protocol import EnvError, close_environment, make_environment
 from rayseq.episodes.render import TURN, ChatRenderer, VocabRenderer
 from rayseq.episodes.runner import (
+    FIGURES,
     EpisodeSampler,
     Limits,
     episode_metrics,
@@ -38,11 +42,13 @@ from rayseq.episodes.runner import (
     transcript_text,
 )
 from rayseq.tasks.base import Task
+from rayseq.tasks.evaluation import EvalDecode, check_split, chunked
 from rayseq.types import PromptBatch
 from rayseq.vocab import Vocab
 
 METRICS = ("success", "return", "reward", "turns", "reward_per_turn", "failures", "timeouts", "tokens", "truncated",
            "splits", "retokenization_drift")
+EVAL_EPISODES = 64  # episodes per evaluation chunk (one rollout worker's call): val_size's default, one chunk
 
 
 class EnvTask(Task):
@@ -56,9 +62,11 @@ class EnvTask(Task):
         "vocabulary": (Literal["env", "chars"], Field(
             "env", description="A policy trained from scratch (rnn, transformer): one token per word of the "
             "environment's vocabulary (env; it declares one) or per printable character (chars).")),
-        "val_size": (int, Field(64, ge=1, description="Episodes of each evaluation (val/*).")),
+        "val_size": (int, Field(64, ge=1, description="Episodes of each evaluation (val/*), in chunks of 64 "
+                                "that the rollout workers play (one chunk: 64 or fewer).")),
         "val_seed": (int, Field(2019, description="Seed of the evaluation episodes' seeds and sampling.")),
-        "test_size": (int, Field(256, ge=1, description="Episodes of the final test (test/*).")),
+        "test_size": (int, Field(256, ge=1, description="Episodes of the final test (test/*), in chunks of "
+                                 "64 that the rollout workers play.")),
         "test_seed": (int, Field(2018, description="Seed of the test episodes' seeds and sampling.")),
         "env": (dict | None, Field(None, exclude=True, description="The env: section (derived from it).")),
     }
@@ -161,31 +169,77 @@ class EnvTask(Task):
         z = np.zeros(tokens.shape, np.float32)
         return z, z.sum(1)
 
+    # -- evaluation: chunks of a split's episodes, played where the rollout engine is (rayseq.tasks.evaluation) -----
+    def split_seeds(self, split: str) -> tuple[np.ndarray, int]:
+        """The ``split``'s episode seeds (n,) and the split's seed (``val_seed``, ``test_seed``)."""
+        n, seed = (self.cfg.val_size, self.cfg.val_seed) if check_split(split) == "val" else (self.cfg.test_size,
+                                                                                              self.cfg.test_seed)
+        return np.random.default_rng(seed).integers(0, 2**31 - 1, size=n), seed
+
+    def eval_decodes(self, split: str) -> list[EvalDecode]:
+        """The split's episodes in chunks of :data:`EVAL_EPISODES`, chunk c sampled with ``chunk_seed(seed, c)``
+        (one chunk, as ``val_size`` = 64: the one call every evaluation made before it was chunked). More chunks
+        play other episodes than one call over the split would: each turn samples the batch of active episodes from
+        one generator, so an episode's draws depend on the seed and on the episodes beside it; the figures are the
+        same arithmetic over the episodes played (each chunk as if played alone)."""
+        seeds, seed = self.split_seeds(split)
+        return chunked(split, "episodes", len(seeds), EVAL_EPISODES, self.env.max_tokens, seed=seed)
+
+    def eval_play(self, decode: EvalDecode, sampler: EpisodeSampler) -> dict:
+        """Episodes ``decode.start:stop`` of the split played with ``sampler`` (its continuation, engine and
+        environments: a rollout worker's, or :meth:`evaluate`'s in-process one) at temperature 1, seeded with
+        ``decode.seed``. Returns what :meth:`eval_figures` reads, per episode (n,) in seed order: its figures
+        (:data:`rayseq.algos.episode_metrics.FIGURES`, ``episode_turn_rewards`` (n, K) among them), and the first
+        ``env.transcripts`` episodes as text."""
+        seeds = self.split_seeds(decode.split)[0][decode.start:decode.stop]
+        episodes = run_episodes(sampler.envs, sampler.renderer, sampler.continuation, seeds,
+                                [self.row(k) if self._rows else {} for k in seeds], sampler.limits,
+                                temperature=1.0, seed=decode.seed, tools=sampler.tools)
+        a = rollout_arrays(episodes, self.specials.pad, self.renderer)
+        first = a["episode_continues"] == 0  # an episode's first row (one per episode, in order)
+        out = {k: a[k][first] for k in FIGURES}
+        out["transcripts"] = [transcript_text(ep) for ep in episodes[: self.env.transcripts]]
+        return out
+
+    def eval_figures(self, split: str, decoded: list, generator=None, device="cpu") -> tuple[dict, dict]:
+        """The ``<split>/*`` episode figures (:func:`rayseq.algos.episode_metrics.episode_metrics`: means over the
+        split's episodes, e.g. success = Σ_i won_i / n) of the chunks' results (:meth:`eval_play`, in the order of
+        :meth:`eval_decodes`) joined in seed order, ``<split>/reward`` = ``<split>/return``; the first
+        ``env.transcripts`` episodes as the viewer's text. Reads nothing of the policy (``generator`` unused)."""
+        decodes = self.eval_decodes(split)
+        if len(decodes) != len(decoded):
+            raise ValueError(f"{len(decodes)} decodes of {split}'s episodes, {len(decoded)} results")
+        for d, r in zip(decodes, decoded):
+            if len(r["episode_return"]) != d.rows:
+                raise ValueError(f"decode {d}: {len(r['episode_return'])} episodes for {d.rows}")
+        width = max(r["episode_turn_rewards"].shape[1] for r in decoded)
+        joined = {k: np.concatenate([r[k] for r in decoded]) for k in FIGURES if k != "episode_turn_rewards"}
+        joined["episode_turn_rewards"] = np.concatenate([np.pad(r["episode_turn_rewards"], (
+            (0, 0), (0, width - r["episode_turn_rewards"].shape[1]))) for r in decoded])
+        m = episode_metrics(joined, prefix=f"{split}/")
+        m[f"{split}/reward"] = m[f"{split}/return"]
+        m.pop(f"{split}/count", None)
+        viewer = "\n\n".join([t for r in decoded for t in r["transcripts"]][: self.env.transcripts])
+        return m, {"viewer": viewer} if viewer else {}
+
     def evaluate(self, generator, device: str = "cpu", *, split: str = "val") -> tuple[dict, dict]:
+        """Both halves in this process: every chunk played with ``generator``'s own loop (the built-in engine) in
+        environments made here, then the figures. Under Ray the rollout workers play the chunks
+        (:func:`rayseq.distributed.actors.worker.decode_held_out`) and the learners only add up the figures."""
         import torch
 
         from rayseq.engines.base import BuiltinEngine
 
-        n, seed = (self.cfg.val_size, self.cfg.val_seed) if split == "val" else (self.cfg.test_size,
-                                                                                 self.cfg.test_seed)
-        seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=n)
         was_training = generator.training
         generator.eval()
-        envs = self.local_envs()
+        dev = torch.device(device)
+        sampler = self.episode_sampler(generator, BuiltinEngine(generator, dev), dev)
         try:
-            cont = make_continuation(generator, BuiltinEngine(generator, torch.device(device)), torch.device(device))
-            episodes = run_episodes(envs, self.renderer, cont, seeds, [self.row(k) if self._rows else {}
-                                                                       for k in seeds],
-                                    self.limits_of(generator), temperature=1.0, seed=seed, tools=self.tools)
+            decoded = [self.eval_play(d, sampler) for d in self.eval_decodes(split)]
         finally:
-            envs.close()
+            sampler.envs.close()
             generator.train(was_training)
-        a = rollout_arrays(episodes, self.specials.pad, self.renderer)
-        m = episode_metrics(a, prefix=f"{split}/")
-        m[f"{split}/reward"] = m[f"{split}/return"]
-        m.pop(f"{split}/count", None)
-        viewer = "\n\n".join(transcript_text(ep) for ep in episodes[: self.env.transcripts])
-        return m, {"viewer": viewer} if viewer else {}
+        return self.eval_figures(split, decoded)
 
     @classmethod
     def metric_names(cls, task_cfg, split: str) -> list[str]:

@@ -132,9 +132,10 @@ class Task:
     before any actor builds the task), ``spec()`` (what serving needs, stored in checkpoints), ``prompt_rows(key,
     with_targets=False) -> PromptBatch`` (the rows ``key`` of the task's data, marked ``keyed=True``: the driver
     then sends actors the keys, not the arrays, and their task rebuilds them; :class:`rayseq.types.PromptKeys`),
-    ``eval_decodes(split)``, ``eval_inputs(decode)`` and ``eval_figures(split, decoded, generator, device)`` (the
-    evaluation in two halves, :mod:`rayseq.tasks.evaluation`: under Ray the rollout workers decode, sharded, and the
-    learners compute the figures; without them the learners evaluate whole).
+    ``eval_decodes(split)``, ``eval_inputs(decode)`` (or ``eval_play(decode, sampler)``: a decode the task plays
+    itself with a rollout worker's sampler, as the environment's episodes) and ``eval_figures(split, decoded,
+    generator, device)`` (the evaluation in two halves, :mod:`rayseq.tasks.evaluation`: under Ray the rollout
+    workers decode, sharded, and the learners compute the figures; without them the learners evaluate whole).
     """
 
     name = ""

@@ -11,6 +11,11 @@ A task that splits its evaluation so provides three methods beside ``evaluate`` 
   ``generator`` is read only for what needs the policy's likelihood (counting's first-step distribution, the oracle's
   NLL of held-out data), in the task's evaluation batches, without gradients.
 
+A task whose decodes are not replies to prompts (the environment's episodes, :class:`rayseq.episodes.task.EnvTask`)
+gives ``eval_play(decode, sampler) -> result`` in place of ``eval_inputs``: it plays that decode with ``sampler`` (a
+rollout worker's own, :class:`rayseq.episodes.runner.EpisodeSampler`: its engine, its environments) and returns a
+compact, picklable result, which ``eval_figures`` reads in place of ``(tokens, mask)``.
+
 Under Ray the rollout workers decode (each a share of the decodes, through its rollout engine, with the weights the
 learners last published) and the learners compute the figures; in-process :func:`evaluate_here` runs both halves
 on one generator, the same arithmetic.
@@ -124,10 +129,17 @@ class SplitEvaluation(Protocol):
     def eval_figures(self, split: str, decoded: list, generator, device) -> tuple[dict, dict]: ...
 
 
+def plays_its_decodes(task) -> bool:
+    """Whether ``task`` plays each decode itself (``eval_play(decode, sampler)``, module docstring) rather than
+    giving the inputs a rollout engine replies to (``eval_inputs``)."""
+    return callable(getattr(task, "eval_play", None))
+
+
 def decodes_split(task) -> bool:
-    """Whether ``task`` splits its evaluation into decodes and figures (:class:`SplitEvaluation`): its decodes can
-    run on the rollout workers."""
-    return all(callable(getattr(task, m, None)) for m in ("eval_decodes", "eval_inputs", "eval_figures"))
+    """Whether ``task`` splits its evaluation into decodes and figures (:class:`SplitEvaluation`, or with
+    ``eval_play`` in place of ``eval_inputs``): its decodes can run on the rollout workers."""
+    return (all(callable(getattr(task, m, None)) for m in ("eval_decodes", "eval_figures"))
+            and (plays_its_decodes(task) or callable(getattr(task, "eval_inputs", None))))
 
 
 @torch.no_grad()

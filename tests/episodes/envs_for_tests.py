@@ -117,3 +117,17 @@ class TRLCounterNoText(TRLCounter):
 
     def reset(self, **kwargs):
         super().reset(**kwargs)
+
+
+class Logged(Echo):
+    """Echo that appends ``<pid> <seed>`` to the file ``log`` at each reset: which process played which episode."""
+
+    def __init__(self, log: str):
+        self.log = log
+
+    def reset(self, seed, **row):
+        import os
+
+        with open(self.log, "a") as f:
+            f.write(f"{os.getpid()} {int(seed)}\n")
+        return super().reset(seed, **row)

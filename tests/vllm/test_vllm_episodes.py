@@ -98,6 +98,32 @@ def test_a_vllm_episode_is_its_sampled_ids_and_the_rendered_observations(chat_di
     assert np.abs(rollout.is_weights[sampled] - 1).max() < 1e-3
 
 
+def test_a_val_evaluation_of_an_environment_is_played_on_the_vllm_engine(chat_dir, tmp_path):
+    """val's episodes (one chunk of 4) played by a worker whose engine is vLLM and holds the only weights
+    (:func:`decode_held_out`: the worker's sampler, its continuation through vLLM, turn by turn), the learner adding up
+    the figures from what came back, playing no episode of its own."""
+    from rayseq.distributed.actors.learner import Learner
+    from rayseq.distributed.actors.worker import RolloutWorker, decode_held_out
+
+    cfg = build_config(None, [*TINY, f"model.path={chat_dir}", f"env.name={ENVS}:Echo", "env.max_action_tokens=4",
+                              "rollout.num_workers=0", "env.transcripts=2", f"run_dir={tmp_path / 'run'}"])
+    learner = Learner(cfg)
+    worker = RolloutWorker(cfg)
+    assert worker.generator is None and worker.engine.name == "vllm"
+    assert worker.sampler.continuation.engine is worker.engine
+    worker.set_weights(learner.get_weights(), 1)
+    worker.sampler.continuation = cont = Recorded(worker.sampler.continuation)
+    decodes = learner.task.eval_decodes("val")
+    played = [decode_held_out(worker, d) for d in decodes]
+    assert len(decodes) == 1 and played[0][1]["rows"] == 4 and played[0][1]["version"] == 1
+    assert 1 <= len(cont.calls) <= 3  # every turn of the four episodes sampled by vLLM
+    metrics, details = learner.evaluate("val", [result for result, _ in played])
+    assert 1 <= metrics["val/turns"] <= 3 and metrics["val/failures"] == 0
+    assert metrics["val/reward"] == metrics["val/return"]
+    seeds = learner.task.split_seeds("val")[0]
+    assert details["viewer"].startswith(f"seed {seeds[0]}: ") and f"seed {seeds[1]}: " in details["viewer"]
+
+
 def train_rows(run) -> list[dict]:
     return [r for r in pq.read_table(run / "metrics.parquet").to_pylist() if r["stage"] == "train"]
 

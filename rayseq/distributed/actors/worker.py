@@ -25,7 +25,7 @@ from rayseq.models import make_generator
 from rayseq.rewards.terminal import terminal_rewards
 from rayseq.seeding import set_deterministic
 from rayseq.tasks import make_task
-from rayseq.tasks.evaluation import EvalDecode, run_decode
+from rayseq.tasks.evaluation import EvalDecode, plays_its_decodes, run_decode
 from rayseq.types import PromptBatch, PromptKeys, Rollout, RolloutRequest, prompt_arrays, to_torch
 
 
@@ -200,18 +200,23 @@ class RolloutWorker:
         return Sampled(out) if self.engine.exact else Sampled(out, engine_logp=out.logp)
 
 
-def decode_held_out(worker: RolloutWorker, decode: EvalDecode) -> tuple[tuple[np.ndarray, np.ndarray], dict]:
+def decode_held_out(worker: RolloutWorker, decode: EvalDecode) -> tuple[tuple[np.ndarray, np.ndarray] | dict, dict]:
     """One decode of an evaluation (:class:`~rayseq.tasks.evaluation.EvalDecode`: a chunk of a held-out split's
     inputs, greedy or sampled with its seed) on ``worker``, through its rollout engine: ((tokens (n, max_len), mask
     (n, max_len)), info). The inputs are the worker's task's (:meth:`eval_inputs`); what it decodes with are the
-    weights the call carried (:meth:`RolloutWorker.run_shard`)."""
+    weights the call carried (:meth:`RolloutWorker.run_shard`). A task that plays its decodes (``eval_play``: the
+    environment's episodes) plays this one with the worker's sampler (its engine, its environments) and returns
+    what that gives (the task's compact result)."""
     t0 = time.perf_counter()
-    engine = worker.engine
+    if plays_its_decodes(worker.task):
+        out = worker.task.eval_play(decode, worker.sampler)
+    else:
+        engine = worker.engine
 
-    def sample(src, src_len, max_len, greedy, seed):
-        return engine.generate(src, src_len, max_len, seed=seed, greedy=greedy)
+        def sample(src, src_len, max_len, greedy, seed):
+            return engine.generate(src, src_len, max_len, seed=seed, greedy=greedy)
 
-    out = run_decode(sample, *worker.task.eval_inputs(decode), decode, worker.device)
+        out = run_decode(sample, *worker.task.eval_inputs(decode), decode, worker.device)
     return out, {"worker": worker.index, "pid": os.getpid(), "rows": decode.rows, "version": worker.version,
                  "decode_s": time.perf_counter() - t0}
 

@@ -1,0 +1,109 @@
+"""Gradient accumulation in the updates that take a whole batch in one step (REINFORCE, MIXER, MLE, the reward
+model, the actor-critic): with ``learner.micro_batch_size`` below the batch the learner's update goes through the
+policy a few rows at a time, each micro-batch's loss scaled by its share of the batch's denominator, and makes the
+one-pass update: its loss and metrics, the gradients of every trained module (within 1e-6) and the parameters after
+the step. The micro-batches are uneven (16 rows in 3 + 3 + 3 + 3 + 3 + 1) and their token counts differ, so a
+micro-batch mean not weighed by its tokens (or by 1 / the number of micro-batches) would fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rayseq.algos.common import grad_micro_batches
+from rayseq.config import build_config
+from rayseq.distributed.actors.learner import Learner
+from tests.algos.test_no_grad_passes import _learner_and_rollout
+from tests.algos.test_reward_model import RM
+from tests.conftest import tiny_config
+from tests.reward_fixtures_prefs import preference_rows, write_jsonl
+
+TOL = {"rtol": 1e-5, "atol": 1e-6}  # the same sums in another order
+# Adam's first step moves each weight by lr · g / (|g| + 1e-8) ≈ lr · sign(g): an element whose gradient is rounding
+# noise (the attention keys' bias, whose exact gradient is 0) moves by ±lr at random; the weights are compared where
+# the gradient is above that noise
+NOISE = 1e-6
+
+
+def _trained(learner: Learner, modules: tuple[str, ...]) -> dict:
+    return {"generator": learner.state.generator, **{k: learner.algo.modules[k] for k in modules}}
+
+
+def assert_same_update(runs: list, modules: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> None:
+    """Two (learner, metrics) after one update each: the same metrics, gradients left in ``.grad`` (the step's,
+    after clipping) and parameters, of the generator and the algorithm's ``modules``."""
+    (a, ma), (b, mb) = runs
+    for name, module in _trained(a, modules).items():
+        other = dict(_trained(b, modules)[name].named_parameters())
+        for k, p in module.named_parameters():
+            q = other[k]
+            assert (p.grad is None) == (q.grad is None), f"{name}.{k}"
+            moved = torch.ones_like(p, dtype=torch.bool)
+            if p.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda m, k=k, n=name: f"grad {n}.{k}: {m}")
+                moved = p.grad.abs() > NOISE
+            torch.testing.assert_close(p.detach()[moved], q.detach()[moved], **TOL,
+                                       msg=lambda m, k=k, n=name: f"{n}.{k}: {m}")
+    assert ma.keys() == mb.keys()
+    for k in ma:
+        if not k.startswith("time/") and k not in skip:
+            assert mb[k] == pytest.approx(ma[k], rel=1e-5, abs=1e-6), k
+
+
+ROLLOUT = {
+    # the baseline's values whitened over the whole batch, the entropy bonus, the gradient clipped
+    "reinforce": ("algo.name=reinforce", "algo.normalize_advantages=true", "algo.entropy_coef=0.05",
+                  "algo.max_grad_norm=0.05"),
+    "reinforce_transformer": ("algo.name=reinforce", "model.arch=transformer", "algo.entropy_coef=0.05"),
+    # MIXER: cross-entropy on the forced prefix and REINFORCE on the sampled tokens, divided by all the tokens
+    "mixer": ("algo.name=mixer", "algo.mixer_delta_start=2"),
+    # SeqGAN's policy update is REINFORCE's on its Q values
+    "seqgan": ("algo.name=seqgan", "disc.emb_dim=8", "disc.filter_sizes=[1,2]", "disc.num_filters=[4,4]"),
+}
+
+
+@pytest.mark.parametrize("case", ROLLOUT)
+def test_rollout_updates_accumulated_equal_one_pass(case):
+    runs = []
+    for micro in ([], ["learner.micro_batch_size=3"]):
+        learner, rollout = _learner_and_rollout(*ROLLOUT[case], *micro, n=16)
+        if case == "mixer":  # each reply's first token forced (its reference's): cross-entropy there
+            rollout.action_mask[:, 0] = 0.0
+        runs.append((learner, learner.update(rollout, 0)))
+    state = runs[1][0].state
+    assert state.micro_batch == 3 and runs[0][0].state.micro_batch is None
+    assert [len(p) for p in grad_micro_batches(state, 16, 10)] == [3, 3, 3, 3, 3, 1]
+    assert grad_micro_batches(runs[0][0].state, 16, 10) is None  # unset: the one-pass code
+    assert_same_update(runs, ("baseline",))
+
+
+def test_mle_accumulated_equals_one_pass():
+    """MLE pretraining's update (the learner's ``mle`` stage) on 16 targets of different lengths."""
+    runs = []
+    for micro in ([], ["learner.micro_batch_size=3"]):
+        learner = Learner(tiny_config("algo.max_grad_norm=0.1", *micro))  # in its first stage, mle
+        batch = learner.task.sample_prompts(np.random.default_rng(1), 16, with_targets=True)
+        batch.tgt_len = np.array([3, 1, 2, 3] * 4)  # the counting task's targets, cut short to uneven lengths
+        runs.append((learner, learner.update(batch, 0)))
+    assert_same_update(runs)
+
+
+@pytest.fixture(scope="module")
+def prefs(tmp_path_factory):
+    return write_jsonl(tmp_path_factory.mktemp("prefs") / "prefs.jsonl", preference_rows(120))
+
+
+def test_reward_model_accumulated_equals_one_pass(prefs):
+    """15 pairs, micro-batches of 8 rows = 4 pairs (4 + 4 + 4 + 3), with the margin and the centring term: the
+    generator's and the head's gradients and weights, the loss and the accuracy of one pass of 30 rows."""
+    runs = []
+    for micro in ([], ["learner.micro_batch_size=8"]):
+        cfg = build_config(None, [*RM, f"task.data={prefs}", "algo.center_rewards_coefficient=0.1",
+                                  "algo.max_grad_norm=0.5", *micro])
+        learner = Learner(cfg)
+        learner.start_stage("train")
+        batch = learner.task.sample_preferences(np.random.default_rng(0), 15)
+        runs.append((learner, learner.update(batch, 0)))
+    assert [len(p) for p in grad_micro_batches(runs[1][0].state, 15, 10, row_cost=2)] == [4, 4, 4, 3]
+    assert_same_update(runs, ("rm_head",))

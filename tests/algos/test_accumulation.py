@@ -107,3 +107,24 @@ def test_reward_model_accumulated_equals_one_pass(prefs):
         runs.append((learner, learner.update(batch, 0)))
     assert [len(p) for p in grad_micro_batches(runs[1][0].state, 15, 10, row_cost=2)] == [4, 4, 4, 3]
     assert_same_update(runs, ("rm_head",))
+
+
+@pytest.mark.parametrize("case", ["tokens", "warmup", "turns"])
+def test_actor_critic_accumulated_equals_one_pass(case):
+    """The actor's REINFORCE step on GAE advantages (whitened over the whole batch) and the critic's regression on its
+    TD(λ) targets: per token; during the critic-only warm-up (no actor step); and over turns (``turn_gae``: V read at
+    each turn's first sampled token) on episodes of guess_number, rewarded at the first turn and at the end."""
+    extra = {"tokens": ("algo.normalize_advantages=true", "algo.entropy_coef=0.05", "algo.max_grad_norm=0.1"),
+             "warmup": ("algo.critic_warmup=1",),
+             "turns": ("algo.turn_credit=turn_gae", "algo.turn_gamma=0.9", "env.name=guess_number",
+                       "env.kwargs.hi=15", "env.kwargs.max_guesses=4", "env.max_action_tokens=1",
+                       "train.pretrain_iters=0")}[case]
+    runs = []
+    for micro in ([], ["learner.micro_batch_size=3"]):
+        learner, rollout = _learner_and_rollout("algo.name=actor_critic", *extra, *micro, n=16)
+        if case == "turns":
+            rollout.rewards[:, 0] += 0.5  # the first turn's reward
+        runs.append((learner, learner.update(rollout, 0)))
+    (_, m), _ = runs
+    assert ("policy/grad_norm" in m) == (case != "warmup") and ("credit/turns_per_row" in m) == (case == "turns")
+    assert_same_update(runs, ("critic",))

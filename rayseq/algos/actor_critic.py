@@ -121,6 +121,7 @@ def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.
 
 class ActorCritic(RolloutAlgo):
     name = "actor_critic"
+    data_parallel = True  # several learners: each its rows in micro-batches (accumulated_update)
     fields = {k: BASELINE_FIELDS[k] for k in ("gamma", "normalize_advantages")} | CRITIC_FIELDS | CRITIC_TURN_FIELDS
 
     @classmethod

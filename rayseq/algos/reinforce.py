@@ -105,6 +105,7 @@ def accumulated_pg_update(algo: RolloutAlgo, state: LearnerState, rollout: Rollo
 
 class Reinforce(RolloutAlgo):
     name = "reinforce"
+    data_parallel = True  # several learners: each its rows in micro-batches (accumulated_pg_update)
 
     def build_modules(self, run_cfg, generator, task, device) -> dict:
         """b(s_t) and its Adam (trained every update, subtracted with ``algo.use_baseline``)."""

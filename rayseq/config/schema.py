@@ -378,7 +378,8 @@ class LearnerConfig(_Section):
         "each takes its rows of every minibatch, gradients are summed with each rank's share of the mean's "
         "denominator, so N learners make the update one learner makes on the same batch. Each reserves "
         "learner.num_cpus / num_gpus. N > 1 needs rollout.num_workers >= 1 and an algorithm whose update is "
-        "data-parallel (MLE pretraining, the PPO and GRPO families, SeqGAN-PPO's g- and d-steps).",
+        "data-parallel (MLE pretraining, REINFORCE, the actor-critic, the PPO and GRPO families, SeqGAN-PPO's g- and "
+        "d-steps, the reward model).",
     )
     strategy: Literal["replicated", "fsdp"] = Field(
         "replicated", description="How num_learners > 1 learners hold the model: replicated (each the whole model, "
@@ -778,7 +779,7 @@ def check_data_parallel(cfg: RunConfig) -> None:
         sizes["train.batch_size"] = cfg.train.batch_size
     else:
         batch = cfg.train.batch_size
-        mb = min(cfg.algo.minibatch_size or batch, batch)
+        mb = min(getattr(cfg.algo, "minibatch_size", None) or batch, batch)  # one step on the whole batch: no key
         sizes["algo.minibatch_size"] = mb
         if batch % mb:
             sizes["train.batch_size mod algo.minibatch_size"] = batch % mb

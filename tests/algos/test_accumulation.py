@@ -128,3 +128,43 @@ def test_actor_critic_accumulated_equals_one_pass(case):
     (_, m), _ = runs
     assert ("policy/grad_norm" in m) == (case != "warmup") and ("credit/turns_per_row" in m) == (case == "turns")
     assert_same_update(runs, ("critic",))
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("algo", ["reinforce", "actor_critic"])
+def test_two_learners_in_micro_batches_make_the_update_of_one_pass(ray_session, algo):
+    """Two replicated learners, each its 8 of the 16 rows in micro-batches of 3 (3 + 3 + 2), against one learner in
+    one pass: the metrics, the weights and Adam's moments of the generator and the value model on both ranks."""
+    from rayseq.config import RunConfig, config_to_dict
+    from rayseq.distributed.actors.worker import RolloutWorker
+    from rayseq.distributed.groups import LearnerGroup
+    from rayseq.distributed.groups.manager import ActorManager
+    from rayseq.types import RolloutRequest
+    from tests.distributed.test_learner_group import assert_same_metrics, assert_same_tensors
+
+    cfg = tiny_config("rollout.num_workers=1", "learner.num_learners=2", "learner.micro_batch_size=3",
+                      f"algo.name={algo}", "algo.normalize_advantages=true", "algo.entropy_coef=0.05")
+    group = LearnerGroup(cfg, manager=ActorManager(ray_session, None), actor_options=[{"num_cpus": 0.5}] * 2)
+    d = config_to_dict(cfg)
+    one = Learner(RunConfig.model_validate({**d, "learner": {**d["learner"], "num_learners": 1,
+                                                             "micro_batch_size": None}}))
+    assert grad_micro_batches(one.state, 16, 10) is None  # one pass
+    for learner in (one, group):
+        learner.start_stage("train")
+    worker = RolloutWorker(cfg, 0)
+    worker.set_weights(one.get_weights(), one.get_version())
+    rollout = worker.sample(one.task.sample_prompts(np.random.default_rng(0), 16),
+                            RolloutRequest(max_len=one.task.max_tgt_len, seed=3))
+    assert len(np.unique(rollout.action_mask.sum(1))) > 1  # replies of several lengths: the shares differ
+    rollout.score = np.linspace(-1, 1, 16).astype(np.float32)
+    rollout.rewards = np.zeros_like(rollout.rewards)
+    rollout.rewards[np.arange(16), np.maximum(rollout.token_mask.sum(1).astype(int) - 1, 0)] = rollout.score
+    m1, m2 = one.update_rollout([rollout], 0), group.update([rollout], 0)
+    value = "loss/value" if algo == "reinforce" else "loss/critic"
+    assert_same_metrics(m1, m2, ["loss/policy", value, "policy/grad_norm", "policy/entropy", "policy/advantage_mean"])
+    state = group.state_dict()
+    assert_same_tensors(one.state_dict(), state, "state")
+    assert_same_tensors(state["generator"], ray_session.get(group.actors[1].state_dict.remote())["generator"],
+                        "rank 1")
+    for a in group.actors:
+        ray_session.kill(a)

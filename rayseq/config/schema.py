@@ -397,8 +397,10 @@ class LearnerConfig(_Section):
         "(GPU learners; on a CPU learner it changes nothing).",
     )
     activation_checkpointing: bool = Field(
-        False, description="Recompute a Hugging Face policy's layer activations in the backward pass instead of "
-        "keeping them (less memory, about a third more compute).",
+        False, description="Recompute the policy's layer activations in the backward pass instead of keeping them "
+        "(model.arch=transformer: each layer under torch.utils.checkpoint; hf: transformers' gradient "
+        "checkpointing): less memory, about a third more compute; the same gradients. Passes without gradients "
+        "(sampling, evaluation) are unchanged.",
     )
     micro_batch_size: int | None = Field(
         None, ge=1, description="Rows per forward pass on a learner: the passes without gradients (the value "
@@ -568,9 +570,9 @@ class RunConfig(_Section):
                              "model over devices so that each holds a part; learners sharing one GPU would hold every "
                              "part on the same device (no memory saved, and FSDP2's gradient pass fails there over "
                              "gloo); use learner.strategy=replicated to share a GPU, or learner.num_gpus=1 per learner")
-        if self.learner.activation_checkpointing and self.model.arch != "hf":
-            raise ValueError(f"learner.activation_checkpointing recomputes a Hugging Face policy's layers; "
-                             f"model.arch={self.model.arch} has none to recompute")
+        if self.learner.activation_checkpointing and self.model.arch not in ("hf", "transformer"):
+            raise ValueError(f"learner.activation_checkpointing recomputes the layers of a Transformer "
+                             f"(model.arch=transformer or hf); model.arch={self.model.arch} has none to recompute")
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")

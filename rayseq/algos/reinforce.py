@@ -72,9 +72,23 @@ def accumulated_pg_update(algo: RolloutAlgo, state: LearnerState, rollout: Rollo
     cfg, baseline = algo.cfg, algo.modules["baseline"]
     values = values_without_grad(state, baseline, b)
     adv = advantages(b.returns, algo.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)
-    state.gen_opt.zero_grad(set_to_none=True)
     algo.modules["base_opt"].zero_grad(set_to_none=True)
+    m = accumulated_policy_step(state, b, pieces, adv, cfg.max_grad_norm, loss_fn, denominator, baseline)
+    apply_gradients(algo.modules["base_opt"], baseline.parameters(), None, state.dp)
+    _, v_stats = value_loss(values, b.returns, b.action_mask)  # of every row: the one pass's figure
+    return {**rollout_metrics(rollout), **m, "value/explained_variance": float(v_stats.explained_variance)}
+
+
+def accumulated_policy_step(state: LearnerState, b: RolloutTensors, pieces: list[torch.Tensor], adv: torch.Tensor,
+                            max_grad_norm: float | None, loss_fn=reinforce_part, denominator: str = "action_mask",
+                            baseline: torch.nn.Module | None = None) -> dict:
+    """The generator's step on advantages ``adv`` (B, T) given for the whole batch, its gradient accumulated over
+    ``pieces`` (L_m of :func:`accumulated_pg_update`), then clipped to ``max_grad_norm`` and stepped; with
+    ``baseline``, each micro-batch's regression V_m of b(s_t) on its states is backpropagated beside (the caller
+    zeroes and steps b's optimizer). Returns ``loss/policy`` (the entropy bonus in), ``loss/value`` with ``baseline``,
+    ``policy/entropy`` with the bonus, ``policy/advantage_mean``, ``policy/grad_norm``: the one pass's figures."""
     share = DataParallel.share
+    state.gen_opt.zero_grad(set_to_none=True)
     sums: dict = defaultdict(float)
     for rows in pieces:
         part = b.index(rows)
@@ -84,23 +98,17 @@ def accumulated_pg_update(algo: RolloutAlgo, state: LearnerState, rollout: Rollo
         extra: dict = {}
         loss = with_entropy(state, loss * w, out.logits, part.action_mask, extra, w_act, out.entropy)
         loss.backward()
-        v_loss = value_loss(baseline(out.states), part.returns, part.action_mask)[0] * w_act
-        v_loss.backward()
         sums["loss/policy"] += loss.item()
-        sums["loss/value"] += v_loss.item()
+        if baseline is not None:
+            v_loss = value_loss(baseline(out.states), part.returns, part.action_mask)[0] * w_act
+            v_loss.backward()
+            sums["loss/value"] += v_loss.item()
         for k, v in extra.items():
             sums[k] += v * w_act
         del out, loss  # this micro-batch's graph and activations, before the next one's
-    grad_norm = apply_gradients(state.gen_opt, state.generator.parameters(), cfg.max_grad_norm, state.dp)
-    apply_gradients(algo.modules["base_opt"], baseline.parameters(), None, state.dp)
-    _, v_stats = value_loss(values, b.returns, b.action_mask)  # of every row: the one pass's figure
-    return {
-        **rollout_metrics(rollout),
-        **reduce_metrics(state, dict(sums)),
-        "policy/advantage_mean": float(masked_mean(adv, b.action_mask)),
-        "policy/grad_norm": grad_norm,
-        "value/explained_variance": float(v_stats.explained_variance),
-    }
+    grad_norm = apply_gradients(state.gen_opt, state.generator.parameters(), max_grad_norm, state.dp)
+    return {**reduce_metrics(state, dict(sums)), "policy/advantage_mean": float(masked_mean(adv, b.action_mask)),
+            "policy/grad_norm": grad_norm}
 
 
 class Reinforce(RolloutAlgo):

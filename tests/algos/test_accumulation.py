@@ -1,4 +1,4 @@
-"""Gradient accumulation in the updates that take a whole batch in one step (REINFORCE, MIXER, MLE, the reward
+"""Gradient accumulation in the updates that take a whole batch in one step (REINFORCE, MIXER, SCST, MLE, the reward
 model, the actor-critic): with ``learner.micro_batch_size`` below the batch the learner's update goes through the
 policy a few rows at a time, each micro-batch's loss scaled by its share of the batch's denominator, and makes the
 one-pass update: its loss and metrics, the gradients of every trained module (within 1e-6) and the parameters after
@@ -60,6 +60,8 @@ ROLLOUT = {
     "mixer": ("algo.name=mixer", "algo.mixer_delta_start=2"),
     # SeqGAN's policy update is REINFORCE's on its Q values
     "seqgan": ("algo.name=seqgan", "disc.emb_dim=8", "disc.filter_sizes=[1,2]", "disc.num_filters=[4,4]"),
+    # SCST: the greedy decode's reward as the baseline, no value model
+    "scst": ("algo.name=scst", "algo.entropy_coef=0.05", "algo.max_grad_norm=0.05"),
 }
 
 
@@ -70,12 +72,14 @@ def test_rollout_updates_accumulated_equal_one_pass(case):
         learner, rollout = _learner_and_rollout(*ROLLOUT[case], *micro, n=16)
         if case == "mixer":  # each reply's first token forced (its reference's): cross-entropy there
             rollout.action_mask[:, 0] = 0.0
+        if case == "scst":  # the greedy decodes' rewards, some above the samples' and some below
+            rollout.extras["greedy_score"] = np.full(16, 0.3, np.float32)
         runs.append((learner, learner.update(rollout, 0)))
     state = runs[1][0].state
     assert state.micro_batch == 3 and runs[0][0].state.micro_batch is None
     assert [len(p) for p in grad_micro_batches(state, 16, 10)] == [3, 3, 3, 3, 3, 1]
     assert grad_micro_batches(runs[0][0].state, 16, 10) is None  # unset: the one-pass code
-    assert_same_update(runs, ("baseline",))
+    assert_same_update(runs, () if case == "scst" else ("baseline",))
 
 
 def test_mle_accumulated_equals_one_pass():

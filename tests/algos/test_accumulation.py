@@ -172,3 +172,14 @@ def test_two_learners_in_micro_batches_make_the_update_of_one_pass(ray_session, 
                         "rank 1")
     for a in group.actors:
         ray_session.kill(a)
+
+
+@pytest.mark.ray
+def test_sharded_transformer_with_activation_checkpointing_makes_the_update_of_one(ray_session, corpus, hf_dir):
+    """Two FSDP learners whose Transformer layers are checkpointed (each layer sharded, its recomputation in backward
+    gathering its parameters again), in micro-batches of 3 rows: MLE then PPO with the KL penalty make the update of
+    one replicated learner (the weights and Adam moments gathered from the ranks' halves)."""
+    from tests.distributed.test_learner_group import assert_two_learners_make_the_update_of_one
+
+    assert_two_learners_make_the_update_of_one(ray_session, corpus, hf_dir, "fsdp:transformer",
+                                               overrides=("learner.activation_checkpointing=true",))

@@ -405,12 +405,12 @@ class LearnerConfig(_Section):
     micro_batch_size: int | None = Field(
         None, ge=1, description="Rows per forward pass on a learner: the passes without gradients (the value "
         "baseline's inputs, the KL reference's log-probs) and the gradient pass of the PPO and GRPO families, "
-        "REINFORCE, MIXER, SCST, the actor-critic, MLE (pretraining too, and RAML, data noising, SPG, ERPO's "
+        "REINFORCE, MIXER, SCST, RLOO, the actor-critic, MLE (pretraining too, and RAML, data noising, SPG, ERPO's "
         "interpolation) and the reward model (a preference pair is 2 rows), whose gradients are accumulated over the "
         "micro-batches of each minibatch (each loss scaled by the micro-batch's share of its denominator: the same "
         "update as one pass, up to float rounding). Memory is bounded by the micro-batch instead of the batch, and an "
         "HF policy's log-probs are computed a few positions at a time (no (B, T, V) logits). With num_learners > 1 "
-        "each learner computes its own rows. RLOO, scheduled sampling and SeqGAN-critic still take their whole "
+        "each learner computes its own rows. Scheduled sampling and SeqGAN-critic still take their whole "
         "batch in one gradient pass. None = an HF policy takes max(1, 16384 // (prompt + reply length)) rows at a "
         "time when its batch is larger than that; the built-in models take the whole batch in one pass.",
     )

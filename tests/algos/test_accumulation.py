@@ -1,5 +1,5 @@
-"""Gradient accumulation in the updates that take a whole batch in one step (REINFORCE, MIXER, SCST, MLE, the reward
-model, the actor-critic): with ``learner.micro_batch_size`` below the batch the learner's update goes through the
+"""Gradient accumulation in the updates that take a whole batch in one step (REINFORCE, MIXER, SCST, RLOO, MLE, the
+reward model, the actor-critic): with ``learner.micro_batch_size`` below the batch the learner's update goes through the
 policy a few rows at a time, each micro-batch's loss scaled by its share of the batch's denominator, and makes the
 one-pass update: its loss and metrics, the gradients of every trained module (within 1e-6) and the parameters after
 the step. The micro-batches are uneven (16 rows in 3 + 3 + 3 + 3 + 3 + 1) and their token counts differ, so a
@@ -62,7 +62,13 @@ ROLLOUT = {
     "seqgan": ("algo.name=seqgan", "disc.emb_dim=8", "disc.filter_sizes=[1,2]", "disc.num_filters=[4,4]"),
     # SCST: the greedy decode's reward as the baseline, no value model
     "scst": ("algo.name=scst", "algo.entropy_coef=0.05", "algo.max_grad_norm=0.05"),
+    # RLOO: leave-one-out advantages of groups of 4 consecutive rows (cut by the micro-batches); per token, and per
+    # reply over the high-entropy half of the tokens (the quantile over the whole batch)
+    "rloo": ("algo.name=rloo", "algo.group_size=4", "algo.entropy_coef=0.05"),
+    "rloo_menu": ("algo.name=rloo", "algo.group_size=4", "algo.loss_type=grpo", "algo.top_entropy_quantile=0.5",
+                  "algo.entropy_coef=0.01"),
 }
+NO_VALUE_MODEL = ("scst", "rloo", "rloo_menu")
 
 
 @pytest.mark.parametrize("case", ROLLOUT)
@@ -79,7 +85,7 @@ def test_rollout_updates_accumulated_equal_one_pass(case):
     assert state.micro_batch == 3 and runs[0][0].state.micro_batch is None
     assert [len(p) for p in grad_micro_batches(state, 16, 10)] == [3, 3, 3, 3, 3, 1]
     assert grad_micro_batches(runs[0][0].state, 16, 10) is None  # unset: the one-pass code
-    assert_same_update(runs, () if case == "scst" else ("baseline",))
+    assert_same_update(runs, () if case in NO_VALUE_MODEL else ("baseline",))
 
 
 def test_mle_accumulated_equals_one_pass():

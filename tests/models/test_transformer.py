@@ -313,3 +313,14 @@ def test_activation_checkpointing_through_the_config():
     assert not Learner(tiny_config("model.arch=transformer")).state.generator.checkpointing
     with pytest.raises(ConfigError, match="model.arch=rnn has none to recompute"):
         build_config(None, ["model.arch=rnn", "learner.activation_checkpointing=true"])
+
+
+def test_activation_checkpointing_of_an_hf_policy_through_the_config(corpus, hf_dir):
+    """The same key turns on transformers' gradient checkpointing in a Hugging Face policy."""
+    from rayseq.distributed.actors.learner import Learner
+    from tests.conftest import tiny_config
+
+    hf = ("task.name=pairs", f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}")
+    for on in (True, False):
+        learner = Learner(tiny_config(*hf, f"learner.activation_checkpointing={str(on).lower()}"))
+        assert learner.state.generator.model.is_gradient_checkpointing == on

@@ -71,11 +71,18 @@ ROLLOUT = {
 NO_VALUE_MODEL = ("scst", "rloo", "rloo_menu")
 
 
-@pytest.mark.parametrize("case", ROLLOUT)
-def test_rollout_updates_accumulated_equal_one_pass(case):
+@pytest.mark.parametrize("case", [*ROLLOUT, "reinforce_hf"])
+def test_rollout_updates_accumulated_equal_one_pass(case, request):
+    """``reinforce_hf``: a Hugging Face policy's micro-batches through its chunked head, with the KL penalty's
+    reference log-probs from its passes without gradients."""
+    overrides = ROLLOUT.get(case, ())
+    if case == "reinforce_hf":
+        corpus, hf_dir = request.getfixturevalue("corpus"), request.getfixturevalue("hf_dir")
+        overrides = ("task.name=pairs", f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}",
+                     "algo.name=reinforce", "algo.kl_coef=0.05", "algo.entropy_coef=0.01")
     runs = []
     for micro in ([], ["learner.micro_batch_size=3"]):
-        learner, rollout = _learner_and_rollout(*ROLLOUT[case], *micro, n=16)
+        learner, rollout = _learner_and_rollout(*overrides, *micro, n=16)
         if case == "mixer":  # each reply's first token forced (its reference's): cross-entropy there
             rollout.action_mask[:, 0] = 0.0
         if case == "scst":  # the greedy decodes' rewards, some above the samples' and some below
@@ -84,17 +91,25 @@ def test_rollout_updates_accumulated_equal_one_pass(case):
     state = runs[1][0].state
     assert state.micro_batch == 3 and runs[0][0].state.micro_batch is None
     assert [len(p) for p in grad_micro_batches(state, 16, 10)] == [3, 3, 3, 3, 3, 1]
-    assert grad_micro_batches(runs[0][0].state, 16, 10) is None  # unset: the one-pass code
+    assert grad_micro_batches(runs[0][0].state, 16, 10) is None  # unset: the one pass (an HF policy's too, here)
     assert_same_update(runs, () if case in NO_VALUE_MODEL else ("baseline",))
 
 
-def test_mle_accumulated_equals_one_pass():
-    """MLE pretraining's update (the learner's ``mle`` stage) on 16 targets of different lengths."""
+@pytest.mark.parametrize("arch", ["rnn", "hf"])
+def test_mle_accumulated_equals_one_pass(arch, request):
+    """MLE pretraining's update (the learner's ``mle`` stage) on 16 targets of different lengths; an HF policy's
+    micro-batches go through its chunked head (the log-probs of the reply's positions, recomputed in backward)."""
+    hf = ()
+    if arch == "hf":
+        corpus, hf_dir = request.getfixturevalue("corpus"), request.getfixturevalue("hf_dir")
+        hf = ("task.name=pairs", f"task.data={corpus}", "model.arch=hf", f"model.path={hf_dir}")
     runs = []
     for micro in ([], ["learner.micro_batch_size=3"]):
-        learner = Learner(tiny_config("algo.max_grad_norm=0.1", *micro))  # in its first stage, mle
+        learner = Learner(tiny_config(*hf, "algo.max_grad_norm=0.1", *micro))  # in its first stage, mle
         batch = learner.task.sample_prompts(np.random.default_rng(1), 16, with_targets=True)
-        batch.tgt_len = np.array([3, 1, 2, 3] * 4)  # the counting task's targets, cut short to uneven lengths
+        if arch == "rnn":
+            batch.tgt_len = np.array([3, 1, 2, 3] * 4)  # the counting task's targets, cut short to uneven lengths
+        assert len(set(batch.tgt_len.tolist())) > 1
         runs.append((learner, learner.update(batch, 0)))
     assert_same_update(runs)
 

@@ -50,6 +50,7 @@ def leave_one_out_advantages(score: np.ndarray, group_size: int) -> np.ndarray:
 
 class RLOO(RolloutAlgo):
     name = "rloo"
+    data_parallel = True  # several learners: each its rows in micro-batches (accumulated_update)
     # the baseline is the group's other replies: no learned one, no discounting; the loss menu's aggregations
     fields = {**GROUP_FIELDS, **LOSS_TYPE_FIELDS}
 

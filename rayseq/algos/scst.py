@@ -58,6 +58,7 @@ def self_critical_advantages(score: torch.Tensor, baseline_score: torch.Tensor,
 
 class SCST(RolloutAlgo):
     name = "scst"
+    data_parallel = True  # several learners: each its rows in micro-batches (reinforce.accumulated_policy_step)
     fields: dict = {}  # the baseline is the greedy decode's reward: no learned one, no discounting
 
     @classmethod

@@ -378,8 +378,8 @@ class LearnerConfig(_Section):
         "each takes its rows of every minibatch, gradients are summed with each rank's share of the mean's "
         "denominator, so N learners make the update one learner makes on the same batch. Each reserves "
         "learner.num_cpus / num_gpus. N > 1 needs rollout.num_workers >= 1 and an algorithm whose update is "
-        "data-parallel (MLE pretraining, REINFORCE, the actor-critic, the PPO and GRPO families, SeqGAN-PPO's g- and "
-        "d-steps, the reward model).",
+        "data-parallel (MLE pretraining, REINFORCE, SCST, RLOO, the actor-critic, the PPO and GRPO families, "
+        "SeqGAN-PPO's g- and d-steps, the reward model).",
     )
     strategy: Literal["replicated", "fsdp"] = Field(
         "replicated", description="How num_learners > 1 learners hold the model: replicated (each the whole model, "

@@ -155,11 +155,21 @@ def test_actor_critic_accumulated_equals_one_pass(case):
     assert_same_update(runs, ("critic",))
 
 
+DATA_PARALLEL = {  # algorithm -> its keys, and the metric of its value model (None: it has none)
+    "reinforce": (("algo.normalize_advantages=true",), "loss/value"),
+    "actor_critic": (("algo.normalize_advantages=true",), "loss/critic"),
+    "scst": ((), None),
+    "rloo": (("algo.group_size=4", "algo.loss_type=grpo", "algo.top_entropy_quantile=0.5"), None),
+}
+
+
 @pytest.mark.ray
-@pytest.mark.parametrize("algo", ["reinforce", "actor_critic"])
+@pytest.mark.parametrize("algo", DATA_PARALLEL)
 def test_two_learners_in_micro_batches_make_the_update_of_one_pass(ray_session, algo):
     """Two replicated learners, each its 8 of the 16 rows in micro-batches of 3 (3 + 3 + 2), against one learner in
-    one pass: the metrics, the weights and Adam's moments of the generator and the value model on both ranks."""
+    one pass: the metrics, the weights and Adam's moments of the generator and the value model on both ranks (RLOO:
+    its per-reply mean over the high-entropy half of the tokens, the quantile over both ranks' entropies)."""
+    keys, value = DATA_PARALLEL[algo]
     from rayseq.config import RunConfig, config_to_dict
     from rayseq.distributed.actors.worker import RolloutWorker
     from rayseq.distributed.groups import LearnerGroup
@@ -168,7 +178,7 @@ def test_two_learners_in_micro_batches_make_the_update_of_one_pass(ray_session, 
     from tests.distributed.test_learner_group import assert_same_metrics, assert_same_tensors
 
     cfg = tiny_config("rollout.num_workers=1", "learner.num_learners=2", "learner.micro_batch_size=3",
-                      f"algo.name={algo}", "algo.normalize_advantages=true", "algo.entropy_coef=0.05")
+                      f"algo.name={algo}", *keys, "algo.entropy_coef=0.05")
     group = LearnerGroup(cfg, manager=ActorManager(ray_session, None), actor_options=[{"num_cpus": 0.5}] * 2)
     d = config_to_dict(cfg)
     one = Learner(RunConfig.model_validate({**d, "learner": {**d["learner"], "num_learners": 1,
@@ -184,9 +194,10 @@ def test_two_learners_in_micro_batches_make_the_update_of_one_pass(ray_session, 
     rollout.score = np.linspace(-1, 1, 16).astype(np.float32)
     rollout.rewards = np.zeros_like(rollout.rewards)
     rollout.rewards[np.arange(16), np.maximum(rollout.token_mask.sum(1).astype(int) - 1, 0)] = rollout.score
+    rollout.extras["greedy_score"] = np.full(16, 0.2, np.float32)  # SCST's baseline (the others read none)
     m1, m2 = one.update_rollout([rollout], 0), group.update([rollout], 0)
-    value = "loss/value" if algo == "reinforce" else "loss/critic"
-    assert_same_metrics(m1, m2, ["loss/policy", value, "policy/grad_norm", "policy/entropy", "policy/advantage_mean"])
+    assert_same_metrics(m1, m2, ["loss/policy", *([value] if value else []), "policy/grad_norm", "policy/entropy",
+                                 "policy/advantage_mean"])
     state = group.state_dict()
     assert_same_tensors(one.state_dict(), state, "state")
     assert_same_tensors(state["generator"], ray_session.get(group.actors[1].state_dict.remote())["generator"],

@@ -449,7 +449,7 @@ def test_a_config_with_every_algorithms_keys_loads_where_runs_are_read_back():
 
 @pytest.mark.parametrize("overrides, message", [
     (("rollout.num_workers=0",), "learner.num_learners=2 runs learner actors under Ray: set rollout.num_workers >= 1"),
-    (("algo.name=reinforce",), "algo.name=reinforce's update is not data-parallel; use one of mle, ppo,"),
+    (("algo.name=mixer",), "algo.name=mixer's update is not data-parallel; use one of mle, reinforce, ppo,"),
     (("algo.name=ppo", "algo.minibatch_size=1"), "algo.minibatch_size=1 rows cannot give each learner one"),
     (("algo.name=ppo", "train.batch_size=9", "algo.minibatch_size=4"),
      "train.batch_size mod algo.minibatch_size=1 rows cannot give each learner one"),

@@ -16,6 +16,9 @@ only, with the actor fixed (Bahdanau et al. 2017 pretrain their critic this way)
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import dataclass
+
 import torch
 from pydantic import Field
 
@@ -24,12 +27,17 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    apply_gradients,
+    grad_micro_batches,
     grad_pass,
     optimizer_step,
+    reduce_metrics,
     rollout_metrics,
     rollout_tensors,
+    values_without_grad,
     with_entropy,
 )
+from rayseq.algos.parallel import DataParallel
 from rayseq.algos.turn_credit import (
     CRITIC_TURN_FIELDS,
     check_turn_credit,
@@ -38,7 +46,7 @@ from rayseq.algos.turn_credit import (
     turn_gae_advantages,
     turn_metrics,
 )
-from rayseq.losses import gae, reinforce_loss, value_loss
+from rayseq.losses import gae, masked_mean, reinforce_loss, value_loss
 from rayseq.models import Critic
 from rayseq.types import Rollout, to_torch
 
@@ -54,6 +62,23 @@ CRITIC_FIELDS = {
         0, ge=0, description="Actor-critic / SeqGAN-critic: iterations before the algorithm's budget that train the "
         "critic only (generator fixed, no d-steps), as Bahdanau et al. (2017) pretrain their critic.")),
 }
+
+@dataclass
+class CriticFit:
+    """Where the critic is fitted: ``mask`` (B, K) the positions (every token, K = T; or each turn), ``targets``
+    (B, K) their λ-returns, ``start`` (B, K) the token each turn's value is read at (None: every token's)."""
+
+    mask: torch.Tensor
+    targets: torch.Tensor | None = None
+    start: torch.Tensor | None = None
+
+    def read(self, values: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """V at the fitted positions of ``values`` (B, T), the values of ``rows`` of the batch when given."""
+        if self.start is None:
+            return values
+        start, mask = (self.start, self.mask) if rows is None else (self.start[rows], self.mask[rows])
+        return values.gather(1, start) * mask
+
 
 def build_critic(run_cfg, generator, device) -> dict:
     """V_ψ(s_t) on the generator's per-step states (``algo.critic_hidden``) and its Adam (``algo.critic_lr``)."""
@@ -96,6 +121,7 @@ def policy_step(cfg, state: LearnerState, out_g, adv: torch.Tensor, mask: torch.
 
 class ActorCritic(RolloutAlgo):
     name = "actor_critic"
+    data_parallel = True  # several learners: each its rows in micro-batches (accumulated_update)
     fields = {k: BASELINE_FIELDS[k] for k in ("gamma", "normalize_advantages")} | CRITIC_FIELDS | CRITIC_TURN_FIELDS
 
     @classmethod
@@ -114,26 +140,77 @@ class ActorCritic(RolloutAlgo):
 
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
-        b, out, values, rewards = critic_pass(state, self.modules["critic"], rollout, cfg.gamma)
-        if cfg.turn_credit == "turn_gae":
-            return self.turn_update(state, rollout, iteration, b, out, values)
-        adv, targets = gae(rewards, values, b.token_mask, cfg.gamma, cfg.gae_lambda)
-        adv = advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages)
+        pieces = grad_micro_batches(state, len(rollout), rollout.src.shape[1] + rollout.tokens.shape[1])
+        if pieces is not None:  # learner.micro_batch_size rows at a time
+            return self.accumulated_update(state, rollout, iteration, pieces)
+        b, out, values, _ = critic_pass(state, self.modules["critic"], rollout, cfg.gamma)
+        adv, fit, extra = self.advantages_and_targets(rollout, b, values)
         m = policy_step(cfg, state, out, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
-        m.update(critic_step(self.modules, values, targets, b.token_mask))
-        return {**rollout_metrics(rollout), **m}
+        m.update(critic_step(self.modules, fit.read(values), fit.targets, fit.mask))
+        return {**rollout_metrics(rollout), **m, **extra}
 
-    def turn_update(self, state: LearnerState, rollout: Rollout, iteration: int, b, out, values) -> dict:
-        """``algo.turn_credit=turn_gae``: V(s_k) at each turn's first sampled token, GAE over the turns, A_k on every
-        token of turn k, the critic stepped towards the turn-level λ-returns."""
-        cfg, dev = self.cfg, state.device
-        table = rollout_turn_table(rollout)
-        mask = torch.as_tensor(table.mask, dtype=torch.float32, device=dev)
-        v_turn = values.gather(1, torch.from_numpy(table.start).to(dev)) * mask
-        r_turn = torch.as_tensor(table.rewards, dtype=torch.float32, device=dev)
-        adv_turn, targets = turn_gae_advantages(r_turn, v_turn, mask, cfg.turn_gamma, cfg.gae_lambda)
-        adv = spread(adv_turn, table.column, rollout.action_mask).to(dev)
-        adv = advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages)
-        m = policy_step(cfg, state, out, adv, b.action_mask, train=iteration >= cfg.critic_warmup)
-        m.update(critic_step(self.modules, v_turn, targets, mask))
-        return {**rollout_metrics(rollout), **m, **turn_metrics(table, adv_turn.cpu().numpy())}
+    def advantages_and_targets(self, rollout: Rollout, b, values: torch.Tensor) -> tuple:
+        """(A_t (B, T), the critic's :class:`CriticFit`, metrics) from V_ψ(s_t) (B, T): per token, GAE over the tokens
+        towards the TD(λ) targets; with ``algo.turn_credit=turn_gae``, V read at each turn's first sampled token, GAE
+        over the turns, A_k on every token of turn k and the turn-level λ-returns as targets."""
+        cfg, dev = self.cfg, b.tokens.device
+        extra: dict = {}
+        if cfg.turn_credit == "turn_gae":
+            table = rollout_turn_table(rollout)
+            fit = CriticFit(torch.as_tensor(table.mask, dtype=torch.float32, device=dev), None,
+                            torch.from_numpy(table.start).to(dev))
+            r_turn = torch.as_tensor(table.rewards, dtype=torch.float32, device=dev)
+            adv_turn, fit.targets = turn_gae_advantages(r_turn, fit.read(values), fit.mask, cfg.turn_gamma,
+                                                        cfg.gae_lambda)
+            adv = spread(adv_turn, table.column, rollout.action_mask).to(dev)
+            extra = turn_metrics(table, adv_turn.cpu().numpy())
+        else:
+            fit = CriticFit(b.token_mask)
+            adv, fit.targets = gae(to_torch(rollout.rewards, dev), values, b.token_mask, cfg.gamma, cfg.gae_lambda)
+        return advantages(adv, torch.zeros_like(adv), b.action_mask, cfg.normalize_advantages), fit, extra
+
+    def accumulated_update(self, state: LearnerState, rollout: Rollout, iteration: int, pieces: list) -> dict:
+        """:meth:`update` with its gradients accumulated over ``pieces`` (this rank's rows in micro-batches,
+        :func:`~rayseq.algos.common.grad_micro_batches`). V_ψ(s_t) of every row comes first from the generator's pass
+        without gradients (:func:`~rayseq.algos.common.values_without_grad`), so the advantages and the critic's
+        targets are the one pass's; then per micro-batch m, with D^a its sampled tokens and D^v the critic's fitted
+        positions (tokens, or turns):
+
+            L_m = (D^a_m / D^a) · (−mean_{t∈m} A_t log π_θ(y_t | s_t) − entropy_coef · H_m)
+            C_m = (D^v_m / D^v) · mean_m (V_ψ − G^λ)²
+
+        backward (the actor's only after the critic warm-up), and one step of each optimizer."""
+        cfg, critic, share = self.cfg, self.modules["critic"], DataParallel.share
+        b = rollout_tensors(rollout, state.device, cfg.gamma)
+        values = values_without_grad(state, critic, b)
+        adv, fit, extra = self.advantages_and_targets(rollout, b, values)
+        train = iteration >= cfg.critic_warmup
+        state.gen_opt.zero_grad(set_to_none=True)
+        self.modules["critic_opt"].zero_grad(set_to_none=True)
+        sums: dict = defaultdict(float)
+        for rows in pieces:
+            part = b.index(rows)
+            w, w_fit = share(part.action_mask, b.action_mask), share(fit.mask[rows], fit.mask)
+            out = grad_pass(state.generator, part.src, part.src_len, part.tokens, bool(state.entropy_coef))
+            loss, _ = reinforce_loss(out.logp, adv[rows], part.action_mask)
+            sums["loss/policy"] += loss.item() * w
+            m: dict = {}
+            loss = with_entropy(state, loss * w, out.logits, part.action_mask, m, w, out.entropy)
+            if train:
+                loss.backward()
+            v_loss = value_loss(fit.read(critic(out.states), rows), fit.targets[rows], fit.mask[rows])[0] * w_fit
+            v_loss.backward()
+            sums["loss/critic"] += v_loss.item()
+            for k, v in m.items():
+                sums[k] += v * w
+            del out, loss  # this micro-batch's graph and activations, before the next one's
+        m = {**reduce_metrics(state, dict(sums)), "policy/advantage_mean": float(masked_mean(adv, b.action_mask)),
+             "critic/warmup": float(not train)}
+        if train:
+            m["policy/grad_norm"] = apply_gradients(state.gen_opt, state.generator.parameters(), cfg.max_grad_norm,
+                                                    state.dp)
+        apply_gradients(self.modules["critic_opt"], critic.parameters(), None, state.dp)
+        _, v_stats = value_loss(fit.read(values), fit.targets, fit.mask)  # of every row: the one pass's figures
+        m.update({"critic/explained_variance": float(v_stats.explained_variance),
+                  "critic/value_mean": float(v_stats.value_mean)})
+        return {**rollout_metrics(rollout), **m, **extra}

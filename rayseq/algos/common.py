@@ -96,6 +96,18 @@ def without_grad(state: LearnerState, fn, src: torch.Tensor, src_len: torch.Tens
     return rows_without_grad(rows, len(tokens), micro_batch_rows(state, length), state.dp)
 
 
+def values_without_grad(state: LearnerState, value_fn, b: RolloutTensors) -> torch.Tensor:
+    """``value_fn(states)`` (B, T) of every row of ``b`` (b(s_t), V_ψ(s_t)) on the generator's states from its pass
+    without gradients (:func:`without_grad`: micro-batched, the rows shared by the learner ranks): the values an
+    update that accumulates its gradients over micro-batches reads for the whole batch's advantages."""
+
+    def values(src, src_len, tokens, lean):
+        return (value_fn(policy_pass(state.generator, src, src_len, tokens, lean)[1]),)
+
+    (out,) = without_grad(state, values, b.src, b.src_len, b.tokens)
+    return out
+
+
 def micro_batch_rows(state: LearnerState, length: int) -> int | None:
     """Rows per learner pass (with or without gradients) over rows of ``length`` = S + T positions:
     ``learner.micro_batch_size`` when set; else, for a policy that declares ``micro_batch_tokens`` (an HF policy),
@@ -112,6 +124,31 @@ def micro_batches(idx: torch.Tensor, rows: int | None) -> list[torch.Tensor]:
     if rows is None or rows >= len(idx):
         return [idx]
     return list(torch.split(idx, rows))
+
+
+def grad_micro_batches(state: LearnerState, n: int, length: int, row_cost: int = 1) -> list[torch.Tensor] | None:
+    """The rows of a batch of ``n`` rows of ``length`` = S + T positions that this learner's gradient pass takes at a
+    time, for an update that takes its whole batch in one step: None when it takes them all in one pass (one learner,
+    and ``learner.micro_batch_size`` unset on a built-in model or not below ``n``: the update's one-pass code, bit for
+    bit); else this rank's rows (:meth:`~rayseq.algos.parallel.DataParallel.part`; all of them with one learner) in
+    micro-batches of :func:`micro_batch_rows` rows of the pass, ``row_cost`` of them per entry of the batch (a
+    preference pair: 2), at least one entry (:func:`micro_batches`). Each micro-batch's loss is then scaled by its
+    share of the batch's denominator (:meth:`~rayseq.algos.parallel.DataParallel.share`), the gradients accumulated,
+    and one step taken (:func:`apply_gradients`): the update of one pass up to float rounding."""
+    rows_per_pass = micro_batch_rows(state, length)
+    if rows_per_pass is not None:
+        rows_per_pass = max(1, rows_per_pass // row_cost)
+    if state.dp is None and (rows_per_pass is None or rows_per_pass >= n):
+        return None
+    idx = torch.arange(n, device=state.device)
+    if state.dp is not None:
+        idx = state.dp.part(idx)
+    return micro_batches(idx, rows_per_pass)
+
+
+def reduce_metrics(state: LearnerState, sums: dict) -> dict:
+    """Share-weighted metric sums of a learner's micro-batches, summed over the ranks (one learner: as they are)."""
+    return sums if state.dp is None else state.dp.reduce(sums)
 
 
 def grad_pass(policy, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor,

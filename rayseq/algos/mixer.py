@@ -28,6 +28,7 @@ from rayseq.algos.common import (
     LearnerState,
     RolloutAlgo,
     advantages,
+    grad_micro_batches,
     grad_pass,
     optimizer_step,
     rollout_metrics,
@@ -37,9 +38,17 @@ from rayseq.algos.common import (
 )
 from rayseq.algos.ppo import CLIP_FIELDS, PPO_FIELDS, clip_surrogate, minibatch_seed, ppo_update
 from rayseq.algos.ppo_dynamic import DYNAMIC_FIELDS, dynamic_surrogate
+from rayseq.algos.reinforce import accumulated_pg_update
 from rayseq.algos.sampling import Sampled, SamplingCall, check_builtin_engine
 from rayseq.losses import mixer_loss, value_loss
 from rayseq.types import Rollout, RolloutRequest, to_torch
+
+
+def mixer_part(logp, adv, part) -> tuple:
+    """MIXER's loss on a part of the batch (:func:`rayseq.losses.mixer_loss`): the cross-entropy on its forced tokens
+    and REINFORCE on its sampled ones, over all its tokens."""
+    return mixer_loss(logp, adv, part.token_mask - part.action_mask, part.action_mask)
+
 
 # δ's schedule (Mixer.delta)
 MIXER_FIELDS = {
@@ -98,6 +107,10 @@ class Mixer(RolloutAlgo):
     def update(self, state: LearnerState, rollout: Rollout, iteration: int) -> dict:
         cfg = self.cfg
         b = rollout_tensors(rollout, state.device, cfg.gamma)
+        pieces = grad_micro_batches(state, len(rollout), b.src.shape[1] + b.tokens.shape[1])
+        if pieces is not None:  # learner.micro_batch_size rows at a time: MIXER's loss divides by all the tokens
+            m = accumulated_pg_update(self, state, rollout, b, pieces, mixer_part, denominator="token_mask")
+            return {**m, **self.schedule_metrics(rollout, iteration)}
         out = grad_pass(state.generator, b.src, b.src_len, b.tokens, bool(state.entropy_coef))
         values = self.modules["baseline"](out.states)
         adv = advantages(b.returns, self.values_for_advantage(values), b.action_mask, cfg.normalize_advantages)

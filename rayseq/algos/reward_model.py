@@ -26,13 +26,14 @@ Eisenstein et al. (2023, the centring term); TRL ``RewardTrainer``, OpenRLHF ``t
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 
 import numpy as np
 import torch
 from pydantic import Field
 from torch import nn
 
-from rayseq.algos.common import Algorithm, apply_gradients
+from rayseq.algos.common import Algorithm, apply_gradients, grad_micro_batches, reduce_metrics
 from rayseq.losses.preference import bradley_terry_loss
 from rayseq.models.reward_head import reward_head, sequence_rewards
 from rayseq.types import PreferenceBatch, to_torch
@@ -119,25 +120,34 @@ class RewardModel(Algorithm):
         return m
 
     def update(self, state, batch: PreferenceBatch, iteration: int) -> dict:
-        head, dp = self.modules["rm_head"], state.dp
-        share = 1.0
-        if dp is not None:  # this rank's pairs; its mean scaled by its share of the batch (algos/parallel.py)
-            rows = dp.part(torch.arange(len(batch))).numpy()
-            share = len(rows) / len(batch)
-            batch = PreferenceBatch(*(getattr(batch, f)[rows] for f in batch.__dataclass_fields__))
-        r_pos, r_neg = pair_rewards(state.generator, head, batch, state.device)
-        margin = to_torch(batch.margin, state.device) if self.cfg.use_margin else None
-        loss, stats = bradley_terry_loss(r_pos, r_neg, margin, self.cfg.center_rewards_coefficient)
+        """One step of L (module docstring) on the generator (or its adapters) and the head. With several learners or
+        ``learner.micro_batch_size`` below the batch's 2B rows, the gradient is accumulated over this rank's pairs in
+        micro-batches of micro_batch_size // 2 pairs (a pair is two rows of the pass;
+        :func:`~rayseq.algos.common.grad_micro_batches`): both terms of L are means over the pairs, so a micro-batch
+        of B_m pairs scales its L_m by B_m / B and Σ_m (B_m / B) · L_m = L."""
+        head = self.modules["rm_head"]
+        length = batch.src.shape[1] + max(batch.chosen.shape[1], batch.rejected.shape[1])
+        pieces = grad_micro_batches(state, len(batch), length, row_cost=2)
         state.gen_opt.zero_grad(set_to_none=True)
         self.modules["head_opt"].zero_grad(set_to_none=True)
-        (loss * share).backward()
-        grad_norm = apply_gradients(state.gen_opt, state.generator.parameters(), self.cfg.max_grad_norm, dp)
-        apply_gradients(self.modules["head_opt"], head.parameters(), self.cfg.max_grad_norm, dp)
-        m = {"loss/preference": float(loss.detach()) * share, "rm/accuracy": float(stats.accuracy) * share,
-             "rm/margin": float(stats.margin) * share, "rm/reward_mean": float(stats.reward_mean) * share}
-        if dp is not None:
-            m = dp.reduce(m)
-        return {**m, "policy/grad_norm": grad_norm}
+        m: dict = defaultdict(float)
+        for rows in [None] if pieces is None else pieces:  # None: the whole batch in one pass
+            part, share = batch, 1.0
+            if rows is not None:
+                rows = rows.cpu().numpy()
+                part = PreferenceBatch(*(getattr(batch, f)[rows] for f in batch.__dataclass_fields__))
+                share = len(rows) / len(batch)
+            r_pos, r_neg = pair_rewards(state.generator, head, part, state.device)
+            margin = to_torch(part.margin, state.device) if self.cfg.use_margin else None
+            loss, stats = bradley_terry_loss(r_pos, r_neg, margin, self.cfg.center_rewards_coefficient)
+            (loss * share).backward()
+            for k, v in (("loss/preference", loss.detach()), ("rm/accuracy", stats.accuracy),
+                         ("rm/margin", stats.margin), ("rm/reward_mean", stats.reward_mean)):
+                m[k] += float(v) * share
+            del r_pos, r_neg, loss  # this micro-batch's graph, before the next one's
+        grad_norm = apply_gradients(state.gen_opt, state.generator.parameters(), self.cfg.max_grad_norm, state.dp)
+        apply_gradients(self.modules["head_opt"], head.parameters(), self.cfg.max_grad_norm, state.dp)
+        return {**reduce_metrics(state, dict(m)), "policy/grad_norm": grad_norm}
 
     # -- evaluation ---------------------------------------------------------------------------------
     def evaluate_saved(self, location, generator, task, split, device) -> tuple[dict, dict]:

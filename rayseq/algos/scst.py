@@ -14,7 +14,17 @@ import dataclasses
 
 import torch
 
-from rayseq.algos.common import LearnerState, RolloutAlgo, grad_pass, optimizer_step, rollout_metrics, with_entropy
+from rayseq.algos.common import (
+    LearnerState,
+    RolloutAlgo,
+    grad_micro_batches,
+    grad_pass,
+    optimizer_step,
+    rollout_metrics,
+    rollout_tensors,
+    with_entropy,
+)
+from rayseq.algos.reinforce import accumulated_policy_step
 from rayseq.algos.sampling import Sampled, SamplingCall, check_builtin_engine
 from rayseq.losses import reinforce_loss
 from rayseq.types import Rollout, RolloutRequest, to_torch
@@ -48,6 +58,7 @@ def self_critical_advantages(score: torch.Tensor, baseline_score: torch.Tensor,
 
 class SCST(RolloutAlgo):
     name = "scst"
+    data_parallel = True  # several learners: each its rows in micro-batches (reinforce.accumulated_policy_step)
     fields: dict = {}  # the baseline is the greedy decode's reward: no learned one, no discounting
 
     @classmethod
@@ -65,6 +76,13 @@ class SCST(RolloutAlgo):
         dev = state.device
         mask = to_torch(rollout.action_mask, dev)
         adv = self_critical_advantages(to_torch(rollout.score, dev), to_torch(baseline_score, dev), mask)
+        scst = {"scst/greedy_reward_mean": float(baseline_score.mean()),
+                "scst/better_than_greedy": float((rollout.score > baseline_score).mean())}
+        pieces = grad_micro_batches(state, len(rollout), rollout.src.shape[1] + rollout.tokens.shape[1])
+        if pieces is not None:  # learner.micro_batch_size rows at a time (reinforce.accumulated_policy_step)
+            b = rollout_tensors(rollout, dev, 1.0)
+            m = accumulated_policy_step(state, b, pieces, adv, self.cfg.max_grad_norm)
+            return {**rollout_metrics(rollout), **scst, **m}
         out = grad_pass(state.generator, to_torch(rollout.src, dev), to_torch(rollout.src_len, dev),
                         to_torch(rollout.tokens, dev), bool(state.entropy_coef))
         loss, stats = reinforce_loss(out.logp, adv, mask)
@@ -73,8 +91,7 @@ class SCST(RolloutAlgo):
         grad_norm = optimizer_step(state.gen_opt, loss, state.generator.parameters(), self.cfg.max_grad_norm)
         return {
             **rollout_metrics(rollout),
-            "scst/greedy_reward_mean": float(baseline_score.mean()),
-            "scst/better_than_greedy": float((rollout.score > baseline_score).mean()),
+            **scst,
             "loss/policy": loss.item(),
             "policy/advantage_mean": float(stats.advantage_mean),
             "policy/grad_norm": grad_norm,

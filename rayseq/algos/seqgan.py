@@ -438,6 +438,7 @@ def with_value_baseline(algo, run_cfg, generator, task, device) -> dict:
 
 class SeqGAN(Adversarial, Reinforce):
     name = "seqgan"
+    data_parallel = False  # its REINFORCE step could run on several learners; its whole iteration is not tested there
     fields = {**SEQGAN_BASELINE_FIELDS, **SEQGAN_FIELDS}
     build_modules = with_value_baseline
     policy_update = Reinforce.update  # one gradient step on Eq. 8

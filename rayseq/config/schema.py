@@ -453,7 +453,8 @@ class LearnerConfig(_Section):
         "each takes its rows of every minibatch, gradients are summed with each rank's share of the mean's "
         "denominator, so N learners make the update one learner makes on the same batch. Each reserves "
         "learner.num_cpus / num_gpus. N > 1 needs rollout.num_workers >= 1 and an algorithm whose update is "
-        "data-parallel (MLE pretraining, the PPO and GRPO families, SeqGAN-PPO's g- and d-steps).",
+        "data-parallel (MLE pretraining, REINFORCE, SCST, RLOO, the actor-critic, the PPO and GRPO families, "
+        "SeqGAN-PPO's g- and d-steps, the reward model).",
     )
     strategy: Literal["replicated", "fsdp"] = Field(
         "replicated", description="How num_learners > 1 learners hold the model: replicated (each the whole model, "
@@ -471,17 +472,22 @@ class LearnerConfig(_Section):
         "(GPU learners; on a CPU learner it changes nothing).",
     )
     activation_checkpointing: bool = Field(
-        False, description="Recompute a Hugging Face policy's layer activations in the backward pass instead of "
-        "keeping them (less memory, about a third more compute).",
+        False, description="Recompute the policy's layer activations in the backward pass instead of keeping them "
+        "(model.arch=transformer: each layer under torch.utils.checkpoint; hf: transformers' gradient "
+        "checkpointing): less memory, about a third more compute; the same gradients. Passes without gradients "
+        "(sampling, evaluation) are unchanged.",
     )
     micro_batch_size: int | None = Field(
         None, ge=1, description="Rows per forward pass on a learner: the passes without gradients (the value "
-        "baseline's inputs, the KL reference's log-probs) and the PPO-family update's gradient pass, whose gradients "
-        "are accumulated over the micro-batches of each minibatch (each loss scaled by the micro-batch's share of its "
-        "denominator: the same update as one pass). Memory is bounded by the micro-batch instead of the batch, and an "
+        "baseline's inputs, the KL reference's log-probs) and the gradient pass of the PPO and GRPO families, "
+        "REINFORCE, MIXER, SCST, RLOO, the actor-critic, MLE (pretraining too, and RAML, data noising, SPG, ERPO's "
+        "interpolation) and the reward model (a preference pair is 2 rows), whose gradients are accumulated over the "
+        "micro-batches of each minibatch (each loss scaled by the micro-batch's share of its denominator: the same "
+        "update as one pass, up to float rounding). Memory is bounded by the micro-batch instead of the batch, and an "
         "HF policy's log-probs are computed a few positions at a time (no (B, T, V) logits). With num_learners > 1 "
-        "each learner computes its own rows. None = an HF policy takes max(1, 16384 // (prompt + reply length)) rows "
-        "at a time when its batch is larger than that; the built-in models take the whole batch in one pass.",
+        "each learner computes its own rows. Scheduled sampling and SeqGAN-critic still take their whole "
+        "batch in one gradient pass. None = an HF policy takes max(1, 16384 // (prompt + reply length)) rows at a "
+        "time when its batch is larger than that; the built-in models take the whole batch in one pass.",
     )
     max_restarts: int = Field(
         1, ge=0, description="Times a lost learner (a dead learner actor) is rebuilt inside the run from the latest "
@@ -644,9 +650,9 @@ class RunConfig(_Section):
                              "model over devices so that each holds a part; learners sharing one GPU would hold every "
                              "part on the same device (no memory saved, and FSDP2's gradient pass fails there over "
                              "gloo); use learner.strategy=replicated to share a GPU, or learner.num_gpus=1 per learner")
-        if self.learner.activation_checkpointing and self.model.arch != "hf":
-            raise ValueError(f"learner.activation_checkpointing recomputes a Hugging Face policy's layers; "
-                             f"model.arch={self.model.arch} has none to recompute")
+        if self.learner.activation_checkpointing and self.model.arch not in ("hf", "transformer"):
+            raise ValueError(f"learner.activation_checkpointing recomputes the layers of a Transformer "
+                             f"(model.arch=transformer or hf); model.arch={self.model.arch} has none to recompute")
         if self.learner.device == "cuda" and self.rollout.num_workers > 0 and self.learner.num_gpus == 0:
             raise ValueError("learner.device=cuda with learner.num_gpus=0: under Ray an actor sees only the GPUs it "
                              "reserves; set learner.num_gpus=1 (or learner.device=auto)")
@@ -868,7 +874,7 @@ def check_data_parallel(cfg: RunConfig) -> None:
         sizes["train.batch_size"] = cfg.train.batch_size
     else:
         batch = cfg.train.batch_size
-        mb = min(cfg.algo.minibatch_size or batch, batch)
+        mb = min(getattr(cfg.algo, "minibatch_size", None) or batch, batch)  # one step on the whole batch: no key
         sizes["algo.minibatch_size"] = mb
         if batch % mb:
             sizes["train.batch_size mod algo.minibatch_size"] = batch % mb

@@ -317,6 +317,13 @@ class HFCausalLM(nn.Module):
         logits = self._reply_head(hidden, start, T)
         return GeneratorOutput(self.token_logp(logits, tokens), hidden[:, start : start + T], logits)
 
+    def enable_checkpointing(self, on: bool = True) -> None:
+        """Recompute the LM's layer activations in the backward pass (transformers' gradient checkpointing)."""
+        if on:
+            self.model.gradient_checkpointing_enable()
+        else:
+            self.model.gradient_checkpointing_disable()
+
     def chunked_logprobs(self, src: torch.Tensor, src_len: torch.Tensor, tokens: torch.Tensor, *,
                          entropy: bool = False, chunk: int | None = None) -> GeneratorOutput:
         """:meth:`logprobs` for the gradient pass without its (B, T, V) logits (``logits`` None): the log-probs and

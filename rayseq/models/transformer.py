@@ -22,6 +22,14 @@ critic read), ``num_layers`` (layers of the encoder and of the decoder each), ``
 (feed-forward inner size), ``max_positions`` (learned position embeddings: the longest source and the longest
 decoded sequence, <bos> included), ``dropout`` (on embeddings, attention weights, residual branches and the output,
 as in the GRU). ``emb_dim`` and ``cell`` are the RNN's (token embeddings here are d_model wide).
+
+Activation checkpointing (``learner.activation_checkpointing``, :meth:`TransformerGenerator.enable_checkpointing`):
+in a pass with gradients in training mode, each layer runs under ``torch.utils.checkpoint`` (non-reentrant), so
+backward keeps only the layers' inputs and recomputes their insides (attention, feed-forward) — the activation
+memory of L layers becomes about one layer's plus L inputs of (B, T, d), for about one more forward pass of compute.
+The recomputation replays the forward's random state, so dropout draws the same masks and the gradients are the
+ones without checkpointing. Passes without gradients (sampling, evaluation, the learner's no-gradient passes) are
+unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from rayseq.models.protocol import GeneratorOutput, StepDecoding
 
@@ -134,6 +143,17 @@ class TransformerGenerator(StepDecoding, nn.Module):
         ban = torch.zeros(vocab_size)
         ban[list(self.banned_ids)] = float("-inf")
         self.register_buffer("logit_bias", ban, persistent=False)  # (V,) 0 or −inf
+        self.checkpointing = False  # layers recomputed in backward (enable_checkpointing)
+
+    def enable_checkpointing(self, on: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass instead of keeping them (module docstring)."""
+        self.checkpointing = on
+
+    def _layer(self, blk: Block, x: torch.Tensor, *args, **kwargs):
+        """``blk(x, ...)``, checkpointed in a training pass with gradients when :meth:`enable_checkpointing` is on."""
+        if self.checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(blk, x, *args, use_reentrant=False, **kwargs)
+        return blk(x, *args, **kwargs)
 
     @classmethod
     def from_config(cls, cfg, task) -> TransformerGenerator:
@@ -166,7 +186,7 @@ class TransformerGenerator(StepDecoding, nn.Module):
         mask = keep[:, None, None, :]  # (B, 1, 1, S) True = attend
         x = self.dropout(self.embedding(src) + self.enc_pos(torch.arange(S, device=src.device)))
         for blk in self.encoder:
-            x, _, _ = blk(x, self_mask=mask)
+            x, _, _ = self._layer(blk, x, self_mask=mask)
         mem = self.enc_ln(x)
         kvs = [t for blk in self.decoder for t in blk.cross_attn.keys_values(mem)]
         return (*cache, *kvs, mask)
@@ -190,7 +210,7 @@ class TransformerGenerator(StepDecoding, nn.Module):
         own, mem, mask = self._split(state)
         new = []
         for blk, (pk, pv), (mk, mv) in zip(self.decoder, own, mem):
-            x, k, v = blk(x, pk, pv, causal=causal, mem_k=mk, mem_v=mv, mem_mask=mask)
+            x, k, v = self._layer(blk, x, pk, pv, causal=causal, mem_k=mk, mem_v=mv, mem_mask=mask)
             new += [k, v]
         return self.dec_ln(x), (*new, *state[2 * self.num_layers:])
 

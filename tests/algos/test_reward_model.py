@@ -70,10 +70,12 @@ def test_task_encodes_pairs_with_eos_and_margins(tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("strategy", ["replicated", "fsdp"])
+@pytest.mark.parametrize("strategy", ["replicated", "fsdp", "replicated+micro"])
 def test_two_learners_make_the_update_of_one(ray_session, prefs, strategy):
     """Replicated (each rank its half of the pairs, the gradients summed) or sharded (FSDP2: the model and the head
-    sharded over the ranks): the update and the evaluation of one learner."""
+    sharded over the ranks): the update and the evaluation of one learner. ``+micro``: each rank's pairs in
+    micro-batches of 6 rows = 3 pairs (8 = 3 + 3 + 2 and 7 = 3 + 3 + 1), against one learner in one pass."""
+    strategy, _, micro = strategy.partition("+")
     from rayseq.config import RunConfig, config_to_dict
     from rayseq.distributed.actors.learner import Learner
     from rayseq.distributed.groups import LearnerGroup
@@ -82,11 +84,12 @@ def test_two_learners_make_the_update_of_one(ray_session, prefs, strategy):
 
     cfg = build_config(None, [*RM, f"task.data={prefs}", "learner.num_learners=2", "train.batch_size=15",
                               "rollout.num_workers=1", f"learner.strategy={strategy}",
-                              "algo.center_rewards_coefficient=0.1", "algo.max_grad_norm=0.5"])
+                              "algo.center_rewards_coefficient=0.1", "algo.max_grad_norm=0.5",
+                              *(["learner.micro_batch_size=6"] if micro else [])])
     group = LearnerGroup(cfg, manager=ActorManager(ray_session, None), actor_options=[{"num_cpus": 0.5}] * 2)
     d = config_to_dict(cfg)
     one = Learner(RunConfig.model_validate({**d, "learner": {**d["learner"], "num_learners": 1,
-                                                             "strategy": "replicated"}}))
+                                                             "strategy": "replicated", "micro_batch_size": None}}))
     for learner in (one, group):
         learner.start_stage("train")
     batch = one.task.sample_preferences(np.random.default_rng(0), 15)  # ranks 8 + 7 pairs

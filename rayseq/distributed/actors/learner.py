@@ -75,7 +75,7 @@ class Learner:
         self.dtype = getattr(torch, c.model.dtype)  # the compute precision (fp32 master weights whatever it is)
         self.strategy = make_strategy(c.learner, self.device, self.dtype)  # how it holds its modules
         if c.learner.activation_checkpointing:
-            generator.model.gradient_checkpointing_enable()
+            generator.enable_checkpointing()
 
     @property
     def updater(self):

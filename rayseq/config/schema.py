@@ -384,13 +384,10 @@ class RolloutConfig(_Section):
         "object_store", description="How new weights reach the rollout workers under Ray: object_store = one packed "
         "copy per version in the object store, which each worker pulls; collective = the learner broadcasts the "
         "generator's weights over a gloo group of their own in the model dtype, in buckets (rollout.weight_bucket_mb), "
-        "each worker checking their checksum; a failed broadcast (a worker lost: the others give up after "
-        "rollout.weight_sync_timeout_s) falls back to the object store for that version and the group is rebuilt "
-        "(rayseq.distributed.weights.collective). Not the default: on one node the object store is faster "
-        "(benchmarks/rollout_engines). Composes with rollout.max_staleness up to 1 (a worker receives behind the "
-        "batches already queued on it), with rollout.engine=vllm and with learner.strategy=fsdp (every learner rank "
-        "takes part in gathering each tensor, rank 0 sends the buckets as they fill: about two buckets and one "
-        "tensor's gather held beyond its shards).",
+        "each worker checking their checksum; a failed broadcast (a worker lost) falls back to the object store for "
+        "that version and the group is rebuilt. Not the default: on one node the object store is faster. Composes "
+        "with rollout.max_staleness up to 1, rollout.engine=vllm and learner.strategy=fsdp (every rank gathers each "
+        "tensor, rank 0 sends the buckets as they fill: about two buckets held beyond its shards).",
     )
     weight_bucket_mb: float = Field(64.0, gt=0, description="rollout.weight_sync=collective: MiB per broadcast.")
     weight_sync_timeout_s: float = Field(
@@ -478,16 +475,12 @@ class LearnerConfig(_Section):
         "(sampling, evaluation) are unchanged.",
     )
     micro_batch_size: int | None = Field(
-        None, ge=1, description="Rows per forward pass on a learner: the passes without gradients (the value "
-        "baseline's inputs, the KL reference's log-probs) and the gradient pass of the PPO and GRPO families, "
-        "REINFORCE, MIXER, SCST, RLOO, the actor-critic, MLE (pretraining too, and RAML, data noising, SPG, ERPO's "
-        "interpolation) and the reward model (a preference pair is 2 rows), whose gradients are accumulated over the "
-        "micro-batches of each minibatch (each loss scaled by the micro-batch's share of its denominator: the same "
-        "update as one pass, up to float rounding). Memory is bounded by the micro-batch instead of the batch, and an "
-        "HF policy's log-probs are computed a few positions at a time (no (B, T, V) logits). With num_learners > 1 "
-        "each learner computes its own rows. Scheduled sampling and SeqGAN-critic still take their whole "
-        "batch in one gradient pass. None = an HF policy takes max(1, 16384 // (prompt + reply length)) rows at a "
-        "time when its batch is larger than that; the built-in models take the whole batch in one pass.",
+        None, ge=1, description="Rows per forward pass on a learner: the passes without gradients and the gradient "
+        "pass of every update but scheduled sampling's and SeqGAN-critic's (a preference pair is 2 rows), whose "
+        "gradients are accumulated over the micro-batches of each minibatch, each loss scaled by its share of the "
+        "denominator: the same update as one pass. Memory is bounded by the micro-batch instead of the batch (an HF "
+        "policy's log-probs a few positions at a time). None = an HF policy takes max(1, 16384 // (prompt + reply "
+        "length)) rows at a time; the built-in models take the whole batch in one pass.",
     )
     max_restarts: int = Field(
         1, ge=0, description="Times a lost learner (a dead learner actor) is rebuilt inside the run from the latest "

@@ -56,7 +56,10 @@ def cache_keyword(model) -> str:
 
 
 def load_causal_lm(path: str):
-    """``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` in float32."""
+    """``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` in float32. Under a ``meta`` default
+    device (``with torch.device("meta")``: a sharded learner's ranks but rank 0, which receive their shards of the
+    weights from rank 0) the same model from ``path``'s config alone, its weights not read, its parameters and
+    buffers without storage."""
     try:
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
@@ -67,6 +70,11 @@ def load_causal_lm(path: str):
     if not (where / "config.json").is_file():  # every process that builds the policy reads it: on every node
         raise blame("model.path", FileNotFoundError(
             f"model.path={path}: no Hugging Face model there (no config.json) on this node"))
+    if torch.get_default_device().type == "meta":
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(where), local_files_only=True)
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()  # as from_pretrained leaves it
     try:
         return AutoModelForCausalLM.from_pretrained(str(where), local_files_only=True, dtype=torch.float32)
     except OSError as exc:  # a weights file missing or unreadable: the same error, naming the key

@@ -63,6 +63,45 @@ def shard_modules(modules: dict[str, nn.Module], world: int, device: torch.devic
                 sub.set_force_sum_reduction_for_comms(True)
 
 
+def materialize(module: nn.Module, device: torch.device, cpu_offload: bool = False) -> None:
+    """Give a sharded ``module`` built on the ``meta`` device (no storage: :meth:`~.strategies.FSDP.build`) storage
+    of its own, uninitialised: each rank its shards of the parameters (on the CPU with ``cpu_offload``), every buffer
+    whole on ``device``. Its values come from :func:`fill_from_rank0` or from another module's."""
+    module.to_empty(device=torch.device("cpu") if cpu_offload else device)
+    for sub in module.modules():
+        for name, buf in sub._buffers.items():
+            if buf is not None and buf.device != device:
+                sub._buffers[name] = buf.to(device)  # the compute reads them on the device
+
+
+def fill_from_rank0(module: nn.Module, whole: dict[str, torch.Tensor]) -> None:
+    """Every parameter and buffer of the sharded ``module`` as rank 0 holds them: a collective, one tensor at a time.
+    ``whole``: rank 0's ``named_parameters`` as they were before sharding (``{}`` on the other ranks).
+
+    A parameter is scattered (``distribute_tensor`` from rank 0: each rank receives its own shard, into a whole-sized
+    buffer it drops after the copy), a buffer broadcast whole. What ``torch.distributed.checkpoint.state_dict.
+    set_model_state_dict(..., full_state_dict=True, broadcast_from_rank0=True)`` does, over every parameter and buffer
+    of the module rather than its ``state_dict``: a policy's state dict is what it trains (a LoRA policy's adapters
+    alone, not the frozen base weights) and no state dict holds the non-persistent buffers (rotary frequencies, the
+    banned ids' logit bias), which a module built on the meta device lacks too."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import distribute_tensor
+
+    root = dist.get_rank() == 0
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if not is_sharded(p):
+                dist.broadcast(p.data, src=0)
+                continue
+            mesh = p.device_mesh
+            full = whole[name].to(mesh.device_type) if root else torch.empty(p.shape, dtype=p.dtype,
+                                                                             device=mesh.device_type)
+            p.to_local().copy_(distribute_tensor(full, mesh, p.placements, src_data_rank=0).to_local())
+            del full
+        for buf in module.buffers():
+            dist.broadcast(buf, src=0)
+
+
 def rebuild_optimizer(opt: torch.optim.Optimizer, named: dict[int, str], params: dict[str, nn.Parameter]):
     """``opt``'s class and settings over the sharded parameters: ``named`` maps each of its old parameters (by id)
     to its name, ``params`` the names to the parameters now (sharding replaces them). Its state is empty: sharding

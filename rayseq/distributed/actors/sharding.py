@@ -78,12 +78,13 @@ def fill_from_rank0(module: nn.Module, whole: dict[str, torch.Tensor]) -> None:
     """Every parameter and buffer of the sharded ``module`` as rank 0 holds them: a collective, one tensor at a time.
     ``whole``: rank 0's ``named_parameters`` as they were before sharding (``{}`` on the other ranks).
 
-    A parameter is scattered (``distribute_tensor`` from rank 0: each rank receives its own shard, into a whole-sized
-    buffer it drops after the copy), a buffer broadcast whole. What ``torch.distributed.checkpoint.state_dict.
-    set_model_state_dict(..., full_state_dict=True, broadcast_from_rank0=True)`` does, over every parameter and buffer
-    of the module rather than its ``state_dict``: a policy's state dict is what it trains (a LoRA policy's adapters
-    alone, not the frozen base weights) and no state dict holds the non-persistent buffers (rotary frequencies, the
-    banned ids' logit bias), which a module built on the meta device lacks too."""
+    A parameter is scattered from rank 0 (:func:`_scatter_rows`: each rank receives its own rows, no rank but rank 0
+    ever holds it whole), a buffer broadcast whole. What ``torch.distributed.checkpoint.state_dict.
+    set_model_state_dict(..., full_state_dict=True, broadcast_from_rank0=True)`` does, but for three things: that
+    broadcasts each whole tensor to every rank (a whole-sized buffer on each, the embedding's 2 GB at Llama-3-8B), and
+    it loads the module's ``state_dict``, which holds neither what a policy does not train (a LoRA policy's is its
+    adapters, not the frozen base weights) nor the non-persistent buffers (rotary frequencies, the banned ids' logit
+    bias) that a module built on the meta device lacks too."""
     import torch.distributed as dist
     from torch.distributed.tensor import distribute_tensor
 
@@ -92,14 +93,47 @@ def fill_from_rank0(module: nn.Module, whole: dict[str, torch.Tensor]) -> None:
         for name, p in module.named_parameters():
             if not is_sharded(p):
                 dist.broadcast(p.data, src=0)
-                continue
-            mesh = p.device_mesh
-            full = whole[name].to(mesh.device_type) if root else torch.empty(p.shape, dtype=p.dtype,
-                                                                             device=mesh.device_type)
-            p.to_local().copy_(distribute_tensor(full, mesh, p.placements, src_data_rank=0).to_local())
-            del full
+            elif _rows_sharded(p):
+                _scatter_rows(p, whole[name] if root else None)
+            else:  # another layout: distribute_tensor's scatter, from a whole-sized buffer on every rank
+                mesh = p.device_mesh
+                full = whole[name].to(mesh.device_type) if root else torch.empty(p.shape, dtype=p.dtype,
+                                                                                 device=mesh.device_type)
+                p.to_local().copy_(distribute_tensor(full, mesh, p.placements, src_data_rank=0).to_local())
         for buf in module.buffers():
             dist.broadcast(buf, src=0)
+
+
+def _rows_sharded(p) -> bool:
+    """Whether the sharded ``p`` is split by rows over a 1-D mesh (FSDP2's layout: ``Shard(0)``)."""
+    from torch.distributed.tensor import Shard
+
+    return p.dim() > 0 and p.device_mesh.ndim == 1 and tuple(p.placements) == (Shard(0),)
+
+
+def _scatter_rows(p, full: torch.Tensor | None) -> None:
+    """This rank's rows of ``full`` (rank 0's whole tensor; None on the others) into the row-sharded ``p``. FSDP2
+    splits as ``torch.chunk``: ⌈n/N⌉ rows each, rank r's starting at r⌈n/N⌉ (the last ranks' fewer, or none); the
+    scatter sends each rank a block of ⌈n/N⌉ rows (the last one padded)."""
+    import torch.distributed as dist
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    device = p.device_mesh.device_type
+    rows = -(-p.shape[0] // world)
+    block = torch.empty((rows, *p.shape[1:]), dtype=p.dtype, device=device)
+    parts = None
+    if full is not None:
+        full = full.to(device)
+        parts = [full[r * rows:(r + 1) * rows].contiguous() for r in range(world)]
+        parts = [part if part.shape[0] == rows else torch.cat([part, block.new_zeros((rows - part.shape[0],
+                                                                                     *p.shape[1:]))])
+                 for part in parts]
+    dist.scatter(block, parts, src=0)
+    local = p.to_local()
+    if local.shape[0] != max(0, min(rows, p.shape[0] - rank * rows)):
+        raise RuntimeError(f"a shard of {local.shape[0]} rows where torch.chunk gives rank {rank} "
+                           f"{max(0, min(rows, p.shape[0] - rank * rows))} of {p.shape[0]}")
+    local.copy_(block[:local.shape[0]])
 
 
 def rebuild_optimizer(opt: torch.optim.Optimizer, named: dict[int, str], params: dict[str, nn.Parameter]):

@@ -53,17 +53,22 @@ def build_inputs(out: Path, shape: dict) -> tuple[Path, Path]:
     from rayseq.models.tiny_hf import train_tokenizer
 
     model = out / "model"
-    train_tokenizer([t for pair in PAIRS for t in pair] * 20, vocab_size=300).save_pretrained(model)
+    topics = ["tea", "coffee", "rain", "music", "books", "dogs", "cats", "films"]
+    texts = [*(t for pair in PAIRS for t in pair), *topics, "do you like or"]
+    train_tokenizer(texts * 20, vocab_size=300).save_pretrained(model)
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(vocab_size=shape["vocab"], hidden_size=shape["width"],
                                  intermediate_size=2 * shape["width"], num_hidden_layers=shape["layers"],
                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                                  tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
                                  eos_token_id=2)).save_pretrained(model)
-    rows = [{"input": p, "reply": r, "conv_id": f"c{i}"} for i in range(40) for p, r in PAIRS]
+    rows = [{"input": p, "reply": r, "conv_id": f"c{i}"} for i in range(64) for p, r in PAIRS]
+    # and a question of each conversation's own: the held-out splits keep what no training conversation asks
+    rows += [{"input": f"do you like {topics[i % 8]} or {topics[i // 8]} ?", "reply": PAIRS[i % 4][1],
+              "conv_id": f"c{i}"} for i in range(64)]
     (out / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = out / "prepared"
-    prepare(f"jsonl:{out / 'pairs.jsonl'}", data, PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.1, seed=0))
+    prepare(f"jsonl:{out / 'pairs.jsonl'}", data, PrepareOptions(quiet=True, valid_frac=0.1, test_frac=0.2, seed=0))
     return model, data
 
 
@@ -79,8 +84,11 @@ def peak_mb() -> float:
 def one_rank(rank: int, spec: dict) -> None:
     """One rank's start (a spawned process): its memory after each step, written to ``spec["out"]``."""
     sys.path.insert(0, spec["tree"])  # the code measured (before: the extracted revision)
-    import torch  # noqa: F401 -- imported before the base is taken
+    import torch.distributed.checkpoint  # noqa: F401 -- what the start imports, imported before the base is taken
+    import torch.distributed.fsdp  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401
 
+    import rayseq.models.hf  # noqa: F401
     from rayseq.config import build_config
     from rayseq.distributed.actors.learner import Learner
 

@@ -114,13 +114,19 @@ def _rows_sharded(p) -> bool:
 def _scatter_rows(p, full: torch.Tensor | None) -> None:
     """This rank's rows of ``full`` (rank 0's whole tensor; None on the others) into the row-sharded ``p``. FSDP2
     splits as ``torch.chunk``: ⌈n/N⌉ rows each, rank r's starting at r⌈n/N⌉ (the last ranks' fewer, or none); the
-    scatter sends each rank a block of ⌈n/N⌉ rows (the last one padded)."""
+    scatter sends each rank a block of ⌈n/N⌉ rows (the last one padded), received into the shard itself where it is
+    one (no copy: the others hold no more than their shards)."""
     import torch.distributed as dist
 
     world, rank = dist.get_world_size(), dist.get_rank()
     device = p.device_mesh.device_type
     rows = -(-p.shape[0] // world)
-    block = torch.empty((rows, *p.shape[1:]), dtype=p.dtype, device=device)
+    local = p.to_local()
+    if local.shape[0] != max(0, min(rows, p.shape[0] - rank * rows)):
+        raise RuntimeError(f"a shard of {local.shape[0]} rows where torch.chunk gives rank {rank} "
+                           f"{max(0, min(rows, p.shape[0] - rank * rows))} of {p.shape[0]}")
+    whole_block = local.shape[0] == rows and local.is_contiguous() and local.device.type == device
+    block = local if whole_block else torch.empty((rows, *p.shape[1:]), dtype=p.dtype, device=device)
     parts = None
     if full is not None:
         full = full.to(device)
@@ -128,12 +134,9 @@ def _scatter_rows(p, full: torch.Tensor | None) -> None:
         parts = [part if part.shape[0] == rows else torch.cat([part, block.new_zeros((rows - part.shape[0],
                                                                                      *p.shape[1:]))])
                  for part in parts]
-    dist.scatter(block, parts, src=0)
-    local = p.to_local()
-    if local.shape[0] != max(0, min(rows, p.shape[0] - rank * rows)):
-        raise RuntimeError(f"a shard of {local.shape[0]} rows where torch.chunk gives rank {rank} "
-                           f"{max(0, min(rows, p.shape[0] - rank * rows))} of {p.shape[0]}")
-    local.copy_(block[:local.shape[0]])
+    dist.scatter(block, parts, src=0)  # received in place where the shard is a whole block
+    if not whole_block:
+        local.copy_(block[:local.shape[0]])
 
 
 def rebuild_optimizer(opt: torch.optim.Optimizer, named: dict[int, str], params: dict[str, nn.Parameter]):

@@ -157,3 +157,59 @@ def _tiny_llama(hf_dir, out) -> str:
                                  max_position_embeddings=128, tie_word_embeddings=True, bos_token_id=1,
                                  eos_token_id=2, pad_token_id=0)).save_pretrained(out)
     return str(out)
+
+
+class _Rows(torch.nn.Module):
+    """Rows that split evenly over two ranks, unevenly (5: 3 + 2), one row (1 + 0), and a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.even, self.odd = torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(5, 2))
+        self.one = torch.nn.Parameter(torch.randn(1, 6))
+        self.register_buffer("freq", torch.randn(7), persistent=False)
+
+
+def _fill_on_two_ranks(rank: int, port: int, out: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from rayseq.distributed.actors.sharding import fill_from_rank0, materialize, shard_modules
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        if rank == 0:
+            module = _Rows()
+            whole = {n: p.detach() for n, p in module.named_parameters()}
+        else:
+            with torch.device("meta"):
+                module = _Rows()
+            whole = {}
+        shard_modules({"m": module}, 2, torch.device("cpu"), dtype=torch.float32)
+        if rank:
+            materialize(module, torch.device("cpu"))
+        fill_from_rank0(module, whole)
+        torch.save({**{n: p.to_local().clone() for n, p in module.named_parameters()}, "freq": module.freq.clone()},
+                   f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_each_rank_receives_the_rows_torch_chunk_gives_it_and_every_buffer(tmp_path):
+    """:func:`~rayseq.distributed.actors.sharding.fill_from_rank0` over two ranks (gloo), rank 1 built on the meta
+    device: each parameter's shard is ``torch.chunk(whole, 2)[rank]`` (FSDP2's split: 5 rows as 3 + 2, 1 row as
+    1 + none), each buffer rank 0's whole."""
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_fill_on_two_ranks, args=(_ports(1)[0], str(tmp_path)), nprocs=2, start_method="spawn")
+    torch.manual_seed(0)
+    whole = _Rows()
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        for name, p in whole.named_parameters():
+            chunks = torch.chunk(p.detach(), 2)
+            want = chunks[rank] if rank < len(chunks) else p.detach()[:0]
+            assert torch.equal(got[name], want), (rank, name)
+        assert torch.equal(got["freq"], whole.freq)

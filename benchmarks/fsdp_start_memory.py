@@ -22,7 +22,6 @@ Run book (from the repository root):
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
@@ -35,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from benchmarks._report import write_report  # noqa: E402
+from benchmarks._report import before_after_parser, extract_revision, write_report  # noqa: E402
 
 FULL = {"vocab": 128_256, "width": 512, "layers": 2}
 QUICK = {"vocab": 4096, "width": 64, "layers": 1}
@@ -124,12 +123,7 @@ def git(*args: str) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    ap.add_argument("--quick", action="store_true", help="V = 4,096, 64 wide, this tree only")
-    ap.add_argument("--before", help="git revision of the code before (its rows); none: after only")
-    ap.add_argument("--one", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    args = before_after_parser(__doc__, "V = 4,096, 64 wide").parse_args(argv)
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
         return 0
@@ -138,10 +132,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"after": REPO}
         if args.before:
-            trees = {"before": Path(tmp) / "before", **trees}
-            trees["before"].mkdir()
-            archive = subprocess.run(["git", "archive", args.before], cwd=REPO, capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(trees["before"])], input=archive.stdout, check=True)
+            trees = {"before": extract_revision(args.before, Path(tmp) / "before"), **trees}
         model, data = build_inputs(Path(tmp), shape)
         weights_mb = sum(f.stat().st_size for f in model.glob("*.safetensors")) / 2**20
         overrides = ["task.name=pairs", f"task.data={data}", "model.arch=hf", f"model.path={model}",

@@ -24,7 +24,6 @@ Run book (from the repository root):
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -38,6 +37,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from benchmarks._report import before_after_parser, extract_revision  # noqa: E402
 
 FULL = {"vocab": 128_256, "prompt": 1024, "reply": 1024, "width": 64, "layers": 2}
 QUICK = {"vocab": 4096, "prompt": 64, "reply": 64, "width": 32, "layers": 1}
@@ -183,12 +184,7 @@ def plot(rows: list[dict], shape: dict, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    ap.add_argument("--quick", action="store_true", help="V = 4,096, 64 + 64 tokens, this tree only")
-    ap.add_argument("--before", help="git revision of the code before (its 'before' rows); none: after only")
-    ap.add_argument("--one", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    args = before_after_parser(__doc__, "V = 4,096, 64 + 64 tokens").parse_args(argv)
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
         return 0
@@ -204,10 +200,7 @@ def main(argv=None) -> int:
                       f"- after: this tree at {git('rev-parse', '--short', 'HEAD')}"
                       + (" (with uncommitted changes)" if git("status", "--porcelain") else "")]
         if args.before:
-            trees["before"] = Path(tmp) / "before"
-            trees["before"].mkdir()
-            archive = subprocess.run(["git", "archive", args.before], cwd=REPO, capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(trees["before"])], input=archive.stdout, check=True)
+            trees["before"] = extract_revision(args.before, Path(tmp) / "before")
             provenance.append(f"- before: {git('rev-parse', '--short', args.before)}")
         provenance += [f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, "
                        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "

@@ -108,17 +108,8 @@ class HFPolicyFrame:
 
     def __init__(self, path: str, specials, *, vocab_size: int | None = None, banned_ids: tuple[int, ...] = (),
                  separator: bool = True, dtype: torch.dtype = torch.float32):
-        try:
-            from transformers import AutoConfig, AutoModelForCausalLM
-        except ImportError:
-            raise ImportError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]'") from None
-        where = Path(path).expanduser()
-        if not (where / "config.json").is_file():
-            raise blame("model.path", FileNotFoundError(
-                f"model.path={path}: no Hugging Face model there (no config.json) on this node"))
-        config = AutoConfig.from_pretrained(str(where), local_files_only=True)
-        with torch.device("meta"):  # the layout alone: parameters without storage
-            self.model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(dtype)
+        with torch.device("meta"):  # the layout alone: parameters without storage, no weights read
+            self.model = load_causal_lm(path).to(dtype)
         self.path, self.separator = str(path), separator
         self.vocab_size, self.banned_ids = output_ids(self.model, path, specials, vocab_size, banned_ids)
         self.pad_id, self.bos_id, self.eos_id = specials.pad, specials.bos, specials.eos

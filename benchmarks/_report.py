@@ -59,3 +59,29 @@ def write_report(out: Path, name: str, table: str, payload: dict) -> None:
                     "cpu": _cpu_name(), "gpu": _gpu_name()},
     }
     (out / f"{name}.json").write_text(json.dumps({**payload, **meta}, indent=2) + "\n")
+
+
+def before_after_parser(description: str, quick: str):
+    """The arguments of a benchmark that measures this tree against an older revision, each in processes of its own:
+    ``--out``, ``--quick`` (``quick``: what it shrinks), ``--before`` (a git revision) and the hidden ``--one`` (one
+    measurement, in the process the script starts)."""
+    import argparse
+
+    repo = Path(__file__).resolve().parents[1]
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=repo / "benchmarks" / "results")
+    ap.add_argument("--quick", action="store_true", help=f"{quick}, this tree only")
+    ap.add_argument("--before", help="git revision of the code before (its 'before' rows); none: after only")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    return ap
+
+
+def extract_revision(revision: str, into: Path) -> Path:
+    """The repository's files at ``revision`` (``git archive``), written into the new folder ``into``."""
+    import subprocess
+
+    into.mkdir()
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "archive", revision], cwd=repo, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into

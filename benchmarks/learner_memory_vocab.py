@@ -29,7 +29,6 @@ Run book (from the repository root):
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -43,6 +42,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from benchmarks._report import before_after_parser, extract_revision  # noqa: E402
 
 FULL = {"vocab": 128_256, "prompt": 1024, "reply": 1024, "width": 64, "layers": 2}
 QUICK = {"vocab": 4096, "prompt": 64, "reply": 64, "width": 32, "layers": 1}
@@ -212,13 +213,9 @@ def plot(rows: list[dict], shape: dict, out: Path, device: str = "cpu") -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    ap.add_argument("--quick", action="store_true", help="V = 4,096, 64 + 64 tokens, this tree only")
-    ap.add_argument("--before", help="git revision of the code before (its 'before' rows); none: after only")
+    ap = before_after_parser(__doc__, "V = 4,096, 64 + 64 tokens")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: the updates on the GPU, its allocator's peak (GPU_RUNS; with --quick, QUICK_RUNS)")
-    ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
@@ -236,10 +233,7 @@ def main(argv=None) -> int:
                       f"- after: this tree at {git('rev-parse', '--short', 'HEAD')}"
                       + (" (with uncommitted changes)" if git("status", "--porcelain") else "")]
         if args.before:
-            trees["before"] = Path(tmp) / "before"
-            trees["before"].mkdir()
-            archive = subprocess.run(["git", "archive", args.before], cwd=REPO, capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(trees["before"])], input=archive.stdout, check=True)
+            trees["before"] = extract_revision(args.before, Path(tmp) / "before")
             provenance.append(f"- before: {git('rev-parse', '--short', args.before)}")
         if args.device == "cuda":
             import torch

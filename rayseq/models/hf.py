@@ -56,7 +56,10 @@ def cache_keyword(model) -> str:
 
 
 def load_causal_lm(path: str):
-    """``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` in float32."""
+    """``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` in float32. Under a ``meta`` default
+    device (``with torch.device("meta")``: a sharded learner's ranks but rank 0, which receive their shards of the
+    weights from rank 0) the same model from ``path``'s config alone, its weights not read, its parameters and
+    buffers without storage."""
     try:
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
@@ -67,6 +70,11 @@ def load_causal_lm(path: str):
     if not (where / "config.json").is_file():  # every process that builds the policy reads it: on every node
         raise blame("model.path", FileNotFoundError(
             f"model.path={path}: no Hugging Face model there (no config.json) on this node"))
+    if torch.get_default_device().type == "meta":
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(where), local_files_only=True)
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()  # as from_pretrained leaves it
     try:
         return AutoModelForCausalLM.from_pretrained(str(where), local_files_only=True, dtype=torch.float32)
     except OSError as exc:  # a weights file missing or unreadable: the same error, naming the key
@@ -100,17 +108,8 @@ class HFPolicyFrame:
 
     def __init__(self, path: str, specials, *, vocab_size: int | None = None, banned_ids: tuple[int, ...] = (),
                  separator: bool = True, dtype: torch.dtype = torch.float32):
-        try:
-            from transformers import AutoConfig, AutoModelForCausalLM
-        except ImportError:
-            raise ImportError("model.arch=hf needs the hf extra: pip install 'rayseq[hf]'") from None
-        where = Path(path).expanduser()
-        if not (where / "config.json").is_file():
-            raise blame("model.path", FileNotFoundError(
-                f"model.path={path}: no Hugging Face model there (no config.json) on this node"))
-        config = AutoConfig.from_pretrained(str(where), local_files_only=True)
-        with torch.device("meta"):  # the layout alone: parameters without storage
-            self.model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(dtype)
+        with torch.device("meta"):  # the layout alone: parameters without storage, no weights read
+            self.model = load_causal_lm(path).to(dtype)
         self.path, self.separator = str(path), separator
         self.vocab_size, self.banned_ids = output_ids(self.model, path, specials, vocab_size, banned_ids)
         self.pad_id, self.bos_id, self.eos_id = specials.pad, specials.bos, specials.eos

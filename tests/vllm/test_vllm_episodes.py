@@ -2,8 +2,8 @@
 the worker holds the policy's frame only; an episode's trained ids are, turn by turn, the ids vLLM sampled and the
 chat template's rendered observations (masked out of ``action_mask``), with vLLM's log-probs kept as it gave them and
 the learner's recomputed ones beside them; GRPO trains from the CLI on a built-in game, a user's class, a TRL
-``environment_factory`` class and (where the package is installed) a reasoning-gym task, in-process and on a Ray
-worker."""
+``environment_factory`` class and (where the packages are installed) each adapter's package, in-process and on a
+Ray worker."""
 
 from __future__ import annotations
 
@@ -169,15 +169,28 @@ def test_grpo_trains_on_a_trl_environment_factory_class_with_vllm(vllm_hf_dir, t
     check_episode_run(rows, 2, 3)
 
 
+ADAPTERS = {  # env.name -> (its package, the run's env keys, turns at most)
+    "reasoning_gym": ("reasoning_gym", ["env.kwargs.task=basic_arithmetic", "env.kwargs.prompt=none",
+                                        "env.max_action_tokens=8"], 1),
+    "textarena": ("textarena", ["env.kwargs.game=TicTacToe-v0", "env.kwargs.opponent=first", "env.max_turns=3",
+                                "env.max_action_tokens=4"], 3),
+    "gem": ("gem", ["env.kwargs.env_id=game:GuessTheNumber-v0-easy", "env.max_turns=3", "env.max_action_tokens=6"],
+            3),
+    "openenv": ("openenv", ["env.kwargs.app=tests.envpkgs.openenv_guess:app", "env.max_turns=3",
+                            "env.max_action_tokens=4"], 3),
+}
+
+
 @pytest.mark.e2e
-def test_grpo_trains_on_a_reasoning_gym_task_with_vllm(chat_dir, tmp_path, capsys):
-    """An adapter's package on vLLM: reasoning-gym's basic arithmetic (one turn, scored by the task's own scorer)."""
-    pytest.importorskip("reasoning_gym", reason="the reasoning-gym extra beside vLLM: pip install -e "
-                        ".[vllm,reasoning-gym]")
-    rows = run_cli(["env.name=reasoning_gym", "env.kwargs.task=basic_arithmetic", "env.kwargs.prompt=none",
-                    "env.max_action_tokens=8", f"model.path={chat_dir}", "rollout.num_workers=0"],
+@pytest.mark.parametrize("name", sorted(ADAPTERS))
+def test_grpo_trains_on_an_adapters_package_with_vllm(name, chat_dir, tmp_path, capsys):
+    """Each adapter's package on vLLM: reasoning-gym's basic arithmetic (one turn, the task's own scorer), TextArena's
+    tic-tac-toe against the fixed opponent, GEM's guess-the-number, an OpenEnv app through its own server."""
+    package, keys, turns = ADAPTERS[name]
+    pytest.importorskip(package, reason="the adapters' packages beside vLLM: pip install -e .[vllm,envpkgs]")
+    rows = run_cli([f"env.name={name}", *keys, f"model.path={chat_dir}", "rollout.num_workers=0"],
                    tmp_path / "run", capsys)
-    check_episode_run(rows, 2, 1)
+    check_episode_run(rows, 2, turns)
 
 
 @pytest.mark.ray

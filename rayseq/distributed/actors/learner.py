@@ -33,9 +33,10 @@ from rayseq.types import PromptBatch, PromptKeys, Rollout, prompt_arrays
 class Learner:
     """One learner rank: build (the generator, the algorithm's modules) → wrap (its strategy, once the ranks have
     joined their process group) → update → publish (whole weights) → save (in its strategy's format). ``cfg``: the
-    run's config."""
+    run's config; ``rank``: its rank among the learners (0 in-process), known as it is built: a sharded learner's
+    ranks but rank 0 build the generator's layout alone (:meth:`.strategies.FSDP.build`)."""
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig, rank: int = 0):
         self.cfg = cfg
         c = self.cfg
         torch.set_num_threads(c.learner.torch_threads)
@@ -50,7 +51,9 @@ class Learner:
                 "visible to the learner; use learner.device=cpu"))
         self.device = torch.device("cuda" if use_cuda else "cpu")
         self.task = make_task(c.task, c.reward)
-        generator = make_generator(c, self.task).to(self.device)
+        self.dtype = getattr(torch, c.model.dtype)  # the compute precision (fp32 master weights whatever it is)
+        self.strategy = make_strategy(c.learner, self.device, self.dtype, rank)  # how it holds its modules
+        generator = self.strategy.build(lambda: make_generator(c, self.task))
         self.state = LearnerState(
             generator=generator,
             gen_opt=torch.optim.Adam(generator.parameters(), lr=c.train.pretrain_lr),
@@ -72,8 +75,6 @@ class Learner:
         # the generator changed since its weights were last published without a new version (an algorithm's
         # validation undid updates, a checkpoint was loaded): an evaluation's decodes then carry fresh weights
         self.weights_changed = False
-        self.dtype = getattr(torch, c.model.dtype)  # the compute precision (fp32 master weights whatever it is)
-        self.strategy = make_strategy(c.learner, self.device, self.dtype)  # how it holds its modules
         if c.learner.activation_checkpointing:
             generator.enable_checkpointing()
 

@@ -67,6 +67,82 @@ def shard_modules(modules: dict[str, nn.Module], world: int, device: torch.devic
                 sub.set_force_sum_reduction_for_comms(True)
 
 
+def materialize(module: nn.Module, device: torch.device, cpu_offload: bool = False) -> None:
+    """Give a sharded ``module`` built on the ``meta`` device (no storage: :meth:`~.strategies.FSDP.build`) storage
+    of its own, uninitialised: each rank its shards of the parameters (on the CPU with ``cpu_offload``), every buffer
+    whole on ``device``. Its values come from :func:`fill_from_rank0` or from another module's."""
+    module.to_empty(device=torch.device("cpu") if cpu_offload else device)
+    for sub in module.modules():
+        for name, buf in sub._buffers.items():
+            if buf is not None and buf.device != device:
+                sub._buffers[name] = buf.to(device)  # the compute reads them on the device
+
+
+def fill_from_rank0(module: nn.Module, whole: dict[str, torch.Tensor]) -> None:
+    """Every parameter and buffer of the sharded ``module`` as rank 0 holds them: a collective, one tensor at a time.
+    ``whole``: rank 0's ``named_parameters`` as they were before sharding (``{}`` on the other ranks).
+
+    A parameter is scattered from rank 0 (:func:`_scatter_rows`: each rank receives its own rows, no rank but rank 0
+    ever holds it whole), a buffer broadcast whole. What ``torch.distributed.checkpoint.state_dict.
+    set_model_state_dict(..., full_state_dict=True, broadcast_from_rank0=True)`` does, but for three things: that
+    broadcasts each whole tensor to every rank (a whole-sized buffer on each, the embedding's 2 GB at Llama-3-8B), and
+    it loads the module's ``state_dict``, which holds neither what a policy does not train (a LoRA policy's is its
+    adapters, not the frozen base weights) nor the non-persistent buffers (rotary frequencies, the banned ids' logit
+    bias) that a module built on the meta device lacks too."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import distribute_tensor
+
+    root = dist.get_rank() == 0
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if not is_sharded(p):
+                dist.broadcast(p.data, src=0)
+            elif _rows_sharded(p):
+                _scatter_rows(p, whole[name] if root else None)
+            else:  # another layout: distribute_tensor's scatter, from a whole-sized buffer on every rank
+                mesh = p.device_mesh
+                full = whole[name].to(mesh.device_type) if root else torch.empty(p.shape, dtype=p.dtype,
+                                                                                 device=mesh.device_type)
+                p.to_local().copy_(distribute_tensor(full, mesh, p.placements, src_data_rank=0).to_local())
+        for buf in module.buffers():
+            dist.broadcast(buf, src=0)
+
+
+def _rows_sharded(p) -> bool:
+    """Whether the sharded ``p`` is split by rows over a 1-D mesh (FSDP2's layout: ``Shard(0)``)."""
+    from torch.distributed.tensor import Shard
+
+    return p.dim() > 0 and p.device_mesh.ndim == 1 and tuple(p.placements) == (Shard(0),)
+
+
+def _scatter_rows(p, full: torch.Tensor | None) -> None:
+    """This rank's rows of ``full`` (rank 0's whole tensor; None on the others) into the row-sharded ``p``. FSDP2
+    splits as ``torch.chunk``: ⌈n/N⌉ rows each, rank r's starting at r⌈n/N⌉ (the last ranks' fewer, or none); the
+    scatter sends each rank a block of ⌈n/N⌉ rows (the last one padded), received into the shard itself where it is
+    one (no copy: the others hold no more than their shards)."""
+    import torch.distributed as dist
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    device = p.device_mesh.device_type
+    rows = -(-p.shape[0] // world)
+    local = p.to_local()
+    if local.shape[0] != max(0, min(rows, p.shape[0] - rank * rows)):
+        raise RuntimeError(f"a shard of {local.shape[0]} rows where torch.chunk gives rank {rank} "
+                           f"{max(0, min(rows, p.shape[0] - rank * rows))} of {p.shape[0]}")
+    whole_block = local.shape[0] == rows and local.is_contiguous() and local.device.type == device
+    block = local if whole_block else torch.empty((rows, *p.shape[1:]), dtype=p.dtype, device=device)
+    parts = None
+    if full is not None:
+        full = full.to(device)
+        parts = [full[r * rows:(r + 1) * rows].contiguous() for r in range(world)]
+        parts = [part if part.shape[0] == rows else torch.cat([part, block.new_zeros((rows - part.shape[0],
+                                                                                     *p.shape[1:]))])
+                 for part in parts]
+    dist.scatter(block, parts, src=0)  # received in place where the shard is a whole block
+    if not whole_block:
+        local.copy_(block[:local.shape[0]])
+
+
 def rebuild_optimizer(opt: torch.optim.Optimizer, named: dict[int, str], params: dict[str, nn.Parameter]):
     """``opt``'s class and settings over the sharded parameters: ``named`` maps each of its old parameters (by id)
     to its name, ``params`` the names to the parameters now (sharding replaces them). Its state is empty: sharding

@@ -6,13 +6,17 @@ answers what differs (:class:`LearnerStrategy`):
 ================================  ==================================  ==============================================
                                   :class:`Replicated`                 :class:`FSDP`
 ================================  ==================================  ==============================================
+build (each rank, on its own)     the whole modules                   rank 0 the whole modules; the other ranks their
+                                                                      layout alone, on the ``meta`` device
 each rank holds                   the whole modules and optimizers    1/N of every module's parameters, gradients and
                                                                       Adam moments (FSDP2, :mod:`.sharding`)
-wrap (after joining the ranks)    nothing                             every module sharded, its optimizer rebuilt
+wrap (after joining the ranks)    nothing                             every module sharded, filled from rank 0's
+                                                                      (scattered), its optimizer rebuilt
 gradients                         summed in one all-reduce            reduce-scattered by FSDP in backward
 compute precision                 autocast to ``model.dtype``         FSDP's mixed precision
-the KL reference π_ref            a frozen copy of the generator      a new generator sharded the same way, holding
-                                                                      the same shards
+the KL reference π_ref            a frozen copy of the generator      a new generator, built on the ``meta`` device
+                                                                      and sharded the same way, holding the same
+                                                                      shards
 whole weights (publishing)        each rank its own                   gathered tensor by tensor in the compute
                                                                       precision: every rank takes part, rank 0's
 checkpoint                        whole files, rank 0                 DCP shards, each rank its own; rank 0 the whole
@@ -47,11 +51,15 @@ from rayseq.models import reference_policy
 
 
 class LearnerStrategy(Protocol):
-    """What a learner asks of the way it holds its modules. ``rank``: this learner's rank (0 until :meth:`wrap`);
-    ``files``: the format it writes checkpoints in."""
+    """What a learner asks of the way it holds its modules. ``rank``: this learner's rank (the one it was made with,
+    0 in-process); ``files``: the format it writes checkpoints in."""
 
     rank: int
     files: WholeFiles | ShardedFiles
+
+    def build(self, make: Callable[[], nn.Module]) -> nn.Module:
+        """The generator as this rank first holds it, before the ranks join. ``make``: builds it (the global RNG
+        drawn from as for any module)."""
 
     @staticmethod
     def reading_ranks(actors: list) -> list:
@@ -119,6 +127,15 @@ def _cast(t: torch.Tensor, dtype: torch.dtype, publish: bool) -> torch.Tensor:
     return t.to(dtype) if publish and t.is_floating_point() else t
 
 
+def _rng_from_rank0() -> None:
+    """Set the global (CPU) RNG to rank 0's (a collective)."""
+    import torch.distributed as dist
+
+    state = [torch.get_rng_state()]
+    dist.broadcast_object_list(state, src=0)
+    torch.set_rng_state(state[0])
+
+
 def _optimizer_tensors(optimizers: list) -> list[torch.Tensor]:
     return [t for o in optimizers for st in o.state.values() for t in st.values()
             if isinstance(t, torch.Tensor) and t.dim() > 0]
@@ -134,9 +151,9 @@ class Replicated:
         dtype: the compute precision (``model.dtype``).
     """
 
-    def __init__(self, device: torch.device, dtype: torch.dtype):
+    def __init__(self, device: torch.device, dtype: torch.dtype, rank: int = 0):
         self.device, self.dtype = device, dtype
-        self.rank = 0
+        self.rank = rank
         self.files = WholeFiles()
         self._precision = _autocast(device, dtype)
 
@@ -144,6 +161,10 @@ class Replicated:
     def reading_ranks(actors: list) -> list:
         """Rank 0 alone: the ranks hold the same."""
         return actors[:1]
+
+    def build(self, make):
+        """The whole generator, on every rank (the same seed: the same weights)."""
+        return make().to(self.device)
 
     def wrap(self, rank, world, modules, optimizers):
         """Nothing to change in the modules: the gradients are all-reduced (:meth:`DataParallel.all_reduce_grads`)."""
@@ -194,15 +215,20 @@ class FSDP:
     checkpoints) is a collective every rank takes part in; checkpoints are ``torch.distributed.checkpoint`` shards.
     Over one rank (no :meth:`wrap`) nothing is sharded: the modules stay whole and compute as a replicated learner's.
 
+    No rank but rank 0 ever holds a whole module: the others build the generator on the ``meta`` device (its layout,
+    no storage, no weights read: :meth:`build`) and receive their shards from rank 0's as the modules are sharded
+    (:meth:`wrap`); the KL reference is built on the ``meta`` device on every rank (:meth:`reference`).
+
     Args:
         device: the learner's device.
         dtype: the compute precision (``model.dtype``).
         cpu_offload: ``learner.cpu_offload``.
+        rank: this learner's rank (0: it builds the whole modules, the weights the others receive).
     """
 
-    def __init__(self, device: torch.device, dtype: torch.dtype, cpu_offload: bool = False):
+    def __init__(self, device: torch.device, dtype: torch.dtype, cpu_offload: bool = False, rank: int = 0):
         self.device, self.dtype, self.cpu_offload = device, dtype, cpu_offload
-        self.rank, self.world = 0, 1
+        self.rank, self.world = rank, 1
         self.files = ShardedFiles()
         self._precision = _autocast(device, dtype)  # until the modules are sharded (one rank: never)
 
@@ -211,13 +237,32 @@ class FSDP:
         """Every rank: reading a sharded model is a collective."""
         return list(actors)
 
+    def build(self, make):
+        """Rank 0: the whole generator. The others: its layout on the ``meta`` device (a Hugging Face policy's
+        weights not read: :func:`rayseq.models.hf.load_causal_lm`), given storage and rank 0's values as it is
+        sharded (:meth:`wrap`)."""
+        if self.rank == 0:
+            return make().to(self.device)
+        with torch.device("meta"):
+            return make()
+
     def wrap(self, rank, world, modules, optimizers):
-        """Shard every module (:func:`.sharding.shard_modules`) and build its optimizer again over the shards
-        (before the first update: nothing in it yet)."""
-        from rayseq.distributed.actors.sharding import rebuild_optimizer, shard_modules
+        """Shard every module (:func:`.sharding.shard_modules`), fill it from rank 0's (:func:`.sharding.
+        fill_from_rank0`: the other ranks built the generator on the ``meta`` device, and drew the modules built
+        after it from an RNG that its weights had not advanced) and build its optimizer again over the shards (before
+        the first update: nothing in it yet). The global RNG continues from rank 0's, as it would have had every rank
+        built the same whole modules."""
+        from rayseq.distributed.actors.sharding import fill_from_rank0, materialize, rebuild_optimizer, shard_modules
 
         names = {id(p): f"{m}.{n}" for m, module in modules.items() for n, p in module.named_parameters()}
+        whole = {m: {n: p.detach() for n, p in module.named_parameters()} for m, module in modules.items()} \
+            if rank == 0 else {}  # what rank 0 scatters (the modules are sharded in place)
         shard_modules(modules, world, self.device, dtype=self.dtype, cpu_offload=self.cpu_offload)
+        for name, module in modules.items():
+            if any(t.device.type == "meta" for t in (*module.parameters(), *module.buffers())):
+                materialize(module, self.device, self.cpu_offload)
+            fill_from_rank0(module, whole.pop(name, {}))
+        _rng_from_rank0()
         params = {f"{m}.{n}": p for m, module in modules.items() for n, p in module.named_parameters()}
         self.rank, self.world = rank, world
         self._precision = nullcontext  # FSDP's mixed precision casts the gathered parameters itself
@@ -232,14 +277,17 @@ class FSDP:
         shards. A LoRA policy's π_ref is itself with its adapters off; over one rank, a frozen copy."""
         if self.world == 1 or getattr(generator, "lora", False):
             return _frozen_copy(generator, self.dtype)
-        from rayseq.distributed.actors.sharding import shard_modules
+        from rayseq.distributed.actors.sharding import materialize, shard_modules
 
-        with torch.random.fork_rng():
-            ref = build().to(self.device)
+        with torch.random.fork_rng(), torch.device("meta"):  # its layout alone: no rank holds it whole
+            ref = build()
         shard_modules({"reference": ref}, self.world, self.device, dtype=self.dtype)
+        materialize(ref, self.device)
         with torch.no_grad():
-            for r, p in zip(ref.parameters(), generator.parameters()):
+            for r, p in zip(ref.parameters(), generator.parameters(), strict=True):
                 r.to_local().copy_(p.to_local())
+            for r, b in zip(ref.buffers(), generator.buffers(), strict=True):
+                r.copy_(b)
         return ref.eval().requires_grad_(False)
 
     def whole(self, state, publish=True):
@@ -280,11 +328,12 @@ class FSDP:
 STRATEGIES = {"replicated": Replicated, "fsdp": FSDP}
 
 
-def make_strategy(learner_cfg, device: torch.device, dtype: torch.dtype) -> LearnerStrategy:
-    """The strategy ``learner.strategy`` names. ``learner_cfg``: the run's ``learner`` section."""
+def make_strategy(learner_cfg, device: torch.device, dtype: torch.dtype, rank: int = 0) -> LearnerStrategy:
+    """The strategy ``learner.strategy`` names, for the learner of ``rank``. ``learner_cfg``: the run's ``learner``
+    section."""
     if learner_cfg.strategy == "fsdp":
-        return FSDP(device, dtype, cpu_offload=learner_cfg.cpu_offload)
-    return Replicated(device, dtype)
+        return FSDP(device, dtype, cpu_offload=learner_cfg.cpu_offload, rank=rank)
+    return Replicated(device, dtype, rank)
 
 
 # -- checkpoint formats ----------------------------------------------------------------------------------------------

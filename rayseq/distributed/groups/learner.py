@@ -45,7 +45,8 @@ class LearnerGroup:
         placement group is ready). ``again``: they replace actors that failed (:meth:`restart`)."""
         import ray
 
-        self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg) for opts in self._actor_options]
+        self.actors = [ray.remote(Learner).options(**opts).remote(self._cfg, rank)
+                       for rank, opts in enumerate(self._actor_options)]
         for rank, (actor, opts) in enumerate(zip(self.actors, self._actor_options)):
             bundle = getattr(opts.get("scheduling_strategy"), "placement_group_bundle_index", None)
             self._manager.starting(f"learner rank {rank}", bundle, actor, actor.get_version.remote(), again)

@@ -26,13 +26,14 @@ def chitchat_lines(n: int = 400) -> list[str]:
 
 
 def make_tiny_hf(out: Path, *, vocab_size: int = 400, extra_lines: tuple[str, ...] = (), seed: int = 0,
-                 n_head: int = 2) -> Path:
+                 n_head: int = 2, positions: int = 128) -> Path:
     """Write the tiny model and tokenizer (:func:`rayseq.models.tiny_hf.make_tiny_lm`, trained on the corpus's first
     lines and ``extra_lines``) into ``out`` (created); returns it. ``n_head=1`` gives attention heads of 32
-    dimensions, the smallest vLLM's CPU attention kernels take."""
+    dimensions, the smallest vLLM's CPU attention kernels take; ``positions``: the longest row it reads."""
     from rayseq.models.tiny_hf import make_tiny_lm
 
-    return make_tiny_lm(out, chitchat_lines() + list(extra_lines), vocab_size=vocab_size, heads=n_head, seed=seed)
+    return make_tiny_lm(out, chitchat_lines() + list(extra_lines), vocab_size=vocab_size, heads=n_head, seed=seed,
+                        positions=positions)
 
 
 def logged_text(prompts, replies, references, *, log: str):

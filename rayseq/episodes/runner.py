@@ -77,7 +77,9 @@ class Episode:
     done: bool = False
     success: bool | None = None  # what the environment said (info["success"]); None: the return is positive
     failure: str | None = None  # "raised: ..." / "timeout: ..." when the environment failed
-    truncated: str | None = None  # "turns" / "tokens" when a limit ended it, "split" (a group's episode, a split)
+    # "turns" / "tokens" when a limit ended it, "split" (a group's episode, a split), "prompt" (a first prompt longer
+    # than the policy reads: ended before its first action)
+    truncated: str | None = None
     splits: list[str] = field(default_factory=list)  # why each new sample was started
     transcript: list[tuple[str, str]] = field(default_factory=list)  # (role, text), for the viewer
     conv: Any = None  # the renderer's conversation
@@ -142,8 +144,14 @@ def run_episodes(envs, renderer, continuation, seeds, rows, limits: Limits, *, t
     while True:
         active = [b for b, ep in enumerate(episodes) if not ep.done]
         for b in active:  # a row the policy's context cannot extend by a token (a prompt that fills it) ends here
-            if limits.context_room(episodes[b].samples[-1]) < 1:
+            last = episodes[b].samples[-1]
+            if limits.context_room(last) < 1:
                 episodes[b].done, episodes[b].truncated = True, "tokens"
+                if not last.tokens and len(last.src) >= limits.context:
+                    # a first prompt the policy cannot read whole: nothing was sampled, nothing is learnt; its row
+                    # keeps the prompt's last positions so that no pass over it reads past the policy's positions
+                    episodes[b].truncated = "prompt"
+                    last.src = list(last.src)[len(last.src) - limits.context + 1 :]
         active = [b for b in active if not episodes[b].done]
         if not active:
             return episodes

@@ -120,7 +120,8 @@ def test_a_template_that_rewrites_turns_splits_the_episode_or_ends_a_groups(chat
 def test_episodes_keep_to_the_positions_the_policy_reads(chat_model):
     """A Hugging Face policy reads at most its model's positions (prompt and tokens of a row): a turn is cut to what
     the fullest row has left and an observation that would pass them ends the episode (``tokens``), so no row is
-    longer; a prompt that fills them ends its episode before any turn; a limit that never binds changes nothing (the
+    longer; a prompt that fills them ends its episode before any turn (``prompt``: its row keeps the prompt's last
+    positions, so that no pass reads past the model's); a limit that never binds changes nothing (the
     same episodes, id for id, as without one); a step policy has none."""
     from rayseq.episodes.decode import context_length
 
@@ -147,5 +148,9 @@ def test_episodes_keep_to_the_positions_the_policy_reads(chat_model):
     free = [[(s.src, s.tokens, s.logp) for s in ep.samples] for ep in play(None)]
     assert [[(s.src, s.tokens, s.logp) for s in ep.samples] for ep in play(10_000)] == free
     assert all(ep.turns == 3 and ep.truncated is None for ep in play(10_000))
-    (ep,) = play(len(task.renderer.start("say red")[0]), seeds=[0])  # seed 0 says red: a prompt as long as it
-    assert ep.turns == 0 and ep.truncated == "tokens" and not ep.samples[0].tokens
+    red = task.renderer.start("say red")[0]  # seed 0 says red
+    for context in (len(red), len(red) - 7):  # a prompt as long as the positions, or longer: no turn is played
+        (ep,) = play(context, seeds=[0])
+        assert ep.turns == 0 and ep.truncated == "prompt" and not ep.samples[0].tokens
+        assert ep.samples[0].src == list(red[-(context - 1):])  # its row within the positions: its last ones
+    # (a first observation longer than the model's 128 positions trains on vLLM: tests/vllm, TextArena's and GEM's)

@@ -181,16 +181,40 @@ ADAPTERS = {  # env.name -> (its package, the run's env keys, turns at most)
 }
 
 
+@pytest.fixture(scope="module")
+def wide_chat_dir(tmp_path_factory):
+    """``chat_dir``'s model reading 512 positions: TextArena's and GEM's first observations (their rules) are longer
+    than the 128 the tests' tiny model reads."""
+    from tests.conftest import GREETINGS, REPLIES, TOPICS
+    from tests.hf_fixtures import make_tiny_hf
+
+    model = make_tiny_hf(tmp_path_factory.mktemp("hf") / "tiny-gpt2-512",
+                         extra_lines=tuple(GREETINGS + REPLIES + TOPICS) * 5, n_head=1, positions=512)
+    return with_chat_template(model, tmp_path_factory.mktemp("episodes") / "tiny-chat-512", ENDS_REPLIES)
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(ADAPTERS))
-def test_grpo_trains_on_an_adapters_package_with_vllm(name, chat_dir, tmp_path, capsys):
+def test_grpo_trains_on_an_adapters_package_with_vllm(name, wide_chat_dir, tmp_path, capsys):
     """Each adapter's package on vLLM: reasoning-gym's basic arithmetic (one turn, the task's own scorer), TextArena's
     tic-tac-toe against the fixed opponent, GEM's guess-the-number, an OpenEnv app through its own server."""
     package, keys, turns = ADAPTERS[name]
     pytest.importorskip(package, reason="the adapters' packages beside vLLM: pip install -e .[vllm,envpkgs]")
-    rows = run_cli([f"env.name={name}", *keys, f"model.path={chat_dir}", "rollout.num_workers=0"],
+    rows = run_cli([f"env.name={name}", *keys, f"model.path={wide_chat_dir}", "rollout.num_workers=0"],
                    tmp_path / "run", capsys)
     check_episode_run(rows, 2, turns)
+
+
+@pytest.mark.e2e
+def test_a_first_observation_longer_than_the_model_reads_ends_its_episode_not_the_run(chat_dir, tmp_path, capsys):
+    """TextArena's rules (its first observation) are longer than the 128 positions the tiny model reads: each
+    episode ends before its first action (``episode/truncated``, no turn), its row cut to the model's positions, and
+    the run goes on."""
+    pytest.importorskip("textarena", reason="the adapters' packages beside vLLM: pip install -e .[vllm,envpkgs]")
+    rows = run_cli(["env.name=textarena", *ADAPTERS["textarena"][1], f"model.path={chat_dir}",
+                    "rollout.num_workers=0"], tmp_path / "run", capsys)
+    assert len(rows) == 2 and all(r["episode/turns"] == 0 and r["episode/truncated"] == 1.0 for r in rows)
+    assert all(np.isfinite(r["loss/policy"]) for r in rows)  # nothing sampled: nothing learnt, and no NaN
 
 
 @pytest.mark.ray

@@ -46,7 +46,7 @@ class ScorerThatCannotStart(ScorerActor):
 
 
 class LearnerThatCannotStart(Learner):
-    def __init__(self, cfg):
+    def __init__(self, cfg, rank: int = 0):
         raise ValueError(CANNOT)
 
 

@@ -46,6 +46,17 @@ def _commit() -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def git(*args: str) -> str:
+    """``git ARGS`` in the repository; "unknown" where the tree is a copy without its history (the GPU machine's)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def write_report(out: Path, name: str, table: str, payload: dict) -> None:
     """Print ``table``; write ``out/name.md`` and ``out/name.json`` (payload + command, commit, date, machine)."""
     print(table)

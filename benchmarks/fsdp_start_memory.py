@@ -34,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from benchmarks._report import before_after_parser, extract_revision, write_report  # noqa: E402
+from benchmarks._report import before_after_parser, extract_revision, git, write_report  # noqa: E402
 
 FULL = {"vocab": 128_256, "width": 512, "layers": 2}
 QUICK = {"vocab": 4096, "width": 64, "layers": 1}
@@ -116,10 +116,6 @@ def one(spec: dict) -> list[dict]:
         spec["port"] = s.getsockname()[1]
     mp.start_processes(one_rank, args=(spec,), nprocs=2, start_method="spawn")
     return [json.loads(Path(spec["out"], f"rank{r}.json").read_text()) for r in (0, 1)]
-
-
-def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def main(argv=None) -> int:

@@ -43,7 +43,7 @@ from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from benchmarks._report import before_after_parser, extract_revision  # noqa: E402
+from benchmarks._report import before_after_parser, extract_revision, git  # noqa: E402
 
 FULL = {"vocab": 128_256, "prompt": 1024, "reply": 1024, "width": 64, "layers": 2}
 QUICK = {"vocab": 4096, "prompt": 64, "reply": 64, "width": 32, "layers": 1}
@@ -123,14 +123,6 @@ def one(spec: dict) -> dict:
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KB on Linux
     return {"base_mb": base, "peak_mb": peak, "update_mb": peak - base, "seconds": seconds,
             "loss": metrics["loss/policy"]}
-
-
-def git(*args: str) -> str:
-    """``git ARGS`` in the repository; "unknown" where the tree is a copy without its history (the GPU machine's)."""
-    try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def measure(runs, shape: dict, model: Path, trees: dict, device: str = "cpu") -> list[dict]:
